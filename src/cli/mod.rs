@@ -1,0 +1,67 @@
+//! The `sutra` command line: argument parsing and dispatch. Each verb lives in
+//! its own file; this one only routes. Exit status: 0 success, 1 a negative
+//! result (a failed attempt, an invalid file), 2 a usage error.
+
+mod check;
+mod run;
+mod serve;
+mod task;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "sutra", version, about = "A durable workflow engine whose tasks are WebAssembly components")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with task components directly.
+    #[command(subcommand)]
+    Task(task::TaskCommand),
+    /// Validate process definitions.
+    Check(check::CheckArgs),
+    /// Deploy a definition, start one instance and drive it until it ends (or waits for a message).
+    Run(run::RunArgs),
+    /// Show an instance (a retained terminal one answers too).
+    Inspect(run::InspectArgs),
+    /// Re-arm and drive every parked instance in a store until SIGINT/SIGTERM.
+    Serve(serve::ServeArgs),
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_tracing();
+    match cli.command {
+        Command::Task(cmd) => task::exec(cmd),
+        Command::Check(args) => check::exec(args),
+        Command::Run(args) => run::exec_run(args),
+        Command::Inspect(args) => run::exec_inspect(args),
+        Command::Serve(args) => serve::exec(args),
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SUTRA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// A usage error: print it like clap does and exit 2.
+pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}

@@ -1,0 +1,272 @@
+//! The one table of codes.
+//!
+//! Every failure and diagnostic code Sutra emits is defined here, once, with its
+//! wire string, its error class and its default retryability. Code elsewhere
+//! matches on [`Code`]; the wire (JSON, CLI, database) shows [`Code::as_str`].
+//!
+//! Guest tasks may report codes of their own (`SUTRA.TASK.VALIDATION`,
+//! `Api.Timeout`, ...): those travel as plain strings next to a [`Code`]-typed
+//! engine code, never as new variants.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// The error classes of the seed README: what a retry policy's `retryOn` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    Transient,
+    RateLimit,
+    Timeout,
+    InvalidInput,
+    ResourceExhausted,
+    Internal,
+}
+
+impl ErrorClass {
+    pub const ALL: [ErrorClass; 6] = [
+        ErrorClass::Transient,
+        ErrorClass::RateLimit,
+        ErrorClass::Timeout,
+        ErrorClass::InvalidInput,
+        ErrorClass::ResourceExhausted,
+        ErrorClass::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Transient => "transient",
+            ErrorClass::RateLimit => "rate_limit",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::InvalidInput => "invalid_input",
+            ErrorClass::ResourceExhausted => "resource_exhausted",
+            ErrorClass::Internal => "internal",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ErrorClass> {
+        ErrorClass::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+macro_rules! codes {
+    ($( $(#[$doc:meta])* $variant:ident => $s:literal, $class:ident, $retry:literal; )*) => {
+        /// Every code Sutra itself emits. See the module docs.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl Code {
+            /// Every code, in table order.
+            pub const ALL: &'static [Code] = &[ $( Code::$variant, )* ];
+
+            /// The stable wire string, e.g. `SUTRA.TASK.TRAP`.
+            pub const fn as_str(self) -> &'static str {
+                match self { $( Code::$variant => $s, )* }
+            }
+
+            /// The error class a retry policy's `retryOn` sees.
+            pub const fn class(self) -> ErrorClass {
+                match self { $( Code::$variant => ErrorClass::$class, )* }
+            }
+
+            /// Whether a failure with this code is retried by default.
+            pub const fn retryable(self) -> bool {
+                match self { $( Code::$variant => $retry, )* }
+            }
+
+            /// The code for a wire string, if it is one of ours.
+            pub fn parse(s: &str) -> Option<Code> {
+                match s { $( $s => Some(Code::$variant), )* _ => None }
+            }
+        }
+    };
+}
+
+codes! {
+    // ---- Task attempts (the sandbox) ----
+    /// A guest `failure` with an empty code.
+    TaskFailed => "SUTRA.TASK.FAILED", Internal, true;
+    /// The guest trapped (a panic included).
+    TaskTrap => "SUTRA.TASK.TRAP", Transient, true;
+    /// The attempt ran out of fuel.
+    TaskFuelExhausted => "SUTRA.TASK.FUEL_EXHAUSTED", ResourceExhausted, true;
+    /// The attempt overran its wall-clock deadline.
+    TaskDeadlineExceeded => "SUTRA.TASK.DEADLINE_EXCEEDED", Timeout, true;
+    /// The guest asked for more linear memory (or table space) than its cap.
+    TaskMemoryLimit => "SUTRA.TASK.MEMORY_LIMIT", ResourceExhausted, true;
+    /// The guest overflowed its stack.
+    TaskStackOverflow => "SUTRA.TASK.STACK_OVERFLOW", ResourceExhausted, true;
+    /// The guest's output was not JSON, or over the output cap.
+    TaskOutputInvalid => "SUTRA.TASK.OUTPUT_INVALID", Internal, true;
+    /// The component failed validation or imports something outside the task world.
+    TaskModuleInvalid => "SUTRA.TASK.MODULE_INVALID", InvalidInput, false;
+    /// The task's input could not be built (e.g. variables are not JSON-encodable).
+    TaskInputInvalid => "SUTRA.TASK.INPUT_INVALID", InvalidInput, false;
+    /// The conventional code a guest uses for input it refuses.
+    TaskValidation => "SUTRA.TASK.VALIDATION", InvalidInput, false;
+
+    // ---- Runtime (the engine) ----
+    /// A retry budget was spent, or a non-retryable code was hit.
+    RetryExhausted => "SUTRA.RUNTIME.RETRY.EXHAUSTED", Internal, false;
+    /// A failed attempt on a task with no retry policy.
+    RuntimeTaskFailed => "SUTRA.RUNTIME.TASK_FAILED", Internal, false;
+    /// An exclusive gateway found no true condition and has no default flow.
+    NoFlowTaken => "SUTRA.RUNTIME.GATEWAY.NO_FLOW_TAKEN", Internal, false;
+    /// A condition failed to evaluate at run time (a type error, a missing variable).
+    ConditionFailed => "SUTRA.RUNTIME.CONDITION.FAILED", InvalidInput, false;
+    /// The instance was cancelled.
+    Cancelled => "SUTRA.RUNTIME.CANCELLED", Internal, false;
+    /// No instance with that id (or not visible to the caller).
+    InstanceNotFound => "SUTRA.RUNTIME.INSTANCE_NOT_FOUND", InvalidInput, false;
+    /// No active deployment of that process (or not visible to the caller).
+    ProcessNotFound => "SUTRA.RUNTIME.PROCESS_NOT_FOUND", InvalidInput, false;
+    /// The operation does not apply to the instance in its current state.
+    InstanceState => "SUTRA.RUNTIME.INSTANCE_STATE", InvalidInput, false;
+    /// A stored snapshot has a format version this build cannot read.
+    SnapshotVersion => "SUTRA.RUNTIME.SNAPSHOT_VERSION", Internal, false;
+    /// The task names a module that is not deployed.
+    TaskNotRegistered => "SUTRA.RUNTIME.TASK_NOT_REGISTERED", InvalidInput, false;
+    /// No waiting catch, boundary or message start matched a message.
+    MessageNotCorrelated => "SUTRA.RUNTIME.MESSAGE.NOT_CORRELATED", InvalidInput, false;
+    /// One step entered more nodes than the per-step budget (a loop with no wait state).
+    StepLimit => "SUTRA.RUNTIME.STEP_LIMIT", Internal, false;
+    /// A variable path (`$.a.b`) could not be read or written.
+    VariablePath => "SUTRA.RUNTIME.VARIABLE_PATH", InvalidInput, false;
+    /// The task kind is not executable by this runtime (e.g. a channel call before the outbox exists).
+    TaskKindUnsupported => "SUTRA.RUNTIME.TASK_KIND_UNSUPPORTED", InvalidInput, false;
+    /// The store failed (I/O, constraint, connection).
+    StoreFailed => "SUTRA.RUNTIME.STORE", Transient, true;
+    /// A channel call's route-less timeout fired before the response.
+    ChannelCallTimeout => "SUTRA.DISPATCH.CHANNEL_CALL.TIMEOUT", Timeout, true;
+    /// A response arrived for a superseded channel-call attempt.
+    ChannelCallRetryPending => "SUTRA.DISPATCH.CHANNEL_CALL.RETRY_PENDING", Transient, true;
+    /// The outbox gave up on a delivery (the poison ceiling).
+    DeliveryAttemptsExhausted => "SUTRA.OUTBOUND.DELIVERY_ATTEMPTS_EXHAUSTED", Transient, true;
+    /// A tenant quota was exceeded.
+    QuotaExceeded => "SUTRA.TENANT.QUOTA_EXCEEDED", RateLimit, true;
+
+    // ---- Configuration and load-time diagnostics ----
+    /// A stateful process was started without a datasource.
+    DatasourceRequired => "SUTRA.CONFIG.DATASOURCE_REQUIRED", InvalidInput, false;
+    /// A configuration key has a bad value.
+    ConfigInvalid => "SUTRA.CONFIG.INVALID", InvalidInput, false;
+    /// A timer expression is not well-formed ISO 8601.
+    TimerMalformed => "SUTRA.CONFIG.TIMER.MALFORMED", InvalidInput, false;
+    /// A timer expression is well-formed but not supported (P1M, P1Y, cron).
+    TimerUnsupported => "SUTRA.CONFIG.TIMER.UNSUPPORTED", InvalidInput, false;
+    /// A condition expression does not parse.
+    ConditionSyntax => "SUTRA.CONFIG.CONDITION.SYNTAX", InvalidInput, false;
+    /// A definition file could not be read (missing, unreadable, not text).
+    FileUnreadable => "SUTRA.CONFIG.FILE_UNREADABLE", InvalidInput, false;
+    /// The document is not well-formed XML.
+    XmlMalformed => "SUTRA.CONFIG.XML.MALFORMED", InvalidInput, false;
+    /// The document uses a DTD or entity declarations (refused outright).
+    XmlDtdForbidden => "SUTRA.CONFIG.XML.DTD_FORBIDDEN", InvalidInput, false;
+    /// The document exceeds a size, depth or attribute-length limit.
+    XmlLimitExceeded => "SUTRA.CONFIG.XML.LIMIT_EXCEEDED", InvalidInput, false;
+    /// The document is not a BPMN definitions document.
+    BpmnNotDefinitions => "SUTRA.CONFIG.BPMN.NOT_DEFINITIONS", InvalidInput, false;
+    /// The document has no process.
+    BpmnNoProcess => "SUTRA.CONFIG.BPMN.NO_PROCESS", InvalidInput, false;
+    /// A retry policy that could never apply (channel call without route-less
+    /// timeout; a routed timer boundary alongside a retry policy).
+    BpmnRetryNotApplicable => "SUTRA.CONFIG.BPMN.RETRY_NOT_APPLICABLE", InvalidInput, false;
+    /// A start event with both `q:source` and a timer.
+    BpmnAmbiguousStart => "SUTRA.CONFIG.BPMN.AMBIGUOUS_START", InvalidInput, false;
+    /// An element Sutra cannot execute inside an executable process.
+    BpmnUnsupportedElement => "SUTRA.CONFIG.BPMN.UNSUPPORTED_ELEMENT", InvalidInput, false;
+    /// Two elements share an id.
+    BpmnDuplicateId => "SUTRA.CONFIG.BPMN.DUPLICATE_ID", InvalidInput, false;
+    /// A reference names an element that does not exist.
+    BpmnDanglingReference => "SUTRA.CONFIG.BPMN.DANGLING_REFERENCE", InvalidInput, false;
+    /// An executable process (or sub-process) without a start event.
+    BpmnNoStartEvent => "SUTRA.CONFIG.BPMN.NO_START_EVENT", InvalidInput, false;
+    /// A node no start event reaches.
+    BpmnUnreachableNode => "SUTRA.CONFIG.BPMN.UNREACHABLE_NODE", InvalidInput, false;
+    /// A gateway that can get stuck (a join fed by an exclusive split, a
+    /// gateway without outgoing flows, ...).
+    BpmnGatewayStuck => "SUTRA.CONFIG.BPMN.GATEWAY_STUCK", InvalidInput, false;
+    /// A boundary event attached to nothing (or to something that is not an activity).
+    BpmnBoundaryUnattached => "SUTRA.CONFIG.BPMN.BOUNDARY_UNATTACHED", InvalidInput, false;
+    /// An attribute is missing or has a bad value.
+    BpmnInvalidAttribute => "SUTRA.CONFIG.BPMN.INVALID_ATTRIBUTE", InvalidInput, false;
+    /// A service task's implementation is neither `registered:<name>` nor `channel:<name>`.
+    BpmnInvalidImplementation => "SUTRA.CONFIG.BPMN.INVALID_IMPLEMENTATION", InvalidInput, false;
+    /// A node that cannot complete the flow (no outgoing flow where one is needed).
+    BpmnDeadEnd => "SUTRA.CONFIG.BPMN.DEAD_END", InvalidInput, false;
+    /// A sequence flow that cannot exist: into a start or boundary event, out of
+    /// an end event, or across a sub-process boundary.
+    BpmnInvalidFlow => "SUTRA.CONFIG.BPMN.INVALID_FLOW", InvalidInput, false;
+    /// Info: a foreign extension (camunda:, zeebe:, ...) on an executable element is ignored.
+    BpmnForeignExtension => "SUTRA.CONFIG.BPMN.FOREIGN_EXTENSION_IGNORED", InvalidInput, false;
+    /// Info: a process is not executable and loads for inspection only.
+    BpmnNotExecutable => "SUTRA.CONFIG.BPMN.NOT_EXECUTABLE", InvalidInput, false;
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Code {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Code::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown code {s}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn wire_strings_are_unique_and_round_trip() {
+        let mut seen = HashSet::new();
+        for &c in Code::ALL {
+            assert!(seen.insert(c.as_str()), "duplicate wire string {}", c.as_str());
+            assert_eq!(Code::parse(c.as_str()), Some(c));
+            assert!(c.as_str().starts_with("SUTRA."), "{c}");
+        }
+    }
+
+    #[test]
+    fn trap_classes_are_retryable_and_module_invalid_is_not() {
+        for c in [
+            Code::TaskTrap,
+            Code::TaskFuelExhausted,
+            Code::TaskDeadlineExceeded,
+            Code::TaskMemoryLimit,
+            Code::TaskStackOverflow,
+        ] {
+            assert!(c.retryable(), "{c}");
+        }
+        assert!(!Code::TaskModuleInvalid.retryable());
+        assert_eq!(Code::TaskTrap.class(), ErrorClass::Transient);
+        assert_eq!(Code::TaskDeadlineExceeded.class(), ErrorClass::Timeout);
+        assert_eq!(Code::TaskFuelExhausted.class(), ErrorClass::ResourceExhausted);
+    }
+
+    #[test]
+    fn classes_parse() {
+        for c in ErrorClass::ALL {
+            assert_eq!(ErrorClass::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(ErrorClass::parse("nope"), None);
+    }
+}

@@ -1,0 +1,248 @@
+//! Configuration: a TOML file plus environment overrides, validated at start.
+//!
+//! Keys (TOML path = environment variable):
+//!
+//! | key | env | default |
+//! |---|---|---|
+//! | `sutra.datasource.url` | `SUTRA_DATASOURCE_URL` | none (the CLI's `--db` wins) |
+//! | `sutra.instance.retention` | `SUTRA_INSTANCE_RETENTION` | `P7D` |
+//! | `sutra.instance.retention-sweep-interval` | `SUTRA_INSTANCE_RETENTION_SWEEP_INTERVAL` | `PT1H` |
+//! | `sutra.audit.sql` | `SUTRA_AUDIT_SQL` | `false` |
+//! | `sutra.runtime.lanes` | `SUTRA_RUNTIME_LANES` | `4` |
+//! | `sutra.sandbox.fuel` | `SUTRA_SANDBOX_FUEL` | the sandbox default |
+//! | `sutra.sandbox.deadline` | `SUTRA_SANDBOX_DEADLINE` | the sandbox default |
+//! | `sutra.sandbox.memory` | `SUTRA_SANDBOX_MEMORY` | the sandbox default |
+//!
+//! Invariant: a bad value is refused at start with `SUTRA.CONFIG.INVALID` and
+//! the key named; nothing reads configuration after start.
+
+use crate::codes::Code;
+use crate::time::IsoDuration;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub datasource_url: Option<String>,
+    /// How long terminal (COMPLETED/TERMINATED) snapshots stay queryable; zero
+    /// deletes at completion. FAILED is always retained.
+    pub retention: IsoDuration,
+    pub retention_sweep_interval: IsoDuration,
+    /// Keep the audit journal (history) in the database.
+    pub audit_sql: bool,
+    /// Attempts that may run at once (the sandbox pool is sized to match).
+    pub lanes: u32,
+    pub fuel: Option<u64>,
+    pub deadline: Option<IsoDuration>,
+    pub memory_bytes: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            datasource_url: None,
+            retention: IsoDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
+            retention_sweep_interval: IsoDuration(std::time::Duration::from_secs(3600)),
+            audit_sql: false,
+            lanes: 4,
+            fuel: None,
+            deadline: None,
+            memory_bytes: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {key}: {message}")]
+pub struct ConfigError {
+    pub code: Code,
+    pub key: String,
+    pub message: String,
+}
+
+fn bad(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError { code: Code::ConfigInvalid, key: key.to_string(), message: message.into() }
+}
+
+const KEYS: [&str; 8] = [
+    "sutra.datasource.url",
+    "sutra.instance.retention",
+    "sutra.instance.retention-sweep-interval",
+    "sutra.audit.sql",
+    "sutra.runtime.lanes",
+    "sutra.sandbox.fuel",
+    "sutra.sandbox.deadline",
+    "sutra.sandbox.memory",
+];
+
+/// `sutra.instance.retention-sweep-interval` → `SUTRA_INSTANCE_RETENTION_SWEEP_INTERVAL`.
+pub fn env_name(key: &str) -> String {
+    key.replace(['.', '-'], "_").to_ascii_uppercase()
+}
+
+impl Config {
+    /// Load the file (if any), then apply environment overrides from `env`.
+    pub fn load(file: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let mut values: BTreeMap<String, String> = BTreeMap::new();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
+            let table: toml::Table =
+                toml::from_str(&text).map_err(|e| bad("config", format!("{}: {e}", path.display())))?;
+            flatten("", &toml::Value::Table(table), &mut values);
+            if let Some(unknown) = values.keys().find(|k| !KEYS.contains(&k.as_str())) {
+                return Err(bad(unknown, "unknown configuration key"));
+            }
+        }
+        for key in KEYS {
+            if let Some(v) = env.get(&env_name(key)) {
+                values.insert(key.to_string(), v.clone());
+            }
+        }
+        Config::from_values(&values)
+    }
+
+    /// Load with the process environment.
+    pub fn from_env(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("SUTRA_")).collect();
+        Config::load(file, &env)
+    }
+
+    fn from_values(values: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let mut c = Config::default();
+        let duration = |key: &str| -> Result<Option<IsoDuration>, ConfigError> {
+            values
+                .get(key)
+                .map(|v| IsoDuration::parse(v).map_err(|e| bad(key, e.message)))
+                .transpose()
+        };
+        if let Some(v) = values.get("sutra.datasource.url") {
+            if v.trim().is_empty() {
+                return Err(bad("sutra.datasource.url", "must not be empty"));
+            }
+            c.datasource_url = Some(v.clone());
+        }
+        if let Some(d) = duration("sutra.instance.retention")? {
+            c.retention = d;
+        }
+        if let Some(d) = duration("sutra.instance.retention-sweep-interval")? {
+            if d == IsoDuration::ZERO {
+                return Err(bad("sutra.instance.retention-sweep-interval", "must be longer than PT0S"));
+            }
+            c.retention_sweep_interval = d;
+        }
+        if let Some(v) = values.get("sutra.audit.sql") {
+            c.audit_sql = match v.as_str() {
+                "true" | "1" | "on" | "yes" => true,
+                "false" | "0" | "off" | "no" => false,
+                other => return Err(bad("sutra.audit.sql", format!("`{other}` is not a boolean"))),
+            };
+        }
+        if let Some(v) = values.get("sutra.runtime.lanes") {
+            c.lanes = v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=1024).contains(n))
+                .ok_or_else(|| bad("sutra.runtime.lanes", format!("`{v}` is not a number from 1 to 1024")))?;
+        }
+        if let Some(v) = values.get("sutra.sandbox.fuel") {
+            c.fuel = Some(
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| bad("sutra.sandbox.fuel", format!("`{v}` is not a positive number")))?,
+            );
+        }
+        c.deadline = duration("sutra.sandbox.deadline")?;
+        if c.deadline == Some(IsoDuration::ZERO) {
+            return Err(bad("sutra.sandbox.deadline", "must be longer than PT0S"));
+        }
+        if let Some(v) = values.get("sutra.sandbox.memory") {
+            c.memory_bytes = Some(parse_bytes(v).map_err(|m| bad("sutra.sandbox.memory", m))?);
+        }
+        Ok(c)
+    }
+}
+
+/// `67108864`, `64MiB`, `64 MB` → bytes.
+pub fn parse_bytes(v: &str) -> Result<u64, String> {
+    let n = v
+        .trim()
+        .parse::<bytesize::ByteSize>()
+        .map_err(|e| format!("`{v}` is not a size (e.g. 64MiB): {e}"))?
+        .as_u64();
+    if n == 0 {
+        return Err(format!("`{v}` must be more than zero bytes"));
+    }
+    Ok(n)
+}
+
+fn flatten(prefix: &str, v: &toml::Value, out: &mut BTreeMap<String, String>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                flatten(&key, v, out);
+            }
+        }
+        toml::Value::String(s) => {
+            out.insert(prefix.to_string(), s.clone());
+        }
+        other => {
+            out.insert(prefix.to_string(), other.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn file_then_environment_overrides() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sutra.toml");
+        std::fs::write(
+            &path,
+            "[sutra.instance]\nretention = \"P1D\"\n[sutra.audit]\nsql = true\n[sutra.runtime]\nlanes = 8\n",
+        )
+        .unwrap();
+        let c = Config::load(Some(&path), &env(&[("SUTRA_RUNTIME_LANES", "2")])).unwrap();
+        assert!(c.audit_sql);
+        assert_eq!(c.lanes, 2);
+        assert_eq!(c.retention.as_std().as_secs(), 86_400);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let e = Config::load(None, &env(&[("SUTRA_INSTANCE_RETENTION", "P1M")])).unwrap_err();
+        assert_eq!((e.code, e.key.as_str()), (Code::ConfigInvalid, "sutra.instance.retention"));
+        let e = Config::load(None, &env(&[("SUTRA_RUNTIME_LANES", "zero")])).unwrap_err();
+        assert_eq!(e.key, "sutra.runtime.lanes");
+        let e = Config::load(None, &env(&[("SUTRA_AUDIT_SQL", "maybe")])).unwrap_err();
+        assert_eq!(e.key, "sutra.audit.sql");
+        let e = Config::load(None, &env(&[("SUTRA_SANDBOX_MEMORY", "lots")])).unwrap_err();
+        assert_eq!(e.key, "sutra.sandbox.memory");
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sutra.toml");
+        std::fs::write(&path, "[sutra.instance]\nretension = \"P1D\"\n").unwrap();
+        let e = Config::load(Some(&path), &env(&[])).unwrap_err();
+        assert_eq!(e.key, "sutra.instance.retension");
+    }
+
+    #[test]
+    fn defaults_follow_the_seed() {
+        let c = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(c.retention.as_std().as_secs(), 7 * 86_400);
+        assert_eq!(c.retention_sweep_interval.as_std().as_secs(), 3600);
+        assert!(!c.audit_sql);
+    }
+}

@@ -1,0 +1,777 @@
+//! The token walk: entering nodes, leaving them along flows, scopes, joins,
+//! boundaries, parks and the terminal stamp. Attempt outcomes are judged in
+//! `outcome.rs`.
+
+use super::snapshot::{CycleState, TaskPhase, TaskState};
+use super::{
+    vars, AttemptRequest, EngineError, Event, Inputs, InstanceError, InstanceState, JournalEntry,
+    MessageKey, NewInstance, Park, ParkKind, Snapshot, Step, Token, TokenStatus, SNAPSHOT_FORMAT,
+};
+use super::{Cause, Effect};
+use crate::codes::Code;
+use crate::model::{
+    BoundaryTrigger, CatchTrigger, EndKind, FlowIx, MessageRef, Node, NodeIx, NodeKind, Process,
+    StartTrigger, TaskImpl,
+};
+use crate::time::TimerSpec;
+use chrono::{DateTime, Utc};
+use serde_json::{json, Map, Value};
+use std::collections::VecDeque;
+
+/// Node entries allowed in one step: a loop with no wait state fails the
+/// instance with `SUTRA.RUNTIME.STEP_LIMIT` instead of spinning forever.
+const STEP_BUDGET: u32 = 10_000;
+
+pub(super) struct Machine<'a> {
+    pub(super) process: &'a Process,
+    pub(super) snap: Snapshot,
+    pub(super) effects: Vec<Effect>,
+    pub(super) inputs: &'a Inputs,
+    queue: VecDeque<u64>,
+    budget: u32,
+}
+
+/// A raised error travelling up the scopes to an error boundary.
+pub(super) struct Raised {
+    pub code: String,
+    pub message: String,
+    pub details: Option<Value>,
+    /// A spent retry budget (only boundaries with `catch_failures` catch it).
+    pub failure: Option<Cause>,
+}
+
+impl<'a> Machine<'a> {
+    fn new(process: &'a Process, snap: Snapshot, inputs: &'a Inputs) -> Self {
+        Machine {
+            process,
+            snap,
+            effects: Vec::new(),
+            inputs,
+            queue: VecDeque::new(),
+            budget: STEP_BUDGET,
+        }
+    }
+
+    fn fresh_snapshot(process: &Process, new: &NewInstance<'_>, now: DateTime<Utc>) -> Snapshot {
+        Snapshot {
+            format: SNAPSHOT_FORMAT,
+            instance_id: new.instance_id.to_string(),
+            tenant: new.tenant.to_string(),
+            deployment_id: new.deployment_id.to_string(),
+            process_id: process.id.clone(),
+            state: InstanceState::Running,
+            variables: new.variables.clone(),
+            input: new.variables.clone(),
+            tokens: Vec::new(),
+            parks: Default::default(),
+            next_token: 1,
+            next_park: 1,
+            next_journal: 1,
+            completed: Vec::new(),
+            error: None,
+            started_at: now,
+            ended_at: None,
+        }
+    }
+
+    pub(super) fn start(process: &'a Process, new: NewInstance<'_>, inputs: &'a Inputs) -> Result<Step, EngineError> {
+        if !process.executable {
+            return Err(EngineError::new(
+                Code::InstanceState,
+                format!("process `{}` is not executable", process.id),
+            ));
+        }
+        let start = match new.start_node {
+            Some(id) => process
+                .find(id)
+                .filter(|n| n.scope.is_none() && matches!(n.kind, NodeKind::Start(_)))
+                .ok_or_else(|| EngineError::new(Code::InstanceState, format!("`{id}` is not a start event of `{}`", process.id)))?,
+            None => process
+                .starts_in(None)
+                .find(|n| matches!(n.kind, NodeKind::Start(StartTrigger::None)))
+                .ok_or_else(|| {
+                    EngineError::new(
+                        Code::InstanceState,
+                        format!("process `{}` has no none start event: it starts by message or schedule", process.id),
+                    )
+                })?,
+        };
+        let snap = Self::fresh_snapshot(process, &new, inputs.now);
+        let mut m = Machine::new(process, snap, inputs);
+        m.journal("instance_started", Some(&start.id), json!({ "variables": new.variables }));
+        m.spawn(start.ix, None, None);
+        m.run();
+        Ok(m.finish())
+    }
+
+    pub(super) fn resume_at(
+        process: &'a Process,
+        new: NewInstance<'_>,
+        node: &str,
+        inputs: &'a Inputs,
+    ) -> Result<Step, EngineError> {
+        let n = process
+            .find(node)
+            .filter(|n| n.scope.is_none())
+            .ok_or_else(|| EngineError::new(Code::InstanceState, format!("cannot resume at `{node}`: not a top-level node")))?;
+        let snap = Self::fresh_snapshot(process, &new, inputs.now);
+        let mut m = Machine::new(process, snap, inputs);
+        m.journal("instance_resumed", Some(node), json!({}));
+        m.spawn(n.ix, None, None);
+        m.run();
+        Ok(m.finish())
+    }
+
+    pub(super) fn apply(process: &'a Process, snap: Snapshot, event: Event, inputs: &'a Inputs) -> Result<Step, EngineError> {
+        if snap.process_id != process.id {
+            return Err(EngineError::new(
+                Code::SnapshotVersion,
+                format!("snapshot is of process `{}`, not `{}`", snap.process_id, process.id),
+            ));
+        }
+        let terminal = snap.state.is_terminal();
+        let mut m = Machine::new(process, snap, inputs);
+        match event {
+            Event::Cancel { reason } => {
+                if terminal {
+                    return Err(EngineError::new(
+                        Code::InstanceState,
+                        format!("instance is already {}", m.snap.state.as_str()),
+                    ));
+                }
+                m.journal("instance_cancelled", None, json!({ "reason": reason }));
+                m.end(InstanceState::Terminated);
+            }
+            _ if terminal => {
+                m.journal("event_ignored", None, json!({ "reason": "instance is terminal" }));
+            }
+            Event::AttemptEnded { token, attempt, outcome } => m.attempt_ended(token, attempt, outcome),
+            Event::ParkFired { park } => m.park_fired(park, Map::new()),
+            Event::MessageArrived { park, variables } => m.park_fired(park, variables),
+        }
+        m.run();
+        Ok(m.finish())
+    }
+
+    /// Settle the instance state and hand back the step.
+    fn finish(mut self) -> Step {
+        if !self.snap.state.is_terminal() {
+            let running = self
+                .snap
+                .tokens
+                .iter()
+                .any(|t| matches!(&t.status, TokenStatus::Task(TaskState { phase: TaskPhase::Running { .. }, .. })));
+            self.snap.state = if running { InstanceState::Running } else { InstanceState::Waiting };
+        }
+        Step { snapshot: self.snap, effects: self.effects }
+    }
+
+    // ---------------------------------------------------------------- helpers
+
+    pub(super) fn journal(&mut self, kind: &str, node: Option<&str>, data: Value) {
+        let seq = self.snap.next_journal;
+        self.snap.next_journal += 1;
+        self.effects.push(Effect::Journal(JournalEntry {
+            seq,
+            at: self.inputs.now,
+            kind: kind.to_string(),
+            node: node.map(str::to_string),
+            data,
+        }));
+    }
+
+    pub(super) fn node_of(&self, token: u64) -> Option<&'a Node> {
+        let t = self.snap.token(token)?;
+        self.process.find(&t.node)
+    }
+
+    fn spawn(&mut self, node: NodeIx, scope: Option<u64>, via: Option<FlowIx>) -> u64 {
+        let id = self.snap.next_token;
+        self.snap.next_token += 1;
+        self.snap.tokens.push(Token {
+            id,
+            node: self.process.node(node).id.clone(),
+            scope,
+            via: via.map(|f| self.process.flow(f).id.clone()),
+            status: TokenStatus::Ready,
+            boundary_parks: Vec::new(),
+        });
+        self.queue.push_back(id);
+        id
+    }
+
+    pub(super) fn arm(&mut self, park: Park) -> u64 {
+        let seq = self.snap.next_park;
+        self.snap.next_park += 1;
+        self.snap.parks.insert(seq, park.clone());
+        self.effects.push(Effect::Arm { seq, park });
+        seq
+    }
+
+    pub(super) fn withdraw(&mut self, seq: u64) {
+        if self.snap.parks.remove(&seq).is_some() {
+            self.effects.push(Effect::Withdraw { seq });
+        }
+    }
+
+    /// Remove a token and everything it owns (its parks, its children), without
+    /// completing any scope.
+    pub(super) fn discard(&mut self, token: u64) {
+        let children: Vec<u64> = self.snap.tokens.iter().filter(|t| t.scope == Some(token)).map(|t| t.id).collect();
+        for c in children {
+            self.discard(c);
+        }
+        if let Some(pos) = self.snap.tokens.iter().position(|t| t.id == token) {
+            let t = self.snap.tokens.remove(pos);
+            for p in t.parks() {
+                self.withdraw(p);
+            }
+        }
+    }
+
+    /// A token finished at its node (an end event, or an outgoing-less node):
+    /// remove it and complete its scope if it was the last one there.
+    fn consume(&mut self, token: u64) {
+        let scope = self.snap.token(token).and_then(|t| t.scope);
+        self.discard(token);
+        self.complete_scope_if_empty(scope);
+    }
+
+    fn complete_scope_if_empty(&mut self, scope: Option<u64>) {
+        if self.snap.state.is_terminal() || self.snap.tokens.iter().any(|t| t.scope == scope) {
+            return;
+        }
+        match scope {
+            None => self.end(InstanceState::Completed),
+            Some(sub) => {
+                let Some(node) = self.node_of(sub) else { return };
+                self.journal("subprocess_completed", Some(&node.id), json!({}));
+                self.snap.completed.push(node.id.clone());
+                self.leave(sub);
+            }
+        }
+    }
+
+    /// The terminal stamp: every token and park goes, the state is final.
+    pub(super) fn end(&mut self, state: InstanceState) {
+        if self.snap.state.is_terminal() {
+            return;
+        }
+        let tokens: Vec<u64> = self.snap.tokens.iter().filter(|t| t.scope.is_none()).map(|t| t.id).collect();
+        for t in tokens {
+            self.discard(t);
+        }
+        let left: Vec<u64> = self.snap.parks.keys().copied().collect();
+        for p in left {
+            self.withdraw(p);
+        }
+        self.snap.tokens.clear();
+        self.queue.clear();
+        self.snap.state = state;
+        self.snap.ended_at = Some(self.inputs.now);
+        let kind = match state {
+            InstanceState::Completed => "instance_completed",
+            InstanceState::Terminated => "instance_terminated",
+            _ => "instance_failed",
+        };
+        let data = json!({ "error": self.snap.error });
+        self.journal(kind, None, data);
+        self.effects.push(Effect::Ended { state });
+    }
+
+    /// Fail the instance with an engine code (or an uncaught business code).
+    pub(super) fn fail(&mut self, code: &str, message: String, node: Option<&str>, cause: Option<Cause>) {
+        self.snap.error = Some(InstanceError {
+            code: code.to_string(),
+            message,
+            node: node.map(str::to_string),
+            cause,
+        });
+        self.end(InstanceState::Failed);
+    }
+
+    fn fail_code(&mut self, code: Code, message: String, node: Option<&str>) {
+        self.fail(code.as_str(), message, node, None);
+    }
+
+    // ------------------------------------------------------------------- walk
+
+    fn run(&mut self) {
+        while let Some(id) = self.queue.pop_front() {
+            if self.snap.state.is_terminal() {
+                self.queue.clear();
+                return;
+            }
+            if self.budget == 0 {
+                let node = self.snap.token(id).map(|t| t.node.clone());
+                self.fail_code(
+                    Code::StepLimit,
+                    format!("more than {STEP_BUDGET} nodes entered in one step: a loop without a wait state?"),
+                    node.as_deref(),
+                );
+                return;
+            }
+            self.budget -= 1;
+            self.enter(id);
+        }
+    }
+
+    fn enter(&mut self, token: u64) {
+        let Some(node) = self.node_of(token) else { return };
+        if !matches!(self.snap.token(token).map(|t| &t.status), Some(TokenStatus::Ready)) {
+            return;
+        }
+        match &node.kind {
+            NodeKind::Start(_) | NodeKind::Boundary(_) => self.leave(token),
+            NodeKind::Pass { set } => {
+                if let Some(Value::Object(m)) = set {
+                    self.snap.variables.extend(m.clone());
+                }
+                self.snap.completed.push(node.id.clone());
+                self.leave(token);
+            }
+            NodeKind::End(kind) => {
+                self.snap.completed.push(node.id.clone());
+                match kind {
+                    EndKind::None => self.consume(token),
+                    EndKind::Terminate => {
+                        let scope = self.snap.token(token).and_then(|t| t.scope);
+                        self.journal("terminate_end", Some(&node.id), json!({}));
+                        match scope {
+                            None => self.end(InstanceState::Completed),
+                            Some(sub) => {
+                                let siblings: Vec<u64> =
+                                    self.snap.tokens.iter().filter(|t| t.scope == Some(sub)).map(|t| t.id).collect();
+                                for s in siblings {
+                                    self.discard(s);
+                                }
+                                self.complete_scope_if_empty(Some(sub));
+                            }
+                        }
+                    }
+                    EndKind::Error { code, message } => {
+                        let scope = self.snap.token(token).and_then(|t| t.scope);
+                        self.discard(token);
+                        let raised = Raised {
+                            code: code.clone(),
+                            message: message.clone().unwrap_or_else(|| format!("error end event `{}`", node.id)),
+                            details: None,
+                            failure: None,
+                        };
+                        self.raise(scope, raised, &node.id);
+                    }
+                }
+            }
+            NodeKind::ServiceTask(task) => match &task.implementation {
+                TaskImpl::Registered(_) => {
+                    self.arm_boundaries(token, node);
+                    self.start_attempt(token, 1, Vec::new());
+                }
+                TaskImpl::Channel(name) => self.fail_code(
+                    Code::TaskKindUnsupported,
+                    format!("task `{}` calls channel `{name}`: channel calls are not supported by this runtime yet", node.id),
+                    Some(&node.id),
+                ),
+            },
+            NodeKind::ExclusiveGateway { default } => self.exclusive(token, node, *default),
+            NodeKind::ParallelGateway => self.parallel(token, node),
+            NodeKind::Catch(trigger) => {
+                let park = match trigger {
+                    CatchTrigger::Timer(spec) => self.timer_park(token, node, spec),
+                    CatchTrigger::Message(m) => self.message_park(token, node, m),
+                };
+                if let (Some(park), Some(t)) = (park, self.snap.token_mut(token)) {
+                    t.status = TokenStatus::Waiting { park };
+                }
+            }
+            NodeKind::SubProcess => {
+                if let Some(t) = self.snap.token_mut(token) {
+                    t.status = TokenStatus::InSubProcess;
+                }
+                self.arm_boundaries(token, node);
+                let starts: Vec<NodeIx> = self
+                    .process
+                    .starts_in(Some(node.ix))
+                    .filter(|n| matches!(n.kind, NodeKind::Start(StartTrigger::None)))
+                    .map(|n| n.ix)
+                    .collect();
+                for s in &starts {
+                    self.spawn(*s, Some(token), None);
+                }
+                if starts.is_empty() {
+                    self.complete_scope_if_empty(Some(token));
+                }
+            }
+        }
+    }
+
+    /// Leave a node along its outgoing flows: every unconditional flow and
+    /// every flow whose condition holds. No outgoing flow ends the token.
+    pub(super) fn leave(&mut self, token: u64) {
+        let Some(node) = self.node_of(token) else { return };
+        let Some(scope) = self.snap.token(token).map(|t| t.scope) else { return };
+        if node.outgoing.is_empty() {
+            self.consume(token);
+            return;
+        }
+        let mut targets = Vec::new();
+        for &f in &node.outgoing {
+            let flow = self.process.flow(f);
+            match &flow.condition {
+                None => targets.push(f),
+                Some(c) => match c.eval_bool(&self.snap.variables) {
+                    Ok(true) => targets.push(f),
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.fail_code(
+                            Code::ConditionFailed,
+                            format!("condition on `{}` failed: {e}", flow.id),
+                            Some(&node.id),
+                        );
+                        return;
+                    }
+                },
+            }
+        }
+        if targets.is_empty() {
+            self.fail_code(
+                Code::NoFlowTaken,
+                format!("no condition on the flows out of `{}` holds", node.id),
+                Some(&node.id),
+            );
+            return;
+        }
+        self.discard(token);
+        for f in targets {
+            let target = self.process.flow(f).target;
+            self.spawn(target, scope, Some(f));
+        }
+    }
+
+    fn exclusive(&mut self, token: u64, node: &'a Node, default: Option<FlowIx>) {
+        let mut chosen = None;
+        for &f in &node.outgoing {
+            if Some(f) == default {
+                continue;
+            }
+            let flow = self.process.flow(f);
+            let holds = match &flow.condition {
+                None => Ok(true),
+                Some(c) => c.eval_bool(&self.snap.variables),
+            };
+            match holds {
+                Ok(true) => {
+                    chosen = Some(f);
+                    break;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    self.fail_code(
+                        Code::ConditionFailed,
+                        format!("condition on `{}` failed: {e}", flow.id),
+                        Some(&node.id),
+                    );
+                    return;
+                }
+            }
+        }
+        let Some(f) = chosen.or(default) else {
+            self.fail_code(
+                Code::NoFlowTaken,
+                format!("exclusive gateway `{}`: no condition holds and there is no default flow", node.id),
+                Some(&node.id),
+            );
+            return;
+        };
+        let scope = self.snap.token(token).and_then(|t| t.scope);
+        self.discard(token);
+        self.spawn(self.process.flow(f).target, scope, Some(f));
+    }
+
+    fn parallel(&mut self, token: u64, node: &'a Node) {
+        if node.incoming.len() <= 1 {
+            self.leave(token);
+            return;
+        }
+        if let Some(t) = self.snap.token_mut(token) {
+            t.status = TokenStatus::Joining;
+        }
+        let scope = self.snap.token(token).and_then(|t| t.scope);
+        // One waiting token per incoming flow completes the join.
+        let mut take = Vec::new();
+        for &f in &node.incoming {
+            let flow_id = &self.process.flow(f).id;
+            let found = self.snap.tokens.iter().find(|t| {
+                t.node == node.id
+                    && t.scope == scope
+                    && matches!(t.status, TokenStatus::Joining)
+                    && t.via.as_deref() == Some(flow_id.as_str())
+            });
+            match found {
+                Some(t) => take.push(t.id),
+                None => return,
+            }
+        }
+        for t in take {
+            self.discard(t);
+        }
+        self.journal("joined", Some(&node.id), json!({}));
+        let merged = self.spawn(node.ix, scope, None);
+        // The merged token leaves at once (it must not join again).
+        self.queue.retain(|&q| q != merged);
+        self.leave(merged);
+    }
+
+    // ------------------------------------------------------------ parks
+
+    fn timer_park(&mut self, token: u64, node: &Node, spec: &TimerSpec) -> Option<u64> {
+        let now = self.inputs.now;
+        let due = spec.first_due(now);
+        let Some(due) = due else {
+            self.fail_code(Code::TimerUnsupported, format!("timer on `{}` has no slot left", node.id), Some(&node.id));
+            return None;
+        };
+        let cycle = matches!(spec, TimerSpec::Cycle(_)).then(|| CycleState { armed_at: now, slot: 0 });
+        self.journal("timer_armed", Some(&node.id), json!({ "due": due }));
+        Some(self.arm(Park {
+            kind: ParkKind::Timer,
+            token,
+            node: node.id.clone(),
+            due: Some(due),
+            message: None,
+            cycle,
+        }))
+    }
+
+    fn message_park(&mut self, token: u64, node: &Node, m: &MessageRef) -> Option<u64> {
+        let key = match &m.correlation_key {
+            None => None,
+            Some(expr) => match expr.eval(&self.snap.variables) {
+                Ok(Value::String(s)) => Some(s),
+                Ok(Value::Null) => None,
+                Ok(other) => Some(other.to_string()),
+                Err(e) => {
+                    self.fail_code(
+                        Code::ConditionFailed,
+                        format!("correlation key of `{}` failed: {e}", node.id),
+                        Some(&node.id),
+                    );
+                    return None;
+                }
+            },
+        };
+        self.journal("message_awaited", Some(&node.id), json!({ "name": m.name, "key": key }));
+        Some(self.arm(Park {
+            kind: ParkKind::Message,
+            token,
+            node: node.id.clone(),
+            due: None,
+            message: Some(MessageKey { name: m.name.clone(), key }),
+            cycle: None,
+        }))
+    }
+
+    fn arm_boundaries(&mut self, token: u64, activity: &'a Node) {
+        for &b in &activity.boundaries {
+            let bnode = self.process.node(b);
+            let NodeKind::Boundary(ev) = &bnode.kind else { continue };
+            let park = match &ev.trigger {
+                BoundaryTrigger::Error { .. } => None,
+                BoundaryTrigger::Timer(spec) => self.timer_park(token, bnode, spec),
+                BoundaryTrigger::Message(m) => self.message_park(token, bnode, m),
+            };
+            if let (Some(p), Some(t)) = (park, self.snap.token_mut(token)) {
+                t.boundary_parks.push(p);
+            }
+        }
+    }
+
+    fn park_fired(&mut self, seq: u64, variables: Map<String, Value>) {
+        let Some(park) = self.snap.parks.get(&seq).cloned() else {
+            self.journal("park_ignored", None, json!({ "park": seq, "reason": "already withdrawn" }));
+            return;
+        };
+        if park.kind == ParkKind::Message && park.message.is_none() {
+            return;
+        }
+        self.withdraw(seq);
+        if let Some(t) = self.snap.token_mut(park.token) {
+            t.boundary_parks.retain(|&p| p != seq);
+        }
+        self.snap.variables.extend(variables);
+        let Some(node) = self.process.find(&park.node) else { return };
+        match park.kind {
+            ParkKind::Attempt => {
+                // The runner of this attempt was lost: run the same attempt again.
+                self.journal("attempt_lost", Some(&node.id), json!({ "token": park.token }));
+                self.rerun_attempt(park.token);
+            }
+            ParkKind::Retry => self.retry_due(park.token),
+            ParkKind::Timer | ParkKind::Message => {
+                let kind = if park.kind == ParkKind::Timer { "timer_fired" } else { "message_received" };
+                self.journal(kind, Some(&node.id), json!({ "token": park.token }));
+                match &node.kind {
+                    NodeKind::Catch(_) => {
+                        if let Some(t) = self.snap.token_mut(park.token) {
+                            t.status = TokenStatus::Ready;
+                        }
+                        self.snap.completed.push(node.id.clone());
+                        self.leave(park.token);
+                    }
+                    NodeKind::Boundary(ev) => {
+                        let Some(scope) = self.snap.token(park.token).map(|t| t.scope) else { return };
+                        if ev.interrupting {
+                            self.discard(park.token);
+                        } else {
+                            self.rearm_boundary(&park, node);
+                        }
+                        self.spawn(node.ix, scope, None);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// A non-interrupting boundary keeps watching: a message boundary waits
+    /// for the next message, a cycle timer arms its next slot in budget.
+    fn rearm_boundary(&mut self, fired: &Park, node: &Node) {
+        let NodeKind::Boundary(ev) = &node.kind else { return };
+        let park = match (&ev.trigger, &fired.cycle) {
+            (BoundaryTrigger::Message(_), _) => Some(Park { due: None, ..fired.clone() }),
+            (BoundaryTrigger::Timer(TimerSpec::Cycle(c)), Some(state)) => {
+                let cu = c.catch_up(state.armed_at, Some(state.slot), self.inputs.now);
+                cu.next.map(|(slot, due)| Park {
+                    due: Some(due),
+                    cycle: Some(CycleState { armed_at: state.armed_at, slot }),
+                    ..fired.clone()
+                })
+            }
+            _ => None,
+        };
+        if let Some(p) = park {
+            let token = p.token;
+            let seq = self.arm(p);
+            if let Some(t) = self.snap.token_mut(token) {
+                t.boundary_parks.push(seq);
+            }
+        }
+    }
+
+    // ----------------------------------------------------------- attempts
+
+    pub(super) fn start_attempt(&mut self, token: u64, attempt: u32, granted: Vec<u32>) {
+        let Some(node) = self.node_of(token) else { return };
+        let NodeKind::ServiceTask(task) = &node.kind else { return };
+        let TaskImpl::Registered(name) = &task.implementation else { return };
+        let input = match &task.io.input_path {
+            None => Value::Object(self.snap.variables.clone()),
+            Some(p) => match vars::get(&self.snap.variables, p) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.fail_code(Code::VariablePath, format!("input of `{}`: {e}", node.id), Some(&node.id));
+                    return;
+                }
+            },
+        };
+        let lease = chrono::Duration::from_std(self.inputs.attempt_lease).unwrap_or(chrono::Duration::MAX);
+        let due = self.inputs.now.checked_add_signed(lease).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let park = self.arm(Park {
+            kind: ParkKind::Attempt,
+            token,
+            node: node.id.clone(),
+            due: Some(due),
+            message: None,
+            cycle: None,
+        });
+        if let Some(t) = self.snap.token_mut(token) {
+            t.status = TokenStatus::Task(TaskState {
+                attempt,
+                phase: TaskPhase::Running { park },
+                granted,
+                since: self.inputs.now,
+            });
+        }
+        let idempotency_key = format!("{}:{}:{}", self.snap.instance_id, node.id, token);
+        self.journal("attempt_started", Some(&node.id), json!({ "attempt": attempt, "token": token }));
+        self.effects.push(Effect::RunAttempt(AttemptRequest {
+            token,
+            node: node.id.clone(),
+            task: name.clone(),
+            attempt,
+            input,
+            idempotency_key,
+            timeout: task.timeout.as_ref().map(|t| t.duration.as_std()),
+        }));
+    }
+
+    fn rerun_attempt(&mut self, token: u64) {
+        let Some(TokenStatus::Task(state)) = self.snap.token(token).map(|t| t.status.clone()) else { return };
+        self.start_attempt(token, state.attempt, state.granted);
+    }
+
+    fn retry_due(&mut self, token: u64) {
+        let Some(TokenStatus::Task(state)) = self.snap.token(token).map(|t| t.status.clone()) else { return };
+        if !matches!(state.phase, TaskPhase::Backoff { .. }) {
+            return;
+        }
+        self.start_attempt(token, state.attempt, state.granted);
+    }
+
+    // -------------------------------------------------------------- errors
+
+    /// Route a raised error to the nearest matching error boundary, starting at
+    /// the activity token `at` (a task) or, for `None`, at the process level,
+    /// walking up through enclosing sub-processes. Uncaught: the instance fails.
+    pub(super) fn raise_from(&mut self, at: Option<u64>, raised: Raised, origin: &str) {
+        let mut current = at;
+        while let Some(tok) = current {
+            let Some(node) = self.node_of(tok) else { break };
+            for &b in &node.boundaries {
+                let bnode = self.process.node(b);
+                let NodeKind::Boundary(ev) = &bnode.kind else { continue };
+                let BoundaryTrigger::Error { codes, result_path, catch_failures } = &ev.trigger else { continue };
+                if raised.failure.is_some() && !catch_failures {
+                    continue;
+                }
+                let matches = match codes {
+                    None => true,
+                    Some(list) => list.iter().any(|c| {
+                        c == &raised.code || raised.failure.as_ref().is_some_and(|f| &f.code == c)
+                    }),
+                };
+                if !matches {
+                    continue;
+                }
+                let scope = self.snap.token(tok).and_then(|t| t.scope);
+                self.discard(tok);
+                self.journal(
+                    "error_caught",
+                    Some(&bnode.id),
+                    json!({ "code": raised.code, "message": raised.message, "from": origin }),
+                );
+                if let Some(path) = result_path {
+                    let cause = raised.failure.as_ref().map(|f| f.message.clone()).unwrap_or(raised.message.clone());
+                    let err = json!({ "Error": raised.failure.as_ref().map(|f| f.code.clone()).unwrap_or(raised.code.clone()), "Cause": cause });
+                    if let Err(e) = vars::set(&mut self.snap.variables, path, err) {
+                        self.fail_code(Code::VariablePath, format!("result path of `{}`: {e}", bnode.id), Some(&bnode.id));
+                        return;
+                    }
+                }
+                self.spawn(b, scope, None);
+                return;
+            }
+            current = self.snap.token(tok).and_then(|t| t.scope);
+        }
+        let cause = raised.failure.clone();
+        let message = match &raised.details {
+            Some(d) => format!("{} ({d})", raised.message),
+            None => raised.message.clone(),
+        };
+        self.fail(&raised.code, message, Some(origin), cause);
+    }
+
+    fn raise(&mut self, scope: Option<u64>, raised: Raised, origin: &str) {
+        self.raise_from(scope, raised, origin);
+    }
+}

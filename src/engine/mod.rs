@@ -1,0 +1,204 @@
+//! The engine core: a sans-IO state machine over the IR.
+//!
+//! Given a process, an instance snapshot, an event and [`Inputs`] (`now`, a
+//! jitter draw), [`apply`] returns the new snapshot and the [`Effect`]s the
+//! runtime must carry out (run this attempt, arm or withdraw this park, record
+//! this attempt, journal this). It advances every token until each reaches a
+//! wait state (run-to-completion between waits).
+//!
+//! Invariants:
+//! - **no I/O, no clock read, no sleep, no randomness** here: same inputs, same
+//!   outputs;
+//! - every park the snapshot holds was announced by an `Effect::Arm`, and every
+//!   park removed from it by an `Effect::Withdraw` (or the terminal
+//!   `Effect::Ended`, after which the instance has no park);
+//! - an event that no longer applies (a late attempt result for a token that
+//!   left, a park already withdrawn) changes nothing but the journal.
+
+mod machine;
+mod outcome;
+pub mod snapshot;
+mod vars;
+
+pub use snapshot::{
+    Cause, InstanceError, InstanceState, MessageKey, Park, ParkKind, Snapshot, Token, TokenStatus,
+    SNAPSHOT_FORMAT,
+};
+
+use crate::codes::{Code, ErrorClass};
+use crate::model::Process;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// How one task attempt ended, as the engine sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum TaskOutcome {
+    Completed {
+        output: Value,
+    },
+    /// A modelled outcome: routed to an error boundary, never retried.
+    BusinessError {
+        code: String,
+        message: String,
+        details: Option<Value>,
+    },
+    /// A failed attempt: the retry policy judges it.
+    Failed {
+        code: String,
+        class: ErrorClass,
+        retryable: bool,
+        message: String,
+        details: Option<Value>,
+    },
+}
+
+impl TaskOutcome {
+    pub fn label(&self) -> &'static str {
+        match self {
+            TaskOutcome::Completed { .. } => "completed",
+            TaskOutcome::BusinessError { .. } => "business_error",
+            TaskOutcome::Failed { .. } => "failed",
+        }
+    }
+}
+
+/// What happened to an instance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// An attempt ended (`token` and `attempt` identify it).
+    AttemptEnded {
+        token: u64,
+        attempt: u32,
+        outcome: TaskOutcome,
+    },
+    /// A park fell due (a timer, a retry backoff, a lost attempt's lease).
+    ParkFired { park: u64 },
+    /// A message correlated to message park `park`, carrying variables.
+    MessageArrived {
+        park: u64,
+        variables: Map<String, Value>,
+    },
+    /// Cancel the instance: TERMINATED, every park withdrawn.
+    Cancel { reason: Option<String> },
+}
+
+/// The inputs a step may depend on besides the snapshot and the event.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub now: DateTime<Utc>,
+    /// A uniform draw in [0, 1) for full jitter (the runtime's RNG, or fixed in tests).
+    pub draw: f64,
+    /// How long an attempt may be in flight before its attempt park falls due
+    /// and it is presumed lost (the sandbox deadline plus a margin).
+    pub attempt_lease: std::time::Duration,
+}
+
+/// One attempt to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRequest {
+    pub token: u64,
+    /// The task node id.
+    pub node: String,
+    /// The registered task (module) name.
+    pub task: String,
+    pub attempt: u32,
+    /// JSON input for the guest.
+    pub input: Value,
+    /// Stable across the attempts of one task execution.
+    pub idempotency_key: String,
+    /// A per-attempt bound from the model (tightens the sandbox deadline).
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// One finished attempt, recorded whether or not the journal is on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub token: u64,
+    pub node: String,
+    pub attempt: u32,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: DateTime<Utc>,
+    pub outcome: String,
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub seq: u64,
+    pub at: DateTime<Utc>,
+    pub kind: String,
+    pub node: Option<String>,
+    pub data: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Effect {
+    RunAttempt(AttemptRequest),
+    /// Persist park `seq` (its details are in the snapshot's `parks`).
+    Arm { seq: u64, park: Park },
+    Withdraw { seq: u64 },
+    RecordAttempt(AttemptRecord),
+    Journal(JournalEntry),
+    /// The instance reached a terminal state: stamp it, remove every park.
+    Ended { state: InstanceState },
+}
+
+/// The result of one step.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub snapshot: Snapshot,
+    pub effects: Vec<Effect>,
+}
+
+/// A step that cannot be applied at all (the instance is left unchanged).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct EngineError {
+    pub code: Code,
+    pub message: String,
+}
+
+impl EngineError {
+    fn new(code: Code, message: impl Into<String>) -> Self {
+        EngineError { code, message: message.into() }
+    }
+}
+
+/// Who and where a new instance is.
+#[derive(Debug, Clone)]
+pub struct NewInstance<'a> {
+    pub instance_id: &'a str,
+    pub tenant: &'a str,
+    pub deployment_id: &'a str,
+    /// The start event to begin at; `None` = the process's none start event.
+    pub start_node: Option<&'a str>,
+    pub variables: Map<String, Value>,
+}
+
+/// Start a new instance.
+pub fn start(process: &Process, new: NewInstance<'_>, inputs: &Inputs) -> Result<Step, EngineError> {
+    machine::Machine::start(process, new, inputs)
+}
+
+/// Resume an instance where a failed one stopped (`retry?mode=from-failure`):
+/// a fresh instance with the failed one's variables and one token at `node`.
+pub fn resume_at(
+    process: &Process,
+    new: NewInstance<'_>,
+    node: &str,
+    inputs: &Inputs,
+) -> Result<Step, EngineError> {
+    machine::Machine::resume_at(process, new, node, inputs)
+}
+
+/// Apply one event to an instance.
+pub fn apply(process: &Process, snapshot: Snapshot, event: Event, inputs: &Inputs) -> Result<Step, EngineError> {
+    machine::Machine::apply(process, snapshot, event, inputs)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,197 @@
+//! Judging an attempt's outcome: completion merges output and moves on; a
+//! business error routes to its boundary and never consumes a retry; a failure
+//! is retried as a durable park while the policy allows, else it fails the
+//! instance with `SUTRA.RUNTIME.RETRY.EXHAUSTED` / `SUTRA.RUNTIME.TASK_FAILED`.
+
+use super::machine::{Machine, Raised};
+use super::snapshot::{TaskPhase, TaskState};
+use super::{vars, AttemptRecord, Cause, Effect, Park, ParkKind, TaskOutcome, TokenStatus};
+use crate::codes::Code;
+use crate::model::{NodeKind, OnTimeout, RetryPolicy, ServiceTask};
+use serde_json::json;
+
+/// What the retry policy says about a failure.
+enum Verdict {
+    Retry { retrier: usize, delay: std::time::Duration },
+    /// No retry: `why` explains; `policy` tells whether a policy existed.
+    Stop { why: String, policy: bool },
+}
+
+impl Machine<'_> {
+    pub(super) fn attempt_ended(&mut self, token: u64, attempt: u32, outcome: TaskOutcome) {
+        let state = match self.snap.token(token).map(|t| &t.status) {
+            Some(TokenStatus::Task(s)) if s.attempt == attempt && matches!(s.phase, TaskPhase::Running { .. }) => s.clone(),
+            _ => {
+                self.journal(
+                    "attempt_result_discarded",
+                    None,
+                    json!({ "token": token, "attempt": attempt, "reason": "the attempt is no longer current" }),
+                );
+                return;
+            }
+        };
+        let Some(node) = self.node_of(token) else { return };
+        let NodeKind::ServiceTask(task) = &node.kind else { return };
+        if let TaskPhase::Running { park } = state.phase {
+            self.withdraw(park);
+        }
+        let (code, message) = match &outcome {
+            TaskOutcome::Completed { .. } => (None, None),
+            TaskOutcome::BusinessError { code, message, .. } | TaskOutcome::Failed { code, message, .. } => {
+                (Some(code.clone()), Some(message.clone()))
+            }
+        };
+        self.effects.push(Effect::RecordAttempt(AttemptRecord {
+            token,
+            node: node.id.clone(),
+            attempt,
+            started_at: state.since,
+            ended_at: self.inputs.now,
+            outcome: outcome.label().to_string(),
+            code: code.clone(),
+            message: message.clone(),
+        }));
+        self.journal(
+            "attempt_ended",
+            Some(&node.id),
+            json!({ "attempt": attempt, "outcome": outcome.label(), "code": code, "message": message }),
+        );
+        match outcome {
+            TaskOutcome::Completed { output } => {
+                if let Err(e) = vars::merge_output(&mut self.snap.variables, &node.id, task.io.result_path.as_deref(), output) {
+                    self.fail(Code::VariablePath.as_str(), format!("output of `{}`: {e}", node.id), Some(&node.id), None);
+                    return;
+                }
+                self.complete_task(token, &node.id);
+            }
+            TaskOutcome::BusinessError { code, message, details } => {
+                self.raise_from(Some(token), Raised { code, message, details, failure: None }, &node.id);
+            }
+            TaskOutcome::Failed { code, class, retryable, message, details } => {
+                let timed_out = code == Code::TaskDeadlineExceeded.as_str();
+                if let (true, Some(t)) = (timed_out, &task.timeout) {
+                    match t.on_timeout {
+                        OnTimeout::Skip => {
+                            self.journal("task_skipped", Some(&node.id), json!({ "reason": "timeout" }));
+                            self.complete_task(token, &node.id);
+                            return;
+                        }
+                        OnTimeout::Fail => {
+                            let cause = Cause { code, message };
+                            self.give_up(token, &node.id, "onTimeout=\"fail\"".into(), !task.retries.is_empty(), cause);
+                            return;
+                        }
+                        OnTimeout::Retry => {}
+                    }
+                }
+                match judge(task, &state, &code, class, retryable, self.inputs.draw) {
+                    Verdict::Retry { retrier, delay } => {
+                        let mut granted = state.granted.clone();
+                        granted.resize(task.retries.len().max(granted.len()), 0);
+                        granted[retrier] += 1;
+                        let d = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+                        let due = self.inputs.now.checked_add_signed(d).unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+                        let park = self.arm(Park {
+                            kind: ParkKind::Retry,
+                            token,
+                            node: node.id.clone(),
+                            due: Some(due),
+                            message: None,
+                            cycle: None,
+                        });
+                        self.journal(
+                            "retry_scheduled",
+                            Some(&node.id),
+                            json!({ "next_attempt": attempt + 1, "due": due, "delay_ms": delay.as_millis() as u64, "code": code }),
+                        );
+                        if let Some(t) = self.snap.token_mut(token) {
+                            t.status = TokenStatus::Task(TaskState {
+                                attempt: attempt + 1,
+                                phase: TaskPhase::Backoff { park },
+                                granted,
+                                since: due,
+                            });
+                        }
+                    }
+                    Verdict::Stop { why, policy } => {
+                        let cause = Cause { code, message };
+                        let _ = details;
+                        self.give_up(token, &node.id, why, policy, cause);
+                    }
+                }
+            }
+        }
+    }
+
+    fn complete_task(&mut self, token: u64, node_id: &str) {
+        self.snap.completed.push(node_id.to_string());
+        if let Some(t) = self.snap.token_mut(token) {
+            t.status = TokenStatus::Ready;
+        }
+        let boundary = self.snap.token(token).map(|t| t.boundary_parks.clone()).unwrap_or_default();
+        for p in boundary {
+            self.withdraw(p);
+        }
+        if let Some(t) = self.snap.token_mut(token) {
+            t.boundary_parks.clear();
+        }
+        self.leave(token);
+    }
+
+    /// The policy will not retry: raise RETRY.EXHAUSTED (a policy existed) or
+    /// TASK_FAILED (none did), with the last attempt as the cause.
+    fn give_up(&mut self, token: u64, node_id: &str, why: String, policy: bool, cause: Cause) {
+        let code = if policy { Code::RetryExhausted } else { Code::RuntimeTaskFailed };
+        let message = format!("task `{node_id}` failed: {why}; last error {}: {}", cause.code, cause.message);
+        let raised = Raised { code: code.as_str().to_string(), message, details: None, failure: Some(cause) };
+        self.raise_from(Some(token), raised, node_id);
+    }
+}
+
+fn judge(
+    task: &ServiceTask,
+    state: &TaskState,
+    code: &str,
+    class: crate::codes::ErrorClass,
+    retryable: bool,
+    draw: f64,
+) -> Verdict {
+    let Some((ix, policy)) = task
+        .retries
+        .iter()
+        .enumerate()
+        .find(|(_, p)| p.error_equals.as_ref().is_none_or(|codes| codes.iter().any(|c| c == code)))
+    else {
+        let why = if task.retries.is_empty() {
+            "no retry policy".to_string()
+        } else {
+            format!("no retrier matches {code}")
+        };
+        return Verdict::Stop { why, policy: !task.retries.is_empty() };
+    };
+    let stop = |why: String| Verdict::Stop { why, policy: true };
+    if !task.idempotent {
+        return stop("the task is not idempotent".into());
+    }
+    if policy.non_retryable_codes.iter().any(|c| c == code) {
+        return stop(format!("{code} is listed in nonRetryableCodes"));
+    }
+    if !retryable {
+        return stop(format!("{code} is not retryable"));
+    }
+    if let Some(classes) = &policy.retry_on {
+        if !classes.contains(&class) {
+            return stop(format!("class {class} is not in retryOn"));
+        }
+    }
+    let granted = state.granted.get(ix).copied().unwrap_or(0);
+    if granted + 1 >= policy.max_attempts {
+        return stop(format!("{} attempts spent", policy.max_attempts));
+    }
+    Verdict::Retry { retrier: ix, delay: delay_for(policy, granted, draw) }
+}
+
+/// The delay before the retry that follows `granted` earlier retries of this retrier.
+fn delay_for(policy: &RetryPolicy, granted: u32, draw: f64) -> std::time::Duration {
+    policy.delay(granted + 2, draw)
+}

@@ -1,0 +1,245 @@
+//! The instance snapshot: everything the engine needs to resume an instance,
+//! stored as versioned JSON. Nodes are referred to by their definition ids
+//! (stable across builds), tokens and parks by numbers the snapshot mints.
+//!
+//! Invariant: every park in `parks` belongs to exactly one live token and is
+//! listed in that token's `parks()`; removing a token withdraws its parks.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// Bumped on every incompatible change; old formats are migrated on load or refused
+/// with `SUTRA.RUNTIME.SNAPSHOT_VERSION`.
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum InstanceState {
+    /// An attempt is in flight (or about to be).
+    Running,
+    /// Nothing runs now: the instance waits on parks (timers, messages, backoffs).
+    Waiting,
+    Completed,
+    /// Cancelled.
+    Terminated,
+    /// Failed: retained, inspectable, blocks its deployment's retirement.
+    Failed,
+}
+
+impl InstanceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Running => "RUNNING",
+            InstanceState::Waiting => "WAITING",
+            InstanceState::Completed => "COMPLETED",
+            InstanceState::Terminated => "TERMINATED",
+            InstanceState::Failed => "FAILED",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<InstanceState> {
+        [
+            InstanceState::Running,
+            InstanceState::Waiting,
+            InstanceState::Completed,
+            InstanceState::Terminated,
+            InstanceState::Failed,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            InstanceState::Completed | InstanceState::Terminated | InstanceState::Failed
+        )
+    }
+}
+
+/// A code and message: an instance error's cause (the last attempt's failure).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    pub code: String,
+    pub message: String,
+}
+
+/// Why an instance FAILED.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceError {
+    /// An engine code (`SUTRA.RUNTIME.RETRY.EXHAUSTED`, ...) or an uncaught
+    /// business error's own code.
+    pub code: String,
+    pub message: String,
+    /// The node where it failed (a `from-failure` retry resumes there).
+    pub node: Option<String>,
+    pub cause: Option<Cause>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ParkKind {
+    /// Backs an attempt in flight: if it falls due, its runner died; re-run it.
+    Attempt,
+    /// A retry backoff: due at the backoff instant.
+    Retry,
+    Timer,
+    /// A message wait: no due time; fired by correlation.
+    Message,
+}
+
+impl ParkKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParkKind::Attempt => "attempt",
+            ParkKind::Retry => "retry",
+            ParkKind::Timer => "timer",
+            ParkKind::Message => "message",
+        }
+    }
+}
+
+/// A message wait's correlation: name plus the key evaluated when it was armed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MessageKey {
+    pub name: String,
+    pub key: Option<String>,
+}
+
+/// Where a repeating (non-interrupting cycle) timer is on its grid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CycleState {
+    pub armed_at: DateTime<Utc>,
+    pub slot: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Park {
+    pub kind: ParkKind,
+    /// The token it belongs to.
+    pub token: u64,
+    /// The node it waits at: the task (attempt/retry), the catch event, or the boundary event.
+    pub node: String,
+    pub due: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<MessageKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cycle: Option<CycleState>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum TaskPhase {
+    /// Attempt `attempt` is in flight, backed by attempt park `park`.
+    Running { park: u64 },
+    /// Waiting out a backoff before attempt `attempt`, on retry park `park`.
+    Backoff { park: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskState {
+    /// The attempt in flight or next to run (1-based).
+    pub attempt: u32,
+    pub phase: TaskPhase,
+    /// Retries granted so far, per retrier of the task (ASL keeps one counter each).
+    pub granted: Vec<u32>,
+    /// When the current attempt started (for its record).
+    pub since: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum TokenStatus {
+    /// About to be advanced (never persisted between steps).
+    Ready,
+    /// At a service task.
+    Task(TaskState),
+    /// At a catch event, on park `park`.
+    Waiting { park: u64 },
+    /// At a parallel join, waiting for its siblings.
+    Joining,
+    /// At a sub-process whose children run.
+    InSubProcess,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Token {
+    pub id: u64,
+    /// The node id it sits at.
+    pub node: String,
+    /// The sub-process token that owns it (`None` at process level).
+    pub scope: Option<u64>,
+    /// The flow it arrived by (joins count arrivals per flow).
+    pub via: Option<String>,
+    pub status: TokenStatus,
+    /// Timer and message boundary parks armed for the activity it is at.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub boundary_parks: Vec<u64>,
+}
+
+impl Token {
+    /// Every park this token owns.
+    pub fn parks(&self) -> Vec<u64> {
+        let mut v = self.boundary_parks.clone();
+        match &self.status {
+            TokenStatus::Task(t) => match t.phase {
+                TaskPhase::Running { park } | TaskPhase::Backoff { park } => v.push(park),
+            },
+            TokenStatus::Waiting { park } => v.push(*park),
+            _ => {}
+        }
+        v
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub format: u32,
+    pub instance_id: String,
+    pub tenant: String,
+    pub deployment_id: String,
+    pub process_id: String,
+    pub state: InstanceState,
+    pub variables: Map<String, Value>,
+    /// The variables the instance started with (a `full` retry replays them).
+    pub input: Map<String, Value>,
+    pub tokens: Vec<Token>,
+    pub parks: BTreeMap<u64, Park>,
+    pub next_token: u64,
+    pub next_park: u64,
+    pub next_journal: u64,
+    /// Node ids in completion order (compensation unwinds in reverse).
+    pub completed: Vec<String>,
+    pub error: Option<InstanceError>,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: Option<DateTime<Utc>>,
+}
+
+impl Snapshot {
+    pub fn token(&self, id: u64) -> Option<&Token> {
+        self.tokens.iter().find(|t| t.id == id)
+    }
+
+    pub fn token_mut(&mut self, id: u64) -> Option<&mut Token> {
+        self.tokens.iter_mut().find(|t| t.id == id)
+    }
+
+    pub fn to_json(&self) -> String {
+        // A Snapshot holds only strings, numbers, maps and JSON values: it always serialises.
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    /// Parse a stored snapshot, refusing formats this build does not know.
+    pub fn from_json(text: &str) -> Result<Snapshot, String> {
+        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let format = v.get("format").and_then(Value::as_u64).unwrap_or(0);
+        if format != u64::from(SNAPSHOT_FORMAT) {
+            return Err(format!(
+                "snapshot format {format} is not supported by this build (expects {SNAPSHOT_FORMAT})"
+            ));
+        }
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,131 @@
+//! Conditions: CEL expressions over process variables, parsed at load time.
+//!
+//! CEL is sandboxed and not Turing-complete: no loops, no I/O, every
+//! evaluation terminates. Each top-level variable is bound by name.
+use serde::Serialize;
+use std::sync::Arc;
+
+/// The longest condition text accepted (the parser recurses on nesting).
+pub const MAX_EXPR_LEN: usize = 4096;
+
+#[derive(Clone)]
+pub struct Expr {
+    source: String,
+    program: Arc<cel_interpreter::Program>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ExprError(pub String);
+
+impl Expr {
+    /// Parse a condition. A leading `=` (Zeebe's FEEL marker) and a `${...}`
+    /// wrapper (Camunda's JUEL marker) are accepted and stripped.
+    pub fn parse(source: &str) -> Result<Expr, ExprError> {
+        let mut text = source.trim();
+        if let Some(rest) = text.strip_prefix('=') {
+            text = rest.trim();
+        }
+        if let Some(inner) = text.strip_prefix("${").and_then(|t| t.strip_suffix('}')) {
+            text = inner.trim();
+        }
+        if text.is_empty() {
+            return Err(ExprError("empty expression".into()));
+        }
+        if text.len() > MAX_EXPR_LEN {
+            return Err(ExprError(format!("expression longer than {MAX_EXPR_LEN} bytes")));
+        }
+        if nesting_depth(text) > 64 {
+            return Err(ExprError("expression nested deeper than 64 levels".into()));
+        }
+        let program = cel_interpreter::Program::compile(text).map_err(|e| ExprError(e.to_string()))?;
+        Ok(Expr { source: source.to_string(), program: Arc::new(program) })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluate over a JSON object of variables.
+    pub fn eval(&self, vars: &serde_json::Map<String, serde_json::Value>) -> Result<serde_json::Value, ExprError> {
+        let mut ctx = cel_interpreter::Context::default();
+        for (k, v) in vars {
+            ctx.add_variable(k.as_str(), v).map_err(|e| ExprError(e.to_string()))?;
+        }
+        let value = self.program.execute(&ctx).map_err(|e| ExprError(e.to_string()))?;
+        value.json().map_err(|e| ExprError(e.to_string()))
+    }
+
+    /// Evaluate a condition: it must yield a boolean.
+    pub fn eval_bool(&self, vars: &serde_json::Map<String, serde_json::Value>) -> Result<bool, ExprError> {
+        match self.eval(vars)? {
+            serde_json::Value::Bool(b) => Ok(b),
+            other => Err(ExprError(format!("condition `{}` yielded {other}, not a boolean", self.source))),
+        }
+    }
+}
+
+fn nesting_depth(s: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for c in s.chars() {
+        match c {
+            '(' | '[' | '{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+impl std::fmt::Debug for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Expr({:?})", self.source)
+    }
+}
+
+impl Serialize for Expr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vars(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+        v.as_object().cloned().unwrap_or_default()
+    }
+
+    #[test]
+    fn evaluates_over_variables() {
+        let e = Expr::parse("amount > 100 && customer.tier == 'gold'").unwrap();
+        assert!(e.eval_bool(&vars(json!({"amount": 150, "customer": {"tier": "gold"}}))).unwrap());
+        assert!(!e.eval_bool(&vars(json!({"amount": 50, "customer": {"tier": "gold"}}))).unwrap());
+    }
+
+    #[test]
+    fn strips_feel_and_juel_markers() {
+        assert!(Expr::parse("= x == 1").unwrap().eval_bool(&vars(json!({"x": 1}))).unwrap());
+        assert!(Expr::parse("${x == 1}").unwrap().eval_bool(&vars(json!({"x": 1}))).unwrap());
+    }
+
+    #[test]
+    fn syntax_errors_are_refused_at_parse() {
+        assert!(Expr::parse("amount >").is_err());
+        assert!(Expr::parse("").is_err());
+        assert!(Expr::parse(&"(".repeat(100)).is_err());
+    }
+
+    #[test]
+    fn a_missing_variable_or_non_boolean_is_an_error_not_a_panic() {
+        let e = Expr::parse("missing > 1").unwrap();
+        assert!(e.eval_bool(&vars(json!({}))).is_err());
+        let e = Expr::parse("1 + 1").unwrap();
+        assert!(e.eval_bool(&vars(json!({}))).is_err());
+    }
+}

@@ -1,0 +1,276 @@
+//! The intermediate representation (IR): the only process representation the
+//! engine sees. Every dialect loader (`dialect::bpmn`, later `hx`, `asl`)
+//! produces a [`Process`]; nothing past the loaders knows which dialect a
+//! process came from.
+//!
+//! Invariants (established by the loaders, relied on by the engine):
+//! - `nodes[i].ix == NodeIx(i)` and `flows[i].ix == FlowIx(i)`; every
+//!   `NodeIx`/`FlowIx` stored anywhere in a `Process` is in bounds;
+//! - `Node::incoming`/`outgoing` list exactly the flows whose target/source it is;
+//! - a boundary event's `attached_to` is an activity (task or sub-process) in
+//!   the same scope, and appears in that activity's `boundaries`;
+//! - every condition parsed (a syntax error never reaches the engine).
+
+mod expr;
+mod policy;
+
+pub use expr::{Expr, ExprError};
+pub use policy::{Backoff, Jitter, OnTimeout, RetryPolicy, TaskTimeout};
+
+use crate::diag::Pos;
+use crate::time::TimerSpec;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// Index of a node in [`Process::nodes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct NodeIx(pub u32);
+
+/// Index of a flow in [`Process::flows`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct FlowIx(pub u32);
+
+/// Which front end a process came from (for display only; the engine must not branch on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    Bpmn,
+    Hx,
+    Asl,
+}
+
+/// What one definition file holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Definitions {
+    pub processes: Vec<Process>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Process {
+    pub id: String,
+    pub name: Option<String>,
+    /// Non-executable processes load for inspection only; they cannot be started.
+    pub executable: bool,
+    pub dialect: Dialect,
+    pub pos: Pos,
+    pub nodes: Vec<Node>,
+    pub flows: Vec<Flow>,
+    #[serde(skip)]
+    pub by_id: HashMap<String, NodeIx>,
+}
+
+impl Process {
+    pub fn node(&self, ix: NodeIx) -> &Node {
+        &self.nodes[ix.0 as usize]
+    }
+
+    pub fn flow(&self, ix: FlowIx) -> &Flow {
+        &self.flows[ix.0 as usize]
+    }
+
+    pub fn find(&self, id: &str) -> Option<&Node> {
+        self.by_id.get(id).map(|&ix| self.node(ix))
+    }
+
+    /// The start events of a scope (`None` = the process level).
+    pub fn starts_in(&self, scope: Option<NodeIx>) -> impl Iterator<Item = &Node> {
+        self.nodes
+            .iter()
+            .filter(move |n| n.scope == scope && matches!(n.kind, NodeKind::Start(_)))
+    }
+
+    /// The registered task names this process calls (deduplicated, sorted).
+    pub fn registered_tasks(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::ServiceTask(t) => match &t.implementation {
+                    TaskImpl::Registered(name) => Some(name.as_str()),
+                    TaskImpl::Channel(_) => None,
+                },
+                _ => None,
+            })
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// A stateful process can park (a timer, a message wait, a channel call, a
+    /// retry policy) and so needs a datasource; otherwise it runs to completion.
+    pub fn stateful(&self) -> bool {
+        self.nodes.iter().any(|n| match &n.kind {
+            NodeKind::Start(StartTrigger::Timer(_)) => true,
+            NodeKind::ServiceTask(t) => {
+                !t.retries.is_empty() || matches!(t.implementation, TaskImpl::Channel(_))
+            }
+            NodeKind::Catch(_) => true,
+            NodeKind::Boundary(b) => !matches!(b.trigger, BoundaryTrigger::Error { .. }),
+            _ => false,
+        })
+    }
+
+    /// Rebuild `by_id` (loaders call this once the node list is final).
+    pub fn index(&mut self) {
+        self.by_id = self
+            .nodes
+            .iter()
+            .map(|n| (n.id.clone(), n.ix))
+            .collect();
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Node {
+    pub ix: NodeIx,
+    /// The id as written in the definition (stable: snapshots refer to nodes by it).
+    pub id: String,
+    pub name: Option<String>,
+    pub pos: Pos,
+    /// The enclosing sub-process, `None` at process level.
+    pub scope: Option<NodeIx>,
+    pub kind: NodeKind,
+    pub incoming: Vec<FlowIx>,
+    pub outgoing: Vec<FlowIx>,
+    /// Boundary events attached to this activity.
+    pub boundaries: Vec<NodeIx>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum NodeKind {
+    Start(StartTrigger),
+    End(EndKind),
+    ServiceTask(ServiceTask),
+    /// Takes the first outgoing flow whose condition holds (in document order),
+    /// else `default`; neither → `SUTRA.RUNTIME.GATEWAY.NO_FLOW_TAKEN`.
+    ExclusiveGateway { default: Option<FlowIx> },
+    /// Forks on every outgoing flow; joins by waiting for a token on every incoming flow.
+    ParallelGateway,
+    /// An intermediate catch event: the token waits here.
+    Catch(CatchTrigger),
+    Boundary(BoundaryEvent),
+    /// An embedded sub-process: its children are the nodes whose `scope` is this node.
+    SubProcess,
+    /// Sets variables and passes on (ASL `Pass`; a BPMN none intermediate throw event).
+    Pass { set: Option<serde_json::Value> },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "trigger", rename_all = "snake_case")]
+pub enum StartTrigger {
+    None,
+    /// A schedule: it has no instance until it fires.
+    Timer(TimerSpec),
+    /// Started by a message with this name.
+    Message { name: String },
+    /// Started by an inbound source (`q:source`): a channel name.
+    Source { name: String },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "end", rename_all = "snake_case")]
+pub enum EndKind {
+    /// Ends its token; the scope completes when no token is left.
+    None,
+    /// Throws a business error with this code (caught by an error boundary or failing the instance).
+    Error { code: String, message: Option<String> },
+    /// Ends the whole instance at once: every other token is withdrawn and the
+    /// instance ends COMPLETED, as in Camunda and Zeebe (a reached end, not a
+    /// cancellation; only a cancel makes an instance TERMINATED).
+    Terminate,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "name", rename_all = "snake_case")]
+pub enum TaskImpl {
+    /// A WebAssembly component deployed under this name.
+    Registered(String),
+    /// A wait-state call over a channel (request out, correlated response in).
+    Channel(String),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServiceTask {
+    pub implementation: TaskImpl,
+    /// Ordered retriers: the first whose `error_equals` matches a failure applies
+    /// (BPMN and HX have at most one, matching everything).
+    pub retries: Vec<RetryPolicy>,
+    /// A per-attempt timeout (HX `<timeout>`), or a channel call's route-less `q:timeout`.
+    pub timeout: Option<TaskTimeout>,
+    /// `false` forbids automatic retries (HX `idempotent="false"`).
+    pub idempotent: bool,
+    pub io: IoMapping,
+}
+
+/// How a task's input is built from the variables and where its output goes.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IoMapping {
+    /// A JSONPath selecting the task's input from the variables (`None` = all variables).
+    pub input_path: Option<String>,
+    /// Where the output goes: `None` merges an object output's keys into the
+    /// variables (a non-object output is stored under the node id); `Some(path)`
+    /// places the whole output at that JSONPath.
+    pub result_path: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "trigger", rename_all = "snake_case")]
+pub enum CatchTrigger {
+    Timer(TimerSpec),
+    Message(MessageRef),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MessageRef {
+    pub name: String,
+    /// Evaluated over the variables when the wait is armed; a message must carry
+    /// the same key to correlate. `None` = match by name alone.
+    pub correlation_key: Option<Expr>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BoundaryEvent {
+    pub attached_to: NodeIx,
+    /// An interrupting boundary cancels the activity; a non-interrupting one forks a token.
+    pub interrupting: bool,
+    pub trigger: BoundaryTrigger,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "trigger", rename_all = "snake_case")]
+pub enum BoundaryTrigger {
+    /// Catches business errors whose code is in `codes` (`None` = any code).
+    /// `result_path` places `{"Error", "Cause"}` in the variables (ASL Catch).
+    /// `catch_failures`: also catch a task failure once its retries are spent
+    /// (ASL `Catch` does; a BPMN error boundary does not — there an exhausted
+    /// retry policy fails the instance, as the seed says).
+    Error {
+        codes: Option<Vec<String>>,
+        result_path: Option<String>,
+        catch_failures: bool,
+    },
+    Timer(TimerSpec),
+    Message(MessageRef),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Flow {
+    pub ix: FlowIx,
+    pub id: String,
+    pub pos: Pos,
+    pub source: NodeIx,
+    pub target: NodeIx,
+    /// Only on flows out of an exclusive gateway (or a conditional flow).
+    pub condition: Option<Expr>,
+    pub kind: FlowKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowKind {
+    Sequence,
+    /// HX compensation edge: source's effects are undone by target.
+    Compensation,
+}

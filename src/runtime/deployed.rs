@@ -1,0 +1,165 @@
+//! Deployments: validating a definition and its modules, storing them, and
+//! the in-memory cache of loaded processes and components.
+//!
+//! Invariant: a deployment is stored only after the definition and every module
+//! it names passed validation (nothing is stored for a refused bundle); an
+//! instance is always driven by the deployment it started on.
+
+use super::{Runtime, RuntimeError, RuntimeResult};
+use crate::codes::Code;
+use crate::model::Process;
+use crate::sandbox::LoadedComponent;
+use crate::store::{DeploymentRecord, NewDeployment, Store};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// A deployment ready to run: its process and its loaded components.
+pub struct Deployed {
+    pub record: DeploymentRecord,
+    pub process: Arc<Process>,
+    pub components: HashMap<String, LoadedComponent>,
+}
+
+pub fn digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Load a definition's text into the IR (every dialect Sutra knows).
+pub fn load_definition(source: &str) -> RuntimeResult<crate::model::Definitions> {
+    let loaded = crate::dialect::bpmn::load(source);
+    if !loaded.ok() {
+        let first = loaded
+            .diagnostics
+            .iter()
+            .find(|d| d.is_error())
+            .map(|d| d.to_string())
+            .unwrap_or_default();
+        return Err(RuntimeError {
+            code: loaded
+                .diagnostics
+                .iter()
+                .find(|d| d.is_error())
+                .map(|d| d.code)
+                .unwrap_or(Code::BpmnNoProcess),
+            message: format!("the definition is invalid: {first}"),
+            diagnostics: loaded.diagnostics,
+        });
+    }
+    Ok(loaded.definitions)
+}
+
+impl<S: Store> Runtime<S> {
+    /// Deploy a definition with the modules its registered tasks name
+    /// (`name → component bytes`). Every executable process in the file becomes
+    /// a deployment (a new ACTIVE version; the previous one DRAINS).
+    pub async fn deploy(
+        &self,
+        tenant: &str,
+        source: &str,
+        modules: &BTreeMap<String, Vec<u8>>,
+    ) -> RuntimeResult<Vec<DeploymentRecord>> {
+        let defs = load_definition(source)?;
+        let executable: Vec<&Process> = defs.processes.iter().filter(|p| p.executable).collect();
+        if executable.is_empty() {
+            return Err(RuntimeError::new(Code::BpmnNoProcess, "the definition has no executable process"));
+        }
+        // Validate everything before storing anything.
+        let mut loaded: HashMap<String, (String, LoadedComponent)> = HashMap::new();
+        for p in &executable {
+            for name in p.registered_tasks() {
+                if loaded.contains_key(name) {
+                    continue;
+                }
+                let bytes = modules.get(name).ok_or_else(|| {
+                    RuntimeError::new(
+                        Code::TaskNotRegistered,
+                        format!("process `{}` calls registered:{name} but no module `{name}` was given", p.id),
+                    )
+                })?;
+                let component = self.inner.sandbox.load(bytes).map_err(|e| {
+                    RuntimeError::new(e.code, format!("module `{name}`: {}", e.message))
+                })?;
+                loaded.insert(name.to_string(), (digest(bytes), component));
+            }
+        }
+        for (name, (d, _)) in &loaded {
+            if let Some(bytes) = modules.get(name) {
+                self.inner.store.put_module(tenant, d, bytes).await?;
+            }
+        }
+        let now = self.inner.clock.now().timestamp_millis();
+        let mut records = Vec::new();
+        for p in executable {
+            let mods: BTreeMap<String, String> = p
+                .registered_tasks()
+                .into_iter()
+                .filter_map(|n| loaded.get(n).map(|(d, _)| (n.to_string(), d.clone())))
+                .collect();
+            let record = self
+                .inner
+                .store
+                .insert_deployment(&NewDeployment {
+                    id: super::new_id(now),
+                    tenant: tenant.to_string(),
+                    process_id: p.id.clone(),
+                    dialect: "bpmn".into(),
+                    source: source.to_string(),
+                    modules: mods.clone(),
+                    created_at: now,
+                })
+                .await?;
+            let components = mods
+                .keys()
+                .filter_map(|n| loaded.get(n).map(|(_, c)| (n.clone(), c.clone())))
+                .collect();
+            let deployed = Arc::new(Deployed { record: record.clone(), process: Arc::new((*p).clone()), components });
+            self.cache(deployed);
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    fn cache(&self, d: Arc<Deployed>) {
+        if let Ok(mut m) = self.inner.deployed.lock() {
+            m.insert(d.record.id.clone(), d);
+        }
+    }
+
+    /// The loaded deployment (from the cache, else rebuilt from the store).
+    pub async fn deployed(&self, deployment_id: &str) -> RuntimeResult<Arc<Deployed>> {
+        if let Some(d) = self.inner.deployed.lock().ok().and_then(|m| m.get(deployment_id).cloned()) {
+            return Ok(d);
+        }
+        let record = self
+            .inner
+            .store
+            .get_deployment(deployment_id)
+            .await?
+            .ok_or_else(|| RuntimeError::new(Code::InstanceNotFound, format!("no deployment {deployment_id}")))?;
+        let defs = load_definition(&record.source)?;
+        let process = defs
+            .processes
+            .into_iter()
+            .find(|p| p.id == record.process_id)
+            .ok_or_else(|| RuntimeError::new(Code::BpmnNoProcess, format!("deployment {deployment_id} lost process {}", record.process_id)))?;
+        let mut components = HashMap::new();
+        for (name, d) in &record.modules {
+            let bytes = self
+                .inner
+                .store
+                .get_module(&record.tenant, d)
+                .await?
+                .ok_or_else(|| RuntimeError::new(Code::TaskNotRegistered, format!("module {name} ({d}) is missing from the store")))?;
+            let c = self
+                .inner
+                .sandbox
+                .load(&bytes)
+                .map_err(|e| RuntimeError::new(e.code, format!("module `{name}`: {}", e.message)))?;
+            components.insert(name.clone(), c);
+        }
+        let deployed = Arc::new(Deployed { record, process: Arc::new(process), components });
+        self.cache(deployed.clone());
+        Ok(deployed)
+    }
+}

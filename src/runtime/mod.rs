@@ -1,0 +1,187 @@
+//! The runtime shell: deploys definitions, starts instances, runs attempts in
+//! the sandbox, commits every engine step to the store, and re-drives parks
+//! when they fall due.
+//!
+//! Invariants:
+//! - the database is the truth: every engine step is committed (snapshot,
+//!   parks, attempts, journal in one transaction) before any of its effects
+//!   runs, and nothing waits in memory — a backoff or a timer is a park row;
+//! - one instance is advanced by one step at a time (a per-instance lock here,
+//!   the optimistic version in the store across replicas: a lost race reloads
+//!   and re-applies, never double-applies);
+//! - time is read only through the `Clock`.
+
+mod deployed;
+mod driver;
+pub use driver::StartRequest;
+pub use poller::Settled;
+mod poller;
+mod view;
+
+pub use deployed::Deployed;
+pub use view::{AttemptView, ErrorView, HistoryView, InstanceView};
+
+use crate::codes::Code;
+use crate::config::Config;
+use crate::diag::Diagnostic;
+use crate::sandbox::{Limits, Sandbox, SandboxConfig};
+use crate::store::{Store, StoreError};
+use crate::time::{Clock, VirtualClock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A runtime failure with a stable code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct RuntimeError {
+    pub code: Code,
+    pub message: String,
+    /// Load diagnostics, when a definition was refused.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl RuntimeError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        RuntimeError { code, message: message.into(), diagnostics: Vec::new() }
+    }
+}
+
+impl From<StoreError> for RuntimeError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => RuntimeError::new(Code::InstanceNotFound, format!("not found: {what}")),
+            other => RuntimeError::new(Code::StoreFailed, other.to_string()),
+        }
+    }
+}
+
+impl From<crate::engine::EngineError> for RuntimeError {
+    fn from(e: crate::engine::EngineError) -> Self {
+        RuntimeError::new(e.code, e.message)
+    }
+}
+
+pub type RuntimeResult<T> = Result<T, RuntimeError>;
+
+/// How a runtime is put together.
+pub struct RuntimeOptions {
+    pub config: Config,
+    pub clock: Arc<dyn Clock>,
+    /// Set when running on virtual time: the runtime jumps it to the next due
+    /// park whenever nothing is runnable.
+    pub virtual_clock: Option<Arc<VirtualClock>>,
+    /// `false` for an ephemeral (in-memory) store: stateful processes are refused.
+    pub durable: bool,
+    /// This replica's name (claims and leases are held under it).
+    pub owner: String,
+    /// Where precompiled components are cached (`None` = no disk cache).
+    pub cache_dir: Option<std::path::PathBuf>,
+}
+
+impl RuntimeOptions {
+    /// Options for the given config on the system clock.
+    pub fn new(config: Config) -> Self {
+        RuntimeOptions {
+            config,
+            clock: Arc::new(crate::time::SystemClock),
+            virtual_clock: None,
+            durable: true,
+            owner: format!("sutra-{}", std::process::id()),
+            cache_dir: None,
+        }
+    }
+
+    /// Run on a virtual clock starting at `start`.
+    pub fn with_virtual_clock(mut self, start: chrono::DateTime<chrono::Utc>) -> Self {
+        let vc = Arc::new(VirtualClock::new(start));
+        self.clock = vc.clone();
+        self.virtual_clock = Some(vc);
+        self
+    }
+}
+
+pub(crate) struct Inner<S: Store> {
+    pub(crate) store: S,
+    pub(crate) sandbox: Sandbox,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) virtual_clock: Option<Arc<VirtualClock>>,
+    pub(crate) config: Config,
+    pub(crate) limits: Limits,
+    pub(crate) durable: bool,
+    pub(crate) owner: String,
+    pub(crate) deployed: Mutex<HashMap<String, Arc<Deployed>>>,
+    pub(crate) locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) wake: tokio::sync::Notify,
+    pub(crate) rng: Mutex<rand::rngs::StdRng>,
+}
+
+/// The runtime. Cheap to clone.
+pub struct Runtime<S: Store> {
+    pub(crate) inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> Clone for Runtime<S> {
+    fn clone(&self) -> Self {
+        Runtime { inner: self.inner.clone() }
+    }
+}
+
+impl<S: Store> Runtime<S> {
+    pub fn new(store: S, opts: RuntimeOptions) -> RuntimeResult<Self> {
+        use rand::SeedableRng;
+        let sandbox = Sandbox::new(SandboxConfig {
+            pool_size: opts.config.lanes.max(1),
+            cache_dir: opts.cache_dir.clone(),
+            ..SandboxConfig::default()
+        })
+        .map_err(|e| RuntimeError::new(Code::ConfigInvalid, format!("sandbox: {e}")))?;
+        let mut limits = Limits::default();
+        if let Some(f) = opts.config.fuel {
+            limits.fuel = f;
+        }
+        if let Some(d) = opts.config.deadline {
+            limits.deadline = d.as_std();
+        }
+        if let Some(m) = opts.config.memory_bytes {
+            limits.memory_bytes = m;
+        }
+        Ok(Runtime {
+            inner: Arc::new(Inner {
+                store,
+                sandbox,
+                clock: opts.clock,
+                virtual_clock: opts.virtual_clock,
+                config: opts.config,
+                limits,
+                durable: opts.durable,
+                owner: opts.owner,
+                deployed: Mutex::new(HashMap::new()),
+                locks: Mutex::new(HashMap::new()),
+                wake: tokio::sync::Notify::new(),
+                rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
+            }),
+        })
+    }
+
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.inner.sandbox
+    }
+}
+
+/// A fresh, time-sortable id: 12 hex digits of milliseconds then 16 random.
+pub fn new_id(now_ms: i64) -> String {
+    let r: u64 = rand::random();
+    format!("{:012x}{:016x}", now_ms.max(0), r)
+}

@@ -1,0 +1,175 @@
+//! The timer poller and the retention sweeper.
+//!
+//! The poller claims due parks from the store (the truth) and fires them; an
+//! in-memory wake-up (`Notify`) only makes it prompt when a step arms a park.
+//! On a virtual clock, whenever nothing is runnable it jumps the clock to the
+//! next due park, so a PT24H timer or a long backoff passes in milliseconds.
+
+use super::{Runtime, RuntimeResult};
+use crate::engine::{Event, InstanceState};
+use crate::store::{InstanceRecord, Store};
+use std::time::Duration;
+
+/// Parks claimed per poll.
+const CLAIM_BATCH: i64 = 256;
+/// The longest the poller sleeps without looking at the store (another replica
+/// may have armed something).
+const MAX_IDLE: Duration = Duration::from_millis(500);
+
+/// Why `settle` returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// The instance is terminal.
+    Terminal(InstanceRecord),
+    /// The instance waits for something only the outside world can send (a message).
+    Waiting(InstanceRecord),
+}
+
+impl<S: Store> Runtime<S> {
+    fn claim_lease_ms(&self) -> i64 {
+        (self.inner.limits.deadline + Duration::from_secs(30)).as_millis() as i64
+    }
+
+    /// Claim every park due now and fire it, driving each instance until it
+    /// waits again. Returns how many parks fired.
+    pub async fn fire_due(&self) -> RuntimeResult<usize> {
+        let mut fired = 0;
+        loop {
+            let now = self.inner.clock.now().timestamp_millis();
+            let parks = self
+                .inner
+                .store
+                .claim_due(now, CLAIM_BATCH, &self.inner.owner, self.claim_lease_ms())
+                .await?;
+            if parks.is_empty() {
+                return Ok(fired);
+            }
+            fired += parks.len();
+            let mut set = tokio::task::JoinSet::new();
+            for p in parks {
+                let rt = self.clone();
+                set.spawn(async move {
+                    let seq = u64::try_from(p.seq).unwrap_or_default();
+                    if let Err(e) = rt.drive(p.instance_id.clone(), Event::ParkFired { park: seq }).await {
+                        tracing::error!(instance = %p.instance_id, park = p.seq, error = %e, "could not fire park");
+                        let _ = rt.inner.store.release_claim(&p.instance_id, p.seq, &rt.inner.owner).await;
+                    }
+                });
+            }
+            while set.join_next().await.is_some() {}
+        }
+    }
+
+    /// Drive everything due until instance `id` is terminal or waits only for
+    /// the outside world. On a virtual clock this jumps time; on the system
+    /// clock it sleeps until the next due park (a wait, not a busy loop).
+    pub async fn settle(&self, id: &str) -> RuntimeResult<Settled> {
+        loop {
+            self.fire_due().await?;
+            let rec = self
+                .inner
+                .store
+                .load_instance(id)
+                .await?
+                .ok_or_else(|| super::RuntimeError::new(crate::codes::Code::InstanceNotFound, format!("no instance {id}")))?;
+            if InstanceState::parse(&rec.state).is_none_or(InstanceState::is_terminal) {
+                return Ok(Settled::Terminal(rec));
+            }
+            let own_due = self
+                .inner
+                .store
+                .parks_of(id)
+                .await?
+                .iter()
+                .filter_map(|p| p.due_at)
+                .min();
+            let Some(due) = own_due else {
+                return Ok(Settled::Waiting(rec));
+            };
+            self.wait_until(due).await;
+        }
+    }
+
+    /// Advance to `due_ms`: jump a virtual clock, or sleep on the system clock.
+    async fn wait_until(&self, due_ms: i64) {
+        let now = self.inner.clock.now().timestamp_millis();
+        if due_ms <= now {
+            return;
+        }
+        match &self.inner.virtual_clock {
+            Some(vc) => {
+                if let Some(t) = chrono::DateTime::from_timestamp_millis(due_ms) {
+                    vc.advance_to(t);
+                }
+            }
+            None => {
+                let wait = Duration::from_millis(u64::try_from(due_ms - now).unwrap_or(0));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait.min(MAX_IDLE)) => {}
+                    _ = self.inner.wake.notified() => {}
+                }
+            }
+        }
+    }
+
+    /// Re-arm and drive every parked instance until `shutdown` resolves: the
+    /// poller loop of `sutra serve`, with the retention sweeper beside it.
+    pub async fn serve(&self, shutdown: impl std::future::Future<Output = ()>) -> RuntimeResult<()> {
+        tokio::pin!(shutdown);
+        let mut next_sweep = self.inner.clock.now();
+        loop {
+            if self.inner.clock.now() >= next_sweep {
+                if let Err(e) = self.sweep_once().await {
+                    tracing::warn!(error = %e, "retention sweep failed");
+                }
+                next_sweep = self.inner.config.retention_sweep_interval.after(self.inner.clock.now());
+            }
+            if let Err(e) = self.fire_due().await {
+                tracing::warn!(error = %e, "poll failed");
+            }
+            let next = self.inner.store.next_due().await.ok().flatten();
+            let now = self.inner.clock.now().timestamp_millis();
+            let sweep_ms = next_sweep.timestamp_millis();
+            let due = next.map_or(sweep_ms, |n| n.min(sweep_ms));
+            let idle = match (&self.inner.virtual_clock, next) {
+                // Nothing runnable on virtual time: jump to the next due park.
+                (Some(_), Some(_)) => {
+                    self.wait_until(due).await;
+                    continue;
+                }
+                _ => Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(MAX_IDLE),
+            };
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                _ = tokio::time::sleep(idle) => {}
+                _ = self.inner.wake.notified() => {}
+            }
+        }
+    }
+
+    /// One pass of the retention sweeper, if this replica holds its lease:
+    /// purge COMPLETED/TERMINATED instances past `sutra.instance.retention`.
+    /// FAILED instances and parked ones are never purged. Returns how many went.
+    pub async fn sweep_once(&self) -> RuntimeResult<u64> {
+        let now = self.inner.clock.now();
+        let ttl = self.inner.config.retention_sweep_interval.as_std().as_millis() as i64;
+        if !self
+            .inner
+            .store
+            .try_lease("retention-sweeper", &self.inner.owner, now.timestamp_millis(), ttl.max(1000))
+            .await?
+        {
+            return Ok(0);
+        }
+        let window = chrono::Duration::from_std(self.inner.config.retention.as_std()).unwrap_or(chrono::Duration::MAX);
+        let before = now.checked_sub_signed(window).map_or(i64::MIN, |t| t.timestamp_millis());
+        let mut total = 0;
+        loop {
+            let n = self.inner.store.sweep(before, 1000).await?;
+            total += n;
+            if n < 1000 {
+                return Ok(total);
+            }
+        }
+    }
+}
