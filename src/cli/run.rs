@@ -1,7 +1,7 @@
 //! `sutra run`, `sutra inspect`: deploy and drive one instance locally; show one.
 use super::usage_error;
 use crate::config::Config;
-use crate::runtime::{InstanceView, Runtime, RuntimeOptions, StartRequest};
+use crate::runtime::{InstanceView, Runtime, RuntimeOptions, Settled, StartRequest};
 use crate::store::AnyStore;
 use clap::Args;
 use std::collections::BTreeMap;
@@ -168,8 +168,17 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         if let Err(e) = started {
             return fail_exit(&e.to_string());
         }
-        if let Err(e) = runtime.settle(&id).await {
-            return fail_exit(&e.to_string());
+        match runtime.settle(&id).await {
+            Err(e) => return fail_exit(&e.to_string()),
+            Ok(Settled::Gone) => {
+                println!("{}", serde_json::json!({
+                    "instance": id,
+                    "state": "COMPLETED",
+                    "note": "deleted at completion (sutra.instance.retention = PT0S)"
+                }));
+                return ExitCode::SUCCESS;
+            }
+            Ok(_) => {}
         }
         match runtime.inspect(&id).await {
             Ok(view) => print_view(&view, args.format),

@@ -23,6 +23,8 @@ pub enum Settled {
     Terminal(InstanceRecord),
     /// The instance waits for something only the outside world can send (a message).
     Waiting(InstanceRecord),
+    /// The instance ended and was deleted at once (retention `PT0S`).
+    Gone,
 }
 
 impl<S: Store> Runtime<S> {
@@ -66,12 +68,9 @@ impl<S: Store> Runtime<S> {
     pub async fn settle(&self, id: &str) -> RuntimeResult<Settled> {
         loop {
             self.fire_due().await?;
-            let rec = self
-                .inner
-                .store
-                .load_instance(id)
-                .await?
-                .ok_or_else(|| super::RuntimeError::new(crate::codes::Code::InstanceNotFound, format!("no instance {id}")))?;
+            let Some(rec) = self.inner.store.load_instance(id).await? else {
+                return Ok(Settled::Gone);
+            };
             if InstanceState::parse(&rec.state).is_none_or(InstanceState::is_terminal) {
                 return Ok(Settled::Terminal(rec));
             }
