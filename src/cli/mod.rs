@@ -3,6 +3,7 @@
 //! result (a failed attempt, an invalid file), 2 a usage error.
 
 mod check;
+mod demo;
 mod run;
 mod serve;
 mod task;
@@ -30,6 +31,8 @@ enum Command {
     Inspect(run::InspectArgs),
     /// Re-arm and drive every parked instance in a store until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
+    /// Run the example order flow on embedded SQLite with the virtual clock.
+    Demo(demo::DemoArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -48,6 +51,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::exec_run(args),
         Command::Inspect(args) => run::exec_inspect(args),
         Command::Serve(args) => serve::exec(args),
+        Command::Demo(args) => demo::exec(args),
     }
 }
 

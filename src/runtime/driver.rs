@@ -68,7 +68,8 @@ impl<S: Store> Runtime<S> {
                 Effect::Arm { seq, park } => w.arm.push(NewPark {
                     seq: *seq as i64,
                     kind: park.kind.as_str().to_string(),
-                    due_at: park.due.map(ms),
+                    // Rounded up: a park never becomes claimable before its instant.
+                    due_at: park.due.map(crate::time::to_millis_ceil),
                     message_name: park.message.as_ref().map(|m| m.name.clone()),
                     correlation_key: park.message.as_ref().and_then(|m| m.key.clone()),
                 }),

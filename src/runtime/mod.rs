@@ -92,8 +92,9 @@ impl RuntimeOptions {
     }
 
     /// Run on a virtual clock starting at `start`.
+    /// The start is truncated to a whole millisecond (the store's resolution).
     pub fn with_virtual_clock(mut self, start: chrono::DateTime<chrono::Utc>) -> Self {
-        let vc = Arc::new(VirtualClock::new(start));
+        let vc = Arc::new(VirtualClock::new(crate::time::from_millis(crate::time::to_millis(start))));
         self.clock = vc.clone();
         self.virtual_clock = Some(vc);
         self
