@@ -1,0 +1,216 @@
+//! `sutra task run`: one attempt of one component, printed as ONE JSON object
+//! on stdout.
+//!
+//! Invariant: stdout carries exactly one JSON object — `{"outcome":"completed",
+//! "output":...}` or `{"outcome":"business_error"|"failed","code","class",
+//! "retryable","message","stderr"}` (plus `details` when the guest gave some).
+//! Exit 0 only for completed, 1 for any other outcome (a refused component
+//! included), 2 for a usage error (a malformed argument, an unreadable file).
+//! Log lines, and the guest's stderr of a completed attempt, go to stderr.
+
+use crate::sandbox::{AttemptReport, Limits, Outcome, Sandbox, SandboxConfig, TaskContext};
+use crate::time::IsoDuration;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Run one attempt of a task component and print how it ended.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The component (.wasm).
+    pub component: PathBuf,
+    /// The task input: JSON text.
+    #[arg(long)]
+    pub input: String,
+    /// The attempt number the guest sees (1 is the first try).
+    #[arg(long, default_value_t = 1)]
+    pub attempt: u32,
+    /// Fuel units the attempt may burn.
+    #[arg(long)]
+    pub fuel: Option<u64>,
+    /// Wall-clock deadline, as an ISO-8601 duration (e.g. PT5S).
+    #[arg(long)]
+    pub deadline: Option<String>,
+    /// Memory cap: bytes, or a size such as 64MiB.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Cache precompiled components in this directory.
+    #[arg(long, env = "SUTRA_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The tenant the guest sees.
+    #[arg(long, default_value = "local")]
+    pub tenant: String,
+    /// The instance id the guest sees.
+    #[arg(long, default_value = "local")]
+    pub instance_id: String,
+    /// The task id the guest sees (default: the file's stem).
+    #[arg(long)]
+    pub task_id: Option<String>,
+    /// The idempotency key the guest sees (default: derived from the component and input).
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+}
+
+pub fn exec(cmd: TaskCommand) -> ExitCode {
+    match cmd {
+        TaskCommand::Run(args) => run(args),
+    }
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let (limits, bytes) = match prepare(&args) {
+        Ok(x) => x,
+        Err(message) => return super::usage_error(message),
+    };
+    let cfg = SandboxConfig { pool_size: 1, cache_dir: args.cache_dir.clone(), ..SandboxConfig::default() };
+    let sandbox = match Sandbox::new(cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let component = match sandbox.load(&bytes) {
+        Ok(c) => c,
+        Err(e) => {
+            let outcome = Outcome::failed(e.code, e.message);
+            print_json(&render(&outcome, ""));
+            return ExitCode::from(1);
+        }
+    };
+    let ctx = TaskContext {
+        tenant: args.tenant.clone(),
+        instance_id: args.instance_id.clone(),
+        task_id: args.task_id.clone().unwrap_or_else(|| stem(&args.component)),
+        attempt: args.attempt,
+        idempotency_key: args
+            .idempotency_key
+            .clone()
+            .unwrap_or_else(|| format!("local-{}", &key_digest(component.digest(), &args.input))),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let report = runtime.block_on(sandbox.attempt(&component, &ctx, &args.input, &limits));
+    show_on_stderr(&report);
+    print_json(&render(&report.outcome, &report.stderr));
+    if report.outcome.is_completed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// Check the arguments and read the component: every failure is a usage error.
+fn prepare(args: &RunArgs) -> Result<(Limits, Vec<u8>), String> {
+    serde_json::from_str::<Value>(&args.input).map_err(|e| format!("--input is not JSON: {e}"))?;
+    if args.attempt == 0 {
+        return Err("--attempt is 1-based: 1 is the first try".into());
+    }
+    let mut limits = Limits::default();
+    if let Some(fuel) = args.fuel {
+        limits.fuel = fuel;
+    }
+    if let Some(d) = &args.deadline {
+        let d = IsoDuration::parse(d).map_err(|e| format!("--deadline {d:?}: {e}"))?;
+        limits.deadline = d.as_std();
+    }
+    if let Some(m) = &args.memory {
+        limits.memory_bytes = parse_bytes(m).map_err(|e| format!("--memory {m:?}: {e}"))?;
+    }
+    let bytes = std::fs::read(&args.component)
+        .map_err(|e| format!("cannot read {}: {e}", args.component.display()))?;
+    Ok((limits, bytes))
+}
+
+/// `1048576`, `64MiB`, `1 GiB`, `512kb`.
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    s.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| e.to_string())
+}
+
+fn stem(path: &std::path::Path) -> String {
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "task".into())
+}
+
+/// A short key from the component digest and the input.
+fn key_digest(component: &str, input: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(component.as_bytes());
+    h.update([0]);
+    h.update(input.as_bytes());
+    hex::encode(&h.finalize()[..8])
+}
+
+/// The one JSON object printed on stdout.
+fn render(outcome: &Outcome, stderr: &str) -> Value {
+    match outcome {
+        Outcome::Completed { output } => json!({ "outcome": "completed", "output": output }),
+        Outcome::BusinessError { code, message, details } => {
+            let mut v = json!({
+                "outcome": "business_error", "code": code, "class": null, "retryable": false,
+                "message": message, "stderr": stderr,
+            });
+            if let Some(d) = details {
+                v["details"] = d.clone();
+            }
+            v
+        }
+        Outcome::Failed { code, class, retryable, message, details } => {
+            let mut v = json!({
+                "outcome": "failed", "code": code, "class": class, "retryable": retryable,
+                "message": message, "stderr": stderr,
+            });
+            if let Some(d) = details {
+                v["details"] = d.clone();
+            }
+            v
+        }
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{v}");
+}
+
+fn show_on_stderr(report: &AttemptReport) {
+    for line in &report.logs {
+        eprintln!("[{}] {}", line.level.as_str(), line.message);
+    }
+    if report.outcome.is_completed() && !report.stderr.is_empty() {
+        eprint!("{}", report.stderr);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_in_bytes_and_binary_units() {
+        assert_eq!(parse_bytes("1048576"), Ok(1 << 20));
+        assert_eq!(parse_bytes("64MiB"), Ok(64 << 20));
+        assert!(parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn failures_render_with_code_class_and_stderr() {
+        let o = Outcome::failed(crate::Code::TaskTrap, "boom");
+        let v = render(&o, "tail");
+        assert_eq!(v["outcome"], "failed");
+        assert_eq!(v["code"], "SUTRA.TASK.TRAP");
+        assert_eq!(v["class"], "transient");
+        assert_eq!(v["retryable"], true);
+        assert_eq!(v["stderr"], "tail");
+    }
+}

@@ -1,0 +1,185 @@
+//! Event definitions: which trigger an event carries, and the timer, message
+//! and error it names.
+//!
+//! Invariant: an event has at most one definition Sutra understands
+//! (timer, message, error, terminate); any other definition, an
+//! `eventDefinitionRef`, or several definitions on one event come back as
+//! [`Def::Unsupported`] so the builder can refuse them by name. Timer errors
+//! keep the time module's code (MALFORMED vs UNSUPPORTED).
+
+use super::ext::describe;
+use super::xml::Element;
+use crate::codes::Code;
+use crate::diag::Diagnostic;
+use crate::time::TimerSpec;
+use std::collections::HashMap;
+
+/// The root-level `<message>`s and `<error>`s events refer to.
+#[derive(Debug, Default)]
+pub struct Globals {
+    /// message id → its `name`.
+    pub messages: HashMap<String, Option<String>>,
+    /// error id → (`errorCode`, `name`).
+    pub errors: HashMap<String, (Option<String>, Option<String>)>,
+}
+
+impl Globals {
+    pub fn collect(definitions: &Element) -> Globals {
+        let mut g = Globals::default();
+        for el in definitions.bpmn_children() {
+            let Some(id) = el.id() else { continue };
+            let text = |a: &str| el.attr(a).map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
+            match el.local.as_str() {
+                "message" => {
+                    g.messages.entry(id.to_string()).or_insert_with(|| text("name"));
+                }
+                "error" => {
+                    g.errors.entry(id.to_string()).or_insert_with(|| (text("errorCode"), text("name")));
+                }
+                _ => {}
+            }
+        }
+        g
+    }
+}
+
+/// The definition an event carries.
+#[derive(Debug, Clone, Copy)]
+pub enum Def<'d> {
+    None,
+    Timer(&'d Element),
+    Message(&'d Element),
+    Error(&'d Element),
+    Terminate(&'d Element),
+    /// Anything else: named in the diagnostic.
+    Unsupported(&'d Element, &'static str),
+}
+
+/// Classify an event's definitions.
+pub fn definition(event: &Element) -> Def<'_> {
+    let defs: Vec<&Element> = event
+        .bpmn_children()
+        .filter(|c| c.local.ends_with("EventDefinition") || c.local == "eventDefinitionRef")
+        .collect();
+    match defs.as_slice() {
+        [] => Def::None,
+        [d] => match d.local.as_str() {
+            "timerEventDefinition" => Def::Timer(d),
+            "messageEventDefinition" => Def::Message(d),
+            "errorEventDefinition" => Def::Error(d),
+            "terminateEventDefinition" => Def::Terminate(d),
+            "eventDefinitionRef" => Def::Unsupported(d, "a shared event definition (eventDefinitionRef)"),
+            _ => Def::Unsupported(d, ""),
+        },
+        [_, second, ..] => Def::Unsupported(second, "several event definitions"),
+    }
+}
+
+impl Def<'_> {
+    /// How a message names the definition: `a signal definition`.
+    pub fn label(&self) -> String {
+        match self {
+            Def::None => "no definition".to_string(),
+            Def::Unsupported(_, reason) if !reason.is_empty() => reason.to_string(),
+            Def::Timer(d) | Def::Message(d) | Def::Error(d) | Def::Terminate(d) | Def::Unsupported(d, _) => {
+                let name = def_name(d);
+                let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+                format!("{article} {name} definition")
+            }
+        }
+    }
+}
+
+/// A short name for a definition element, for messages: `signalEventDefinition` → `signal`.
+pub fn def_name(def: &Element) -> &str {
+    def.local.strip_suffix("EventDefinition").unwrap_or(&def.local)
+}
+
+/// The timer of a `timerEventDefinition`: exactly one of `timeDuration`, `timeDate`, `timeCycle`.
+pub fn timer(def: &Element, host: &Element) -> Result<TimerSpec, Diagnostic> {
+    let parts: Vec<&Element> = def
+        .bpmn_children()
+        .filter(|c| matches!(c.local.as_str(), "timeDuration" | "timeDate" | "timeCycle"))
+        .collect();
+    let [part] = parts.as_slice() else {
+        let found = if parts.is_empty() { "none" } else { "several" };
+        return Err(Diagnostic::error(
+            Code::BpmnInvalidAttribute,
+            format!(
+                "the timer of {} needs exactly one of timeDuration, timeDate, timeCycle (found {found})",
+                describe(host)
+            ),
+        )
+        .at(def.pos)
+        .element(host.label()));
+    };
+    let text = part.text.trim();
+    let parsed = match part.local.as_str() {
+        "timeDuration" => TimerSpec::parse_duration(text),
+        "timeDate" => TimerSpec::parse_date(text),
+        _ => TimerSpec::parse_cycle(text),
+    };
+    parsed.map_err(|e| {
+        Diagnostic::error(
+            e.code,
+            format!("{} of {}: {}", part.local, describe(host), e.message),
+        )
+        .at(part.pos)
+        .element(host.label())
+    })
+}
+
+/// The message name a `messageEventDefinition` refers to (`messageRef` → `<message name>`).
+pub fn message_name(def: &Element, host: &Element, globals: &Globals) -> Result<String, Diagnostic> {
+    let Some(r) = def.attr("messageRef").map(str::trim).filter(|s| !s.is_empty()) else {
+        return Err(Diagnostic::error(
+            Code::BpmnInvalidAttribute,
+            format!("the message definition of {} needs a `messageRef`", describe(host)),
+        )
+        .at(def.pos)
+        .element(host.label()));
+    };
+    match globals.messages.get(strip_qname(r)) {
+        Some(Some(name)) => Ok(name.clone()),
+        Some(None) => Err(Diagnostic::error(
+            Code::BpmnInvalidAttribute,
+            format!("message `{r}` referred to by {} has no `name`", describe(host)),
+        )
+        .at(def.pos)
+        .element(host.label())),
+        None => Err(Diagnostic::error(
+            Code::BpmnDanglingReference,
+            format!("messageRef `{r}` of {} names no <message>", describe(host)),
+        )
+        .at(def.pos)
+        .element(host.label())),
+    }
+}
+
+/// The error code an `errorEventDefinition` refers to: `None` when it has no
+/// `errorRef` (a catch-all on a boundary; an error end event requires one).
+pub fn error_code(def: &Element, host: &Element, globals: &Globals) -> Result<Option<(String, Option<String>)>, Diagnostic> {
+    let Some(r) = def.attr("errorRef").map(str::trim).filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    match globals.errors.get(strip_qname(r)) {
+        Some((Some(code), name)) => Ok(Some((code.clone(), name.clone()))),
+        Some((None, _)) => Err(Diagnostic::error(
+            Code::BpmnInvalidAttribute,
+            format!("error `{r}` referred to by {} has no `errorCode`", describe(host)),
+        )
+        .at(def.pos)
+        .element(host.label())),
+        None => Err(Diagnostic::error(
+            Code::BpmnDanglingReference,
+            format!("errorRef `{r}` of {} names no <error>", describe(host)),
+        )
+        .at(def.pos)
+        .element(host.label())),
+    }
+}
+
+/// References are QNames in the schema (`tns:Msg_1`); ids are local.
+pub fn strip_qname(r: &str) -> &str {
+    r.rsplit_once(':').map(|(_, local)| local).unwrap_or(r)
+}

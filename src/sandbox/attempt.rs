@@ -1,0 +1,94 @@
+//! One attempt: a fresh store with the attempt's limits, instantiate, call
+//! `run`, classify.
+//!
+//! Invariant: the store is created here and dropped here; the attempt holds a
+//! pool slot (semaphore permit) for its whole life; the wall-clock deadline
+//! covers instantiation and the call, and is enforced twice: by the epoch
+//! callback (a spinning guest traps with `Interrupt`) and by a tokio timeout
+//! (a guest blocked in a host call is dropped). Both report DEADLINE_EXCEEDED.
+
+use super::host::{HostState, LogCapture, TailCapture, TaskError, WitContext};
+use super::limits::{Limits, MemoryLimiter};
+use super::outcome::{self, AttemptReport, Flags, GuestError, Outcome};
+use super::{Inner, LoadedComponent, TaskContext};
+use crate::codes::Code;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use wasmtime::{Store, Trap, UpdateDeadline};
+
+pub(super) async fn run(
+    inner: &Inner,
+    component: &LoadedComponent,
+    ctx: &TaskContext,
+    input: &str,
+    limits: &Limits,
+) -> AttemptReport {
+    let Ok(_permit) = inner.slots.clone().acquire_owned().await else {
+        return report(Outcome::failed(Code::TaskTrap, "the sandbox is shutting down"), Instant::now());
+    };
+    let started = Instant::now();
+    let stderr = TailCapture::new(limits.capture_bytes);
+    let logs = Arc::new(Mutex::new(LogCapture::new(limits.capture_bytes)));
+    let limiter = MemoryLimiter::new(limits.memory_bytes, inner.cfg.max_table_elements);
+    let mut store = Store::new(&inner.engine, HostState::new(limiter, stderr.clone(), logs.clone()));
+    store.limiter(|s| &mut s.limiter);
+    if let Err(e) = store.set_fuel(limits.fuel) {
+        return report(Outcome::failed(Code::TaskTrap, format!("cannot set fuel: {e}")), started);
+    }
+    let deadline_hit = Arc::new(AtomicBool::new(false));
+    let deadline_at = started.checked_add(limits.deadline);
+    let flag = deadline_hit.clone();
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| match deadline_at {
+        Some(at) if Instant::now() >= at => {
+            flag.store(true, Ordering::Relaxed);
+            Err(Trap::Interrupt.into())
+        }
+        _ => Ok(UpdateDeadline::Yield(1)),
+    });
+
+    let wit_ctx = WitContext {
+        tenant: ctx.tenant.clone(),
+        instance_id: ctx.instance_id.clone(),
+        task_id: ctx.task_id.clone(),
+        attempt: ctx.attempt,
+        idempotency_key: ctx.idempotency_key.clone(),
+    };
+    let call = async {
+        let task = component.inner.pre.instantiate_async(&mut store).await?;
+        task.call_run(&mut store, &wit_ctx, input).await
+    };
+    let result = tokio::time::timeout(limits.deadline, call).await;
+
+    let flags = Flags {
+        memory_hit: store.data().limiter.hit(),
+        deadline_hit: deadline_hit.load(Ordering::Relaxed),
+    };
+    let fuel_used = store.get_fuel().map(|left| limits.fuel.saturating_sub(left)).unwrap_or(0);
+    drop(store);
+    let stderr_text = stderr.text();
+    let outcome = match result {
+        Err(_elapsed) => outcome::deadline_exceeded(),
+        Ok(Err(e)) => outcome::classify_error(&e, flags, &stderr_text),
+        Ok(Ok(returned)) => outcome::classify_return(returned.map_err(guest_error), limits.output_bytes),
+    };
+    AttemptReport {
+        outcome,
+        stderr: stderr_text,
+        logs: logs.lock().map(|mut l| l.take()).unwrap_or_default(),
+        fuel_used,
+        elapsed: started.elapsed(),
+    }
+}
+
+fn guest_error(e: TaskError) -> GuestError {
+    match e {
+        TaskError::Business(i) => GuestError::Business { code: i.code, message: i.message, details: i.details },
+        TaskError::Failure(i) => GuestError::Failure { code: i.code, message: i.message, details: i.details },
+    }
+}
+
+fn report(outcome: Outcome, started: Instant) -> AttemptReport {
+    AttemptReport { outcome, stderr: String::new(), logs: Vec::new(), fuel_used: 0, elapsed: started.elapsed() }
+}

@@ -1,0 +1,81 @@
+//! The one wasmtime engine configuration, and the epoch ticker.
+//!
+//! Invariant: every engine Sutra runs guests on is built by [`build_engine`]:
+//! component model, async, fuel, epoch interruption and the pooling allocator
+//! sized from [`SandboxConfig`]. While a sandbox lives, its [`EpochTicker`]
+//! advances the engine's epoch every `epoch_tick`, so a spinning guest reaches
+//! its epoch deadline, yields to tokio and has its wall-clock deadline checked.
+
+use super::SandboxConfig;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// Core instances one component may hold (Rust guests use a handful; language
+/// runtimes such as componentize-py use a few dozen).
+pub(crate) const CORE_INSTANCES_PER_COMPONENT: u32 = 64;
+/// Linear memories one component may hold.
+pub(crate) const MEMORIES_PER_COMPONENT: u32 = 4;
+/// Tables one component may hold.
+pub(crate) const TABLES_PER_COMPONENT: u32 = 32;
+
+/// Build the engine every sandbox uses.
+pub(crate) fn build_engine(cfg: &SandboxConfig) -> wasmtime::Result<Engine> {
+    let pool_size = cfg.pool_size.max(1);
+    let mut pool = PoolingAllocationConfig::new();
+    pool.total_component_instances(pool_size)
+        .total_core_instances(pool_size.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+        .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
+        .total_memories(pool_size.saturating_mul(MEMORIES_PER_COMPONENT))
+        .max_memories_per_component(MEMORIES_PER_COMPONENT)
+        .total_tables(pool_size.saturating_mul(TABLES_PER_COMPONENT))
+        .max_tables_per_component(TABLES_PER_COMPONENT)
+        .max_tables_per_module(4)
+        .table_elements(cfg.max_table_elements)
+        .total_stacks(pool_size)
+        .max_memory_size(usize::try_from(cfg.max_memory_bytes).unwrap_or(usize::MAX))
+        .max_unused_warm_slots(pool_size)
+        .linear_memory_keep_resident(cfg.keep_resident_bytes)
+        .table_keep_resident(cfg.keep_resident_bytes);
+
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .consume_fuel(true)
+        .epoch_interruption(true)
+        .memory_init_cow(true)
+        .table_lazy_init(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    Engine::new(&config)
+}
+
+/// A thread advancing an engine's epoch; stops when dropped (or when the
+/// engine is gone).
+pub(crate) struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    pub(crate) fn start(engine: &Engine, tick: std::time::Duration) -> std::io::Result<EpochTicker> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let weak = engine.weak();
+        let flag = stop.clone();
+        let tick = tick.max(std::time::Duration::from_micros(100));
+        std::thread::Builder::new().name("sutra-epoch".into()).spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(tick);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            }
+        })?;
+        Ok(EpochTicker { stop })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}

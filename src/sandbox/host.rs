@@ -1,0 +1,267 @@
+//! What a guest sees of the host: the `sutra:task/host` interface, a deny-all
+//! WASI p2 context, and the capped captures of its stderr and log lines.
+//!
+//! Invariant: a guest gets no preopened directory, no environment variable, no
+//! argument, no network, no inherited stdio; clocks and randomness only. What
+//! it writes to stderr or logs is kept within the attempt's capture caps and
+//! never fails or blocks the guest (excess is dropped, not refused).
+
+use super::limits::MemoryLimiter;
+use super::outcome::{LogLevel, LogLine};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+wasmtime::component::bindgen!({
+    path: "wit/task.wit",
+    world: "task",
+    imports: { default: async },
+    exports: { default: async },
+});
+
+pub(crate) use self::Context as WitContext;
+
+/// Most log lines one attempt keeps (then one "dropped" marker line).
+pub(crate) const MAX_LOG_LINES: usize = 256;
+
+/// The data of one attempt's `Store`.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    logs: Arc<Mutex<LogCapture>>,
+}
+
+impl HostState {
+    pub(crate) fn new(
+        limiter: MemoryLimiter,
+        stderr: TailCapture,
+        logs: Arc<Mutex<LogCapture>>,
+    ) -> HostState {
+        let mut b = WasiCtxBuilder::new();
+        b.stderr(stderr)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }));
+        HostState { wasi: b.build(), table: ResourceTable::new(), limiter, logs }
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl sutra::task::types::Host for HostState {}
+
+impl sutra::task::host::Host for HostState {
+    async fn log(&mut self, level: sutra::task::host::Level, message: String) {
+        use sutra::task::host::Level;
+        let level = match level {
+            Level::Trace => LogLevel::Trace,
+            Level::Debug => LogLevel::Debug,
+            Level::Info => LogLevel::Info,
+            Level::Warn => LogLevel::Warn,
+            Level::Error => LogLevel::Error,
+        };
+        if let Ok(mut logs) = self.logs.lock() {
+            logs.push(level, message);
+        }
+    }
+}
+
+/// The linker every attempt instantiates through: WASI p2 plus `sutra:task/host`.
+pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    Task::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
+
+/// Log lines of one attempt, capped in count and bytes.
+#[derive(Debug)]
+pub(crate) struct LogCapture {
+    lines: Vec<LogLine>,
+    bytes: usize,
+    max_bytes: usize,
+    dropped: usize,
+}
+
+impl LogCapture {
+    pub(crate) fn new(max_bytes: usize) -> Self {
+        LogCapture { lines: Vec::new(), bytes: 0, max_bytes, dropped: 0 }
+    }
+
+    fn push(&mut self, level: LogLevel, message: String) {
+        if self.lines.len() >= MAX_LOG_LINES || self.bytes.saturating_add(message.len()) > self.max_bytes {
+            self.dropped += 1;
+            return;
+        }
+        self.bytes += message.len();
+        self.lines.push(LogLine { level, message });
+    }
+
+    /// The kept lines, plus a marker line if any were dropped.
+    pub(crate) fn take(&mut self) -> Vec<LogLine> {
+        let mut lines = std::mem::take(&mut self.lines);
+        if self.dropped > 0 {
+            lines.push(LogLine {
+                level: LogLevel::Warn,
+                message: format!("[{} more log lines dropped: over the capture cap]", self.dropped),
+            });
+        }
+        lines
+    }
+}
+
+/// A guest output stream that keeps only its last `cap` bytes. Writes never
+/// fail and never block: bytes past the cap push the oldest ones out.
+#[derive(Debug, Clone)]
+pub(crate) struct TailCapture {
+    inner: Arc<Mutex<Tail>>,
+}
+
+#[derive(Debug)]
+struct Tail {
+    buf: VecDeque<u8>,
+    cap: usize,
+    dropped: u64,
+}
+
+impl TailCapture {
+    pub(crate) fn new(cap: usize) -> Self {
+        TailCapture { inner: Arc::new(Mutex::new(Tail { buf: VecDeque::new(), cap, dropped: 0 })) }
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let Ok(mut t) = self.inner.lock() else { return };
+        let t = &mut *t;
+        let keep_from_input = bytes.len().min(t.cap);
+        let skipped = bytes.len() - keep_from_input;
+        let overflow = (t.buf.len() + keep_from_input).saturating_sub(t.cap);
+        t.buf.drain(..overflow);
+        t.buf.extend(&bytes[skipped..]);
+        t.dropped = t.dropped.saturating_add((skipped + overflow) as u64);
+    }
+
+    /// The kept text (lossy UTF-8), prefixed by a marker if bytes were dropped.
+    pub(crate) fn text(&self) -> String {
+        let Ok(t) = self.inner.lock() else { return String::new() };
+        let (a, b) = t.buf.as_slices();
+        let mut bytes = Vec::with_capacity(a.len() + b.len());
+        bytes.extend_from_slice(a);
+        bytes.extend_from_slice(b);
+        let text = String::from_utf8_lossy(&bytes);
+        if t.dropped > 0 {
+            format!("[{} earlier bytes dropped]\n{text}", t.dropped)
+        } else {
+            text.into_owned()
+        }
+    }
+}
+
+impl IsTerminal for TailCapture {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for TailCapture {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+/// How much a guest may write in one go (it may write again at once).
+const WRITE_BUDGET: usize = 64 * 1024;
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for TailCapture {
+    async fn ready(&mut self) {}
+}
+
+impl OutputStream for TailCapture {
+    fn write(&mut self, bytes: bytes::Bytes) -> StreamResult<()> {
+        self.append(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(WRITE_BUDGET)
+    }
+}
+
+impl tokio::io::AsyncWrite for TailCapture {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.append(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_capture_keeps_the_last_bytes_and_counts_the_rest() {
+        let t = TailCapture::new(8);
+        t.append(b"hello ");
+        assert_eq!(t.text(), "hello ");
+        t.append(b"world!");
+        assert_eq!(t.text(), "[4 earlier bytes dropped]\no world!");
+        t.append(b"0123456789");
+        assert_eq!(t.text(), "[14 earlier bytes dropped]\n23456789");
+    }
+
+    #[test]
+    fn log_capture_caps_count_and_bytes() {
+        let mut l = LogCapture::new(10);
+        l.push(LogLevel::Info, "12345".into());
+        l.push(LogLevel::Warn, "123456".into());
+        l.push(LogLevel::Error, "12345".into());
+        let lines = l.take();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0].message, "12345");
+        assert_eq!(lines[1].level, LogLevel::Error);
+        assert!(lines[2].message.contains("1 more log lines dropped"));
+
+        let mut l = LogCapture::new(usize::MAX);
+        for _ in 0..MAX_LOG_LINES + 5 {
+            l.push(LogLevel::Info, "x".into());
+        }
+        let lines = l.take();
+        assert_eq!(lines.len(), MAX_LOG_LINES + 1);
+        assert!(lines[MAX_LOG_LINES].message.contains("5 more"));
+    }
+}

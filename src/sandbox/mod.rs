@@ -1,0 +1,314 @@
+//! The task sandbox: one attempt of one WebAssembly component under fuel,
+//! deadline and memory limits. Knows nothing of processes.
+//!
+//! Invariants:
+//! - One engine configuration ([`engine`]), one linker, one pool per
+//!   [`Sandbox`]; at most `pool_size` attempts run at once (a semaphore no
+//!   larger than the pool), the rest wait for a slot.
+//! - Every attempt gets a fresh store with its own fuel, epoch deadline,
+//!   wall-clock deadline, memory limiter and capped captures; nothing of one
+//!   attempt is visible to the next.
+//! - [`Sandbox::attempt`] never panics and never returns a wasmtime error:
+//!   every ending is an [`Outcome`] (see [`outcome`] for the mapping).
+//! - [`Sandbox::load`] refuses, with `SUTRA.TASK.MODULE_INVALID`, anything
+//!   that is not a component of the task world importing only what
+//!   [`import_policy`] allows.
+//!
+//! Files: `engine` (engine + epoch ticker), `loader` (validation, import
+//! policy, linking), `cache` (on-disk precompiled artifacts), `host` (WIT
+//! bindings, WASI context, captures), `limits`, `outcome`, `attempt`.
+
+mod attempt;
+mod cache;
+mod engine;
+mod host;
+mod limits;
+mod loader;
+mod outcome;
+
+pub use limits::Limits;
+pub use loader::{import_policy, LoadError, LoadedComponent};
+pub use outcome::{AttemptReport, LogLevel, LogLine, Outcome};
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How a [`Sandbox`] is built.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// Component instances the pool holds: the most attempts that run at once.
+    pub pool_size: u32,
+    /// Where precompiled components are cached; `None`: no disk cache.
+    pub cache_dir: Option<PathBuf>,
+    /// How often the engine epoch advances: the granularity of deadline checks
+    /// and of a spinning guest's yields to tokio.
+    pub epoch_tick: Duration,
+    /// The most linear memory any single memory may ever have (a pool-wide
+    /// ceiling; each attempt's own cap is [`Limits::memory_bytes`]).
+    pub max_memory_bytes: u64,
+    /// The most elements a table may have (pool-wide ceiling; also the per-attempt cap).
+    pub max_table_elements: usize,
+    /// Bytes of each memory and table slot kept resident (zeroed by memset
+    /// rather than returned to the OS) when a slot is reused.
+    pub keep_resident_bytes: usize,
+    /// Loaded components kept in memory, by digest.
+    pub loaded_capacity: usize,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            pool_size: 32,
+            cache_dir: None,
+            epoch_tick: Duration::from_millis(2),
+            max_memory_bytes: 4 << 30,
+            max_table_elements: 100_000,
+            keep_resident_bytes: 1 << 20,
+            loaded_capacity: 256,
+        }
+    }
+}
+
+/// Who is calling, and which attempt this is (the WIT `context`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskContext {
+    pub tenant: String,
+    pub instance_id: String,
+    pub task_id: String,
+    /// 1-based: 1 is the first try.
+    pub attempt: u32,
+    /// Stable across the attempts of one task execution.
+    pub idempotency_key: String,
+}
+
+/// The sandbox could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot configure the WebAssembly engine: {0}")]
+    Engine(String),
+    #[error("cannot use the component cache directory {dir}: {source}")]
+    CacheDir { dir: PathBuf, source: std::io::Error },
+    #[error("cannot start the epoch ticker: {0}")]
+    Ticker(std::io::Error),
+}
+
+/// Counters of what [`Sandbox::load`] did (for tests and metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SandboxStats {
+    /// Components compiled from their bytes.
+    pub compiled: u64,
+    /// Components deserialized from the disk cache.
+    pub disk_hits: u64,
+    /// Loads answered from the in-memory map.
+    pub memory_hits: u64,
+}
+
+/// Runs task attempts. Cheap to clone; clones share the engine and pool.
+#[derive(Clone)]
+pub struct Sandbox {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: wasmtime::Engine,
+    linker: wasmtime::component::Linker<host::HostState>,
+    slots: Arc<tokio::sync::Semaphore>,
+    disk: Option<cache::DiskCache>,
+    loaded: Mutex<Loaded>,
+    /// One lock per digest being loaded, so concurrent loads of the same
+    /// bytes compile once.
+    loading: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    compiled: AtomicU64,
+    disk_hits: AtomicU64,
+    memory_hits: AtomicU64,
+    cfg: SandboxConfig,
+    _ticker: engine::EpochTicker,
+}
+
+/// The in-memory map digest → component, with least-recently-used eviction.
+#[derive(Default)]
+struct Loaded {
+    by_digest: HashMap<String, (LoadedComponent, u64)>,
+    clock: u64,
+}
+
+impl Sandbox {
+    /// Build the engine, linker, pool and epoch ticker.
+    pub fn new(cfg: SandboxConfig) -> Result<Sandbox, SandboxError> {
+        let engine = engine::build_engine(&cfg).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
+        let linker = host::linker(&engine).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
+        let disk = match &cfg.cache_dir {
+            Some(dir) => Some(
+                cache::DiskCache::new(dir.clone(), &engine)
+                    .map_err(|source| SandboxError::CacheDir { dir: dir.clone(), source })?,
+            ),
+            None => None,
+        };
+        let ticker = engine::EpochTicker::start(&engine, cfg.epoch_tick).map_err(SandboxError::Ticker)?;
+        let permits = usize::try_from(cfg.pool_size.max(1)).unwrap_or(1);
+        Ok(Sandbox {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                slots: Arc::new(tokio::sync::Semaphore::new(permits)),
+                disk,
+                loaded: Mutex::new(Loaded::default()),
+                loading: Mutex::new(HashMap::new()),
+                compiled: AtomicU64::new(0),
+                disk_hits: AtomicU64::new(0),
+                memory_hits: AtomicU64::new(0),
+                cfg,
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// The configuration this sandbox was built with.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.inner.cfg
+    }
+
+    /// Attempts running right now (holding a pool slot).
+    pub fn running(&self) -> usize {
+        let permits = usize::try_from(self.inner.cfg.pool_size.max(1)).unwrap_or(1);
+        permits.saturating_sub(self.inner.slots.available_permits())
+    }
+
+    /// What [`Sandbox::load`] has done so far.
+    pub fn stats(&self) -> SandboxStats {
+        SandboxStats {
+            compiled: self.inner.compiled.load(Ordering::Relaxed),
+            disk_hits: self.inner.disk_hits.load(Ordering::Relaxed),
+            memory_hits: self.inner.memory_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Load a component from its bytes: from memory if these bytes were
+    /// loaded before, else from the disk cache, else by compiling (which can
+    /// take a while: call it off the async runtime's workers for big
+    /// components, e.g. with `spawn_blocking`).
+    pub fn load(&self, bytes: &[u8]) -> Result<LoadedComponent, LoadError> {
+        let digest = cache::digest(bytes);
+        if let Some(found) = self.remembered(&digest) {
+            self.inner.memory_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(found);
+        }
+        loader::check_kind(bytes)?;
+        let gate = self.inner.loading.lock().ok().map(|mut m| m.entry(digest.clone()).or_default().clone());
+        let result = {
+            let _held = gate.as_ref().and_then(|g| g.lock().ok());
+            match self.remembered(&digest) {
+                Some(found) => {
+                    self.inner.memory_hits.fetch_add(1, Ordering::Relaxed);
+                    Ok(found)
+                }
+                None => self.load_uncached(bytes, digest.clone()),
+            }
+        };
+        if let Ok(mut m) = self.inner.loading.lock() {
+            if gate.as_ref().is_some_and(|g| Arc::strong_count(g) <= 2) {
+                m.remove(&digest);
+            }
+        }
+        result
+    }
+
+    /// Load bytes not in the in-memory map: from disk, else by compiling.
+    fn load_uncached(&self, bytes: &[u8], digest: String) -> Result<LoadedComponent, LoadError> {
+        let inner = &self.inner;
+        let mut component = None;
+        if let Some(disk) = &inner.disk {
+            let path = disk.path(&digest);
+            if path.is_file() {
+                // SAFETY: the file is named by the content digest and the
+                // engine's compatibility fingerprint, and is only ever written
+                // by `DiskCache::store` (atomically, by rename) from
+                // `Component::serialize` of bytes that compiled and passed the
+                // import policy in this same engine configuration.
+                match unsafe { wasmtime::component::Component::deserialize_file(&inner.engine, &path) } {
+                    Ok(c) => {
+                        inner.disk_hits.fetch_add(1, Ordering::Relaxed);
+                        component = Some(c);
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), "dropping unusable cached component: {e:#}");
+                        disk.remove(&path);
+                    }
+                }
+            }
+        }
+        let fresh = component.is_none();
+        let component = match component {
+            Some(c) => c,
+            None => {
+                let c = wasmtime::component::Component::new(&inner.engine, bytes)
+                    .map_err(|e| LoadError::invalid(format!("the component does not validate: {e:#}")))?;
+                inner.compiled.fetch_add(1, Ordering::Relaxed);
+                c
+            }
+        };
+        let imports = loader::check_imports(&inner.engine, &component)?;
+        let pre = loader::link(&inner.linker, &component)?;
+        if fresh {
+            if let Some(disk) = &inner.disk {
+                let stored = component.serialize().map_err(|e| e.to_string()).and_then(|artifact| {
+                    disk.store(&digest, &artifact).map_err(|e| e.to_string())
+                });
+                if let Err(e) = stored {
+                    tracing::warn!(%digest, "cannot cache the compiled component: {e}");
+                }
+            }
+        }
+        let loaded = LoadedComponent {
+            inner: Arc::new(loader::LoadedInner { digest: digest.clone(), pre, imports }),
+        };
+        self.remember(digest, loaded.clone());
+        Ok(loaded)
+    }
+
+    /// Run one attempt. Waits for a pool slot first; the deadline counts from
+    /// when the slot is granted.
+    pub async fn attempt(
+        &self,
+        component: &LoadedComponent,
+        ctx: &TaskContext,
+        input: &str,
+        limits: &Limits,
+    ) -> AttemptReport {
+        attempt::run(&self.inner, component, ctx, input, limits).await
+    }
+
+    fn remembered(&self, digest: &str) -> Option<LoadedComponent> {
+        let mut loaded = self.inner.loaded.lock().ok()?;
+        loaded.clock += 1;
+        let now = loaded.clock;
+        let (component, used) = loaded.by_digest.get_mut(digest)?;
+        *used = now;
+        Some(component.clone())
+    }
+
+    fn remember(&self, digest: String, component: LoadedComponent) {
+        let Ok(mut loaded) = self.inner.loaded.lock() else { return };
+        let capacity = self.inner.cfg.loaded_capacity.max(1);
+        while loaded.by_digest.len() >= capacity {
+            let oldest = loaded.by_digest.iter().min_by_key(|(_, (_, used))| *used).map(|(d, _)| d.clone());
+            match oldest {
+                Some(d) => loaded.by_digest.remove(&d),
+                None => break,
+            };
+        }
+        loaded.clock += 1;
+        let now = loaded.clock;
+        loaded.by_digest.insert(digest, (component, now));
+    }
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").field("cfg", &self.inner.cfg).field("stats", &self.stats()).finish()
+    }
+}

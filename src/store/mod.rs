@@ -1,0 +1,314 @@
+//! The store: the database is the truth. A trait with two implementations
+//! (SQLite embedded, PostgreSQL for several replicas) and one behaviour.
+//!
+//! Invariants:
+//! - **one transaction per engine step**: a [`StepWrite`] (snapshot, parks,
+//!   attempts, journal, terminal stamp) commits whole or not at all;
+//! - an instance row is only updated with its expected `version` (optimistic
+//!   concurrency): a lost race is [`StoreError::Conflict`], never a double apply;
+//! - a park row exists exactly as long as its wait (a terminal step removes
+//!   every park of its instance in the same transaction);
+//! - every instant is stored as integer milliseconds since the Unix epoch (UTC),
+//!   so both backends order and compare identically.
+//!
+//! The snapshot is opaque here (JSON text written by the engine).
+
+pub mod any;
+pub mod postgres;
+mod rows;
+pub mod sqlite;
+
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+
+pub use any::AnyStore;
+pub use postgres::{PgOptions, PgStore};
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The instance was changed by someone else since it was loaded.
+    #[error("instance {0} was modified concurrently")]
+    Conflict(String),
+    /// A uniqueness rule refused the write (e.g. an idempotency key reused).
+    #[error("duplicate: {0}")]
+    Duplicate(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl StoreError {
+    /// The wire code of a store failure (one code: the caller decides from
+    /// the variant whether to reload and retry, e.g. on `Conflict`).
+    pub fn code(&self) -> crate::Code {
+        crate::Code::StoreFailed
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Deployment lifecycle (000): a new version is ACTIVE, the one it replaced
+/// DRAINING until it has no running, waiting or FAILED instance, then RETIRED.
+/// An undeployed one is DRAINING too (no new starts), then RETIRED.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum DeploymentState {
+    Active,
+    Draining,
+    Retired,
+}
+
+impl DeploymentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeploymentState::Active => "ACTIVE",
+            DeploymentState::Draining => "DRAINING",
+            DeploymentState::Retired => "RETIRED",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "ACTIVE" => Some(DeploymentState::Active),
+            "DRAINING" => Some(DeploymentState::Draining),
+            "RETIRED" => Some(DeploymentState::Retired),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewDeployment {
+    pub id: String,
+    pub tenant: String,
+    pub process_id: String,
+    /// `bpmn`, `hx` or `asl`.
+    pub dialect: String,
+    /// The definition text exactly as deployed (re-loaded on boot).
+    pub source: String,
+    /// registered task name → module digest (sha256 hex).
+    pub modules: std::collections::BTreeMap<String, String>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeploymentRecord {
+    pub id: String,
+    pub tenant: String,
+    pub process_id: String,
+    /// 1, 2, 3 ... per (tenant, process_id).
+    pub version: i64,
+    pub dialect: String,
+    pub source: String,
+    pub modules: std::collections::BTreeMap<String, String>,
+    pub state: DeploymentState,
+    pub created_at: i64,
+}
+
+/// Instance states as stored. RUNNING and WAITING are live; the rest terminal.
+pub const LIVE_STATES: [&str; 2] = ["RUNNING", "WAITING"];
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewInstance {
+    pub id: String,
+    pub tenant: String,
+    pub deployment_id: String,
+    pub process_id: String,
+    /// A retried start with the same (tenant, key) returns the existing instance.
+    pub idempotency_key: Option<String>,
+    /// The instance this one retries (`retry?mode=...`), if any.
+    pub retry_of: Option<String>,
+    pub started_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceRecord {
+    pub id: String,
+    pub tenant: String,
+    pub deployment_id: String,
+    pub process_id: String,
+    pub state: String,
+    /// Optimistic-concurrency version: 1 after creation, +1 per committed step.
+    pub version: i64,
+    /// The engine snapshot, JSON text.
+    pub snapshot: String,
+    pub idempotency_key: Option<String>,
+    pub retry_of: Option<String>,
+    pub started_at: i64,
+    pub updated_at: i64,
+    pub ended_at: Option<i64>,
+}
+
+/// What `create_instance` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    New,
+    /// The idempotency key was used before: this is that instance's id.
+    Existing(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewPark {
+    /// Unique within the instance (the engine numbers them).
+    pub seq: i64,
+    /// `attempt`, `retry`, `timer`, `message`.
+    pub kind: String,
+    /// When it falls due (ms); `None` for a message wait.
+    pub due_at: Option<i64>,
+    pub message_name: Option<String>,
+    pub correlation_key: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkRecord {
+    pub instance_id: String,
+    pub seq: i64,
+    pub tenant: String,
+    pub deployment_id: String,
+    pub kind: String,
+    pub due_at: Option<i64>,
+    pub message_name: Option<String>,
+    pub correlation_key: Option<String>,
+}
+
+/// One finished task attempt, always recorded (inspect shows it even with the
+/// audit journal off). Unique on (instance_id, token, node, attempt): replaying
+/// a step never records an attempt twice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRow {
+    pub token: i64,
+    pub node: String,
+    pub attempt: i64,
+    pub started_at: i64,
+    pub ended_at: i64,
+    /// `completed`, `business_error`, `failed`.
+    pub outcome: String,
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalRow {
+    /// Unique within the instance (the engine numbers them).
+    pub seq: i64,
+    pub at: i64,
+    pub kind: String,
+    pub node: Option<String>,
+    /// JSON text.
+    pub data: String,
+}
+
+/// Everything one engine step writes, committed in one transaction.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepWrite {
+    pub snapshot: String,
+    pub state: String,
+    pub updated_at: i64,
+    /// Set by the terminal step.
+    pub ended_at: Option<i64>,
+    pub arm: Vec<NewPark>,
+    /// Park seqs to remove.
+    pub withdraw: Vec<i64>,
+    /// Remove every park of the instance (the terminal step).
+    pub withdraw_all: bool,
+    pub attempts: Vec<AttemptRow>,
+    /// Appended only when the audit journal is on (the runtime leaves it empty otherwise).
+    pub journal: Vec<JournalRow>,
+    /// Delete the instance row and everything of it (retention `PT0S` at completion).
+    pub delete: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceFilter {
+    pub tenant: Option<String>,
+    pub state: Option<String>,
+    pub process_id: Option<String>,
+    pub deployment_id: Option<String>,
+    /// Keyset paging: ids strictly greater than this.
+    pub after_id: Option<String>,
+    pub limit: i64,
+}
+
+/// Instance counts of one deployment, for the retirement gate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeploymentLoad {
+    pub running: i64,
+    pub waiting: i64,
+    pub failed: i64,
+}
+
+/// The store. Both implementations pass the same test suite.
+///
+/// Methods return `impl Future + Send` so the runtime can be generic over the
+/// store and spawn on a multi-threaded runtime.
+pub trait Store: Send + Sync + Clone + 'static {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    // ---- modules (content-addressed) ----
+    fn put_module(&self, tenant: &str, digest: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<()>> + Send;
+    fn get_module(&self, tenant: &str, digest: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+
+    // ---- deployments ----
+    /// Inserts with version = previous max + 1 for (tenant, process_id), ACTIVE;
+    /// the previously ACTIVE deployment of that process becomes DRAINING in the
+    /// same transaction.
+    fn insert_deployment(&self, d: &NewDeployment) -> impl Future<Output = StoreResult<DeploymentRecord>> + Send;
+    fn get_deployment(&self, id: &str) -> impl Future<Output = StoreResult<Option<DeploymentRecord>>> + Send;
+    fn list_deployments(&self, tenant: Option<&str>) -> impl Future<Output = StoreResult<Vec<DeploymentRecord>>> + Send;
+    fn active_deployment(&self, tenant: &str, process_id: &str) -> impl Future<Output = StoreResult<Option<DeploymentRecord>>> + Send;
+    fn set_deployment_state(&self, id: &str, state: DeploymentState) -> impl Future<Output = StoreResult<()>> + Send;
+    fn deployment_load(&self, id: &str) -> impl Future<Output = StoreResult<DeploymentLoad>> + Send;
+
+    // ---- instances ----
+    /// Inserts the instance (version 1) and applies its first step, in one
+    /// transaction. A reused (tenant, idempotency_key) writes nothing and
+    /// answers `Created::Existing(id)`.
+    fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> impl Future<Output = StoreResult<Created>> + Send;
+    fn load_instance(&self, id: &str) -> impl Future<Output = StoreResult<Option<InstanceRecord>>> + Send;
+    /// Applies a step if the stored version is `expected_version` (then it is
+    /// `expected_version + 1`); otherwise `StoreError::Conflict`.
+    fn commit_step(&self, id: &str, expected_version: i64, step: &StepWrite) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Several steps of different instances in one transaction (group commit);
+    /// all or nothing: one conflict fails the batch.
+    fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> impl Future<Output = StoreResult<()>> + Send;
+    fn list_instances(&self, filter: &InstanceFilter) -> impl Future<Output = StoreResult<Vec<InstanceRecord>>> + Send;
+    /// Ids of every live (RUNNING/WAITING) instance.
+    fn live_instances(&self) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+
+    // ---- parks ----
+    /// The earliest due instant of any park (ms).
+    fn next_due(&self) -> impl Future<Output = StoreResult<Option<i64>>> + Send;
+    /// Claims up to `limit` parks due at or before `now`, for `owner` until
+    /// `now + lease_ms`: each due park is handed to exactly one caller (across
+    /// replicas); a claim whose holder died is claimable again after its lease.
+    fn claim_due(&self, now: i64, limit: i64, owner: &str, lease_ms: i64) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
+    /// Releases `owner`'s claims on `(instance, seq)` without firing them.
+    fn release_claim(&self, instance_id: &str, seq: i64, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
+    /// Message waits matching (tenant, name, key): key `None` matches waits armed without a key.
+    fn find_message_parks(&self, tenant: &str, name: &str, correlation_key: Option<&str>) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
+    fn parks_of(&self, instance_id: &str) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
+    /// Count of parks by kind.
+    fn park_counts(&self) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
+
+    // ---- attempts and journal ----
+    fn attempts(&self, instance_id: &str) -> impl Future<Output = StoreResult<Vec<AttemptRow>>> + Send;
+    fn journal(&self, instance_id: &str) -> impl Future<Output = StoreResult<Vec<JournalRow>>> + Send;
+
+    // ---- retention ----
+    /// Deletes COMPLETED and TERMINATED instances (and their attempts and
+    /// journal) that ended at or before `ended_before`, up to `limit`; never a
+    /// FAILED one, never one with a park. Returns how many were deleted.
+    fn sweep(&self, ended_before: i64, limit: i64) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    // ---- leases (singletons: the sweeper, schedule arming) ----
+    /// Takes or renews lease `name` for `holder` until `now + ttl_ms` if it is
+    /// free, expired, or already `holder`'s. Returns whether `holder` holds it.
+    fn try_lease(&self, name: &str, holder: &str, now: i64, ttl_ms: i64) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn release_lease(&self, name: &str, holder: &str) -> impl Future<Output = StoreResult<()>> + Send;
+}

@@ -1,0 +1,239 @@
+//! Row shapes shared by both backends, and their conversion to the public
+//! records of [`super`].
+//!
+//! Invariant: both backends select the same column names with the same
+//! types (TEXT, 64-bit integers, nullable where the record has an `Option`),
+//! so one `FromRow` shape decodes either; every decode that can fail (a
+//! deployment state, the modules JSON) answers a [`StoreError`], never panics.
+
+use super::{
+    AttemptRow, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceRecord, JournalRow,
+    ParkRecord, StoreError, StoreResult,
+};
+use std::collections::BTreeMap;
+
+/// Columns of `deployments`, in the order the backends select them.
+pub(super) const DEPLOYMENT_COLUMNS: &str =
+    "id, tenant, process_id, version, dialect, source, modules, state, created_at";
+/// Columns of `instances`.
+pub(super) const INSTANCE_COLUMNS: &str =
+    "id, tenant, deployment_id, process_id, state, version, snapshot, \
+     idempotency_key, retry_of, started_at, updated_at, ended_at";
+/// Columns of `parks` that make a [`ParkRecord`].
+pub(super) const PARK_COLUMNS: &str =
+    "instance_id, seq, tenant, deployment_id, kind, due_at, message_name, correlation_key";
+/// Columns of `attempts` that make an [`AttemptRow`].
+pub(super) const ATTEMPT_COLUMNS: &str =
+    "token, node, attempt, started_at, ended_at, outcome, code, message";
+/// Columns of `journal` that make a [`JournalRow`].
+pub(super) const JOURNAL_COLUMNS: &str = "seq, at, kind, node, data";
+
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct DeploymentRow {
+    pub id: String,
+    pub tenant: String,
+    pub process_id: String,
+    pub version: i64,
+    pub dialect: String,
+    pub source: String,
+    pub modules: String,
+    pub state: String,
+    pub created_at: i64,
+}
+
+impl DeploymentRow {
+    pub(super) fn into_record(self) -> StoreResult<DeploymentRecord> {
+        let state = DeploymentState::parse(&self.state).ok_or_else(|| {
+            StoreError::Other(format!(
+                "deployment {}: unknown state {:?}",
+                self.id, self.state
+            ))
+        })?;
+        let modules = decode_modules(&self.id, &self.modules)?;
+        Ok(DeploymentRecord {
+            id: self.id,
+            tenant: self.tenant,
+            process_id: self.process_id,
+            version: self.version,
+            dialect: self.dialect,
+            source: self.source,
+            modules,
+            state,
+            created_at: self.created_at,
+        })
+    }
+}
+
+/// The `modules` column: a JSON object of task name → digest.
+pub(super) fn encode_modules(modules: &BTreeMap<String, String>) -> StoreResult<String> {
+    serde_json::to_string(modules)
+        .map_err(|e| StoreError::Other(format!("cannot encode deployment modules: {e}")))
+}
+
+fn decode_modules(id: &str, text: &str) -> StoreResult<BTreeMap<String, String>> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Other(format!("deployment {id}: bad modules JSON: {e}")))
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct InstanceRow {
+    pub id: String,
+    pub tenant: String,
+    pub deployment_id: String,
+    pub process_id: String,
+    pub state: String,
+    pub version: i64,
+    pub snapshot: String,
+    pub idempotency_key: Option<String>,
+    pub retry_of: Option<String>,
+    pub started_at: i64,
+    pub updated_at: i64,
+    pub ended_at: Option<i64>,
+}
+
+impl From<InstanceRow> for InstanceRecord {
+    fn from(r: InstanceRow) -> Self {
+        InstanceRecord {
+            id: r.id,
+            tenant: r.tenant,
+            deployment_id: r.deployment_id,
+            process_id: r.process_id,
+            state: r.state,
+            version: r.version,
+            snapshot: r.snapshot,
+            idempotency_key: r.idempotency_key,
+            retry_of: r.retry_of,
+            started_at: r.started_at,
+            updated_at: r.updated_at,
+            ended_at: r.ended_at,
+        }
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct ParkRow {
+    pub instance_id: String,
+    pub seq: i64,
+    pub tenant: String,
+    pub deployment_id: String,
+    pub kind: String,
+    pub due_at: Option<i64>,
+    pub message_name: Option<String>,
+    pub correlation_key: Option<String>,
+}
+
+impl From<ParkRow> for ParkRecord {
+    fn from(r: ParkRow) -> Self {
+        ParkRecord {
+            instance_id: r.instance_id,
+            seq: r.seq,
+            tenant: r.tenant,
+            deployment_id: r.deployment_id,
+            kind: r.kind,
+            due_at: r.due_at,
+            message_name: r.message_name,
+            correlation_key: r.correlation_key,
+        }
+    }
+}
+
+/// Claimed parks in the order a poller should fire them: earliest due first,
+/// then by instance and seq (RETURNING gives no order on either backend).
+pub(super) fn sort_claimed(mut parks: Vec<ParkRecord>) -> Vec<ParkRecord> {
+    parks.sort_by(|a, b| (a.due_at, &a.instance_id, a.seq).cmp(&(b.due_at, &b.instance_id, b.seq)));
+    parks
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct AttemptDbRow {
+    pub token: i64,
+    pub node: String,
+    pub attempt: i64,
+    pub started_at: i64,
+    pub ended_at: i64,
+    pub outcome: String,
+    pub code: Option<String>,
+    pub message: Option<String>,
+}
+
+impl From<AttemptDbRow> for AttemptRow {
+    fn from(r: AttemptDbRow) -> Self {
+        AttemptRow {
+            token: r.token,
+            node: r.node,
+            attempt: r.attempt,
+            started_at: r.started_at,
+            ended_at: r.ended_at,
+            outcome: r.outcome,
+            code: r.code,
+            message: r.message,
+        }
+    }
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(super) struct JournalDbRow {
+    pub seq: i64,
+    pub at: i64,
+    pub kind: String,
+    pub node: Option<String>,
+    pub data: String,
+}
+
+impl From<JournalDbRow> for JournalRow {
+    fn from(r: JournalDbRow) -> Self {
+        JournalRow {
+            seq: r.seq,
+            at: r.at,
+            kind: r.kind,
+            node: r.node,
+            data: r.data,
+        }
+    }
+}
+
+/// A unique-constraint violation becomes [`StoreError::Duplicate`] (described
+/// by `what`); every other database error stays [`StoreError::Db`].
+pub(super) fn duplicate_or_db(e: sqlx::Error, what: impl FnOnce() -> String) -> StoreError {
+    match &e {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Duplicate(what()),
+        _ => StoreError::Db(e),
+    }
+}
+
+/// `limit <= 0` means "no limit" (an [`super::InstanceFilter`] built with
+/// `..Default::default()` lists everything).
+pub(super) fn effective_limit(limit: i64) -> i64 {
+    if limit <= 0 {
+        i64::MAX
+    } else {
+        limit
+    }
+}
+
+/// The earliest instant at which `claim_due` could hand out a park, given
+/// the parks stored now: for an unclaimed timed park its `due_at`, for a
+/// claimed one the later of `due_at` and `claimed_until` (the claim lapses
+/// then, should its holder die). Message waits (no `due_at`) never count.
+/// A poller sleeps until this instant (or until it arms a park itself).
+/// The same SQL runs on both backends.
+pub(super) const NEXT_DUE_SQL: &str = "SELECT MIN(t) FROM ( \
+       SELECT MIN(due_at) AS t FROM parks WHERE due_at IS NOT NULL AND claimed_until IS NULL \
+       UNION ALL \
+       SELECT MIN(CASE WHEN claimed_until > due_at THEN claimed_until ELSE due_at END) AS t \
+       FROM parks WHERE due_at IS NOT NULL AND claimed_until IS NOT NULL \
+     ) AS next_due";
+
+/// Folds `(state, count)` rows into a [`DeploymentLoad`].
+pub(super) fn load_from_counts(rows: &[(String, i64)]) -> DeploymentLoad {
+    let mut load = DeploymentLoad::default();
+    for (state, n) in rows {
+        match state.as_str() {
+            "RUNNING" => load.running += n,
+            "WAITING" => load.waiting += n,
+            "FAILED" => load.failed += n,
+            _ => {}
+        }
+    }
+    load
+}

@@ -1,0 +1,674 @@
+//! SQLite store: the embedded backend, one process owning one file.
+//!
+//! Invariants:
+//! - every write runs in a `BEGIN IMMEDIATE` transaction on a pool of exactly
+//!   one connection, so writes are serialised inside the process and never
+//!   meet `SQLITE_BUSY` from each other (another process waits on the busy
+//!   timeout); reads use a separate pool and see the last committed state (WAL);
+//! - the journal is WAL with `synchronous=FULL` by default: a committed step
+//!   survives kill -9 and power loss. `Synchronous::Normal` keeps the database
+//!   consistent but may lose the last commits on power loss (not on kill -9);
+//! - `sqlite::memory:` uses one connection for reads and writes, kept open for
+//!   the life of the store (the database lives in that connection);
+//! - migrations (`migrations/sqlite`) run on open; reopening is a no-op.
+//!
+//! Claims use the same columns and rules as PostgreSQL (`claimed_by`,
+//! `claimed_until`; a claim is live while `now < claimed_until`), so both
+//! backends answer alike even though one process owns the file.
+//!
+//! Shared rules (identical on both backends): `next_due` is the earliest
+//! instant at which `claim_due` could hand out a park — an unclaimed timed
+//! park's `due_at`, a claimed one's `claimed_until` (when its claim lapses);
+//! message waits never count. A claim with `lease_ms <= 0` lapses at once.
+//! Attempt and journal rows are `INSERT .. ON CONFLICT DO NOTHING`: a
+//! replayed step never records one twice. Sweep deletes attempts and
+//! journal with the instance (`ON DELETE CASCADE`).
+
+use super::rows::{
+    duplicate_or_db, effective_limit, encode_modules, sort_claimed, AttemptDbRow, DeploymentRow,
+    InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS, INSTANCE_COLUMNS,
+    JOURNAL_COLUMNS, PARK_COLUMNS,
+};
+use super::{
+    AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
+    InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite, Store,
+    StoreError, StoreResult,
+};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::{QueryBuilder, Sqlite, Transaction};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How hard a commit waits for the disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Synchronous {
+    /// fsync the WAL on every commit: a committed step survives power loss.
+    #[default]
+    Full,
+    /// fsync only at checkpoints: survives a process crash, may lose the
+    /// last commits on power loss. Faster on slow disks.
+    Normal,
+}
+
+/// Options of [`SqliteStore::open_with`].
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    pub synchronous: Synchronous,
+    /// How long a statement waits for a lock held by another process.
+    pub busy_timeout: Duration,
+    /// Size of the read pool (ignored for `sqlite::memory:`).
+    pub read_connections: u32,
+    /// How long a caller waits for a pooled connection.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(5),
+            read_connections: 4,
+            acquire_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The SQLite implementation of [`Store`].
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    /// Exactly one connection: the only writer.
+    write: SqlitePool,
+    /// Readers (the same pool as `write` for an in-memory database).
+    read: SqlitePool,
+}
+
+/// Parses `sqlite://path`, `sqlite:path`, `sqlite::memory:`, `:memory:` or a
+/// plain file path (taken literally, never URL-decoded).
+fn connect_options(url: &str) -> StoreResult<SqliteConnectOptions> {
+    if url.starts_with("sqlite:") || url == ":memory:" {
+        let url = if url == ":memory:" {
+            "sqlite::memory:"
+        } else {
+            url
+        };
+        SqliteConnectOptions::from_str(url).map_err(StoreError::Db)
+    } else if url.is_empty() {
+        Err(StoreError::Other("empty SQLite path".to_string()))
+    } else {
+        Ok(SqliteConnectOptions::new().filename(url))
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url` with default options.
+    pub async fn open(url: &str) -> StoreResult<Self> {
+        Self::open_with(url, SqliteOptions::default()).await
+    }
+
+    /// Opens (creating if missing) the database at `url` and runs migrations.
+    pub async fn open_with(url: &str, opts: SqliteOptions) -> StoreResult<Self> {
+        let base = connect_options(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(match opts.synchronous {
+                Synchronous::Full => SqliteSynchronous::Full,
+                Synchronous::Normal => SqliteSynchronous::Normal,
+            })
+            .busy_timeout(opts.busy_timeout)
+            .foreign_keys(true);
+        let in_memory = base
+            .get_filename()
+            .to_string_lossy()
+            .starts_with("file:sqlx-in-memory-")
+            || url.contains("mode=memory");
+        let write_opts = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(opts.acquire_timeout);
+        let write_opts = if in_memory {
+            write_opts.idle_timeout(None).max_lifetime(None)
+        } else {
+            write_opts
+        };
+        let write = write_opts.connect_with(base.clone()).await?;
+        sqlx::migrate!("migrations/sqlite").run(&write).await?;
+        let read = if in_memory {
+            write.clone()
+        } else {
+            SqlitePoolOptions::new()
+                .max_connections(opts.read_connections.max(1))
+                .acquire_timeout(opts.acquire_timeout)
+                .connect_with(base)
+                .await?
+        };
+        Ok(SqliteStore { write, read })
+    }
+
+    /// Closes both pools (waits for connections in use to be returned).
+    pub async fn close(&self) {
+        self.read.close().await;
+        self.write.close().await;
+    }
+
+    /// A write transaction: the single writer, taken with `BEGIN IMMEDIATE`.
+    async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        Ok(self.write.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+/// Updates the instance row if it is at `expected_version`, then applies the
+/// rest of the step. `Conflict` if the version moved, `NotFound` if the row is gone.
+async fn commit_one(
+    conn: &mut SqliteConnection,
+    id: &str,
+    expected_version: i64,
+    step: &StepWrite,
+) -> StoreResult<()> {
+    let row: Option<(String, String)> = sqlx::query_as(
+        "UPDATE instances SET snapshot = ?1, state = ?2, version = version + 1, updated_at = ?3, \
+         ended_at = COALESCE(?4, ended_at) WHERE id = ?5 AND version = ?6 RETURNING tenant, deployment_id",
+    )
+    .bind(&step.snapshot)
+    .bind(&step.state)
+    .bind(step.updated_at)
+    .bind(step.ended_at)
+    .bind(id)
+    .bind(expected_version)
+    .fetch_optional(&mut *conn)
+    .await?;
+    match row {
+        Some((tenant, deployment_id)) => apply_step(conn, id, &tenant, &deployment_id, step).await,
+        None => {
+            let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM instances WHERE id = ?1")
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await?;
+            Err(match exists {
+                Some(_) => StoreError::Conflict(id.to_string()),
+                None => StoreError::NotFound(format!("instance {id}")),
+            })
+        }
+    }
+}
+
+/// Everything of a step but the instance row itself: parks, attempts,
+/// journal, or the deletion of the whole instance.
+async fn apply_step(
+    conn: &mut SqliteConnection,
+    id: &str,
+    tenant: &str,
+    deployment_id: &str,
+    step: &StepWrite,
+) -> StoreResult<()> {
+    if step.delete {
+        for table in ["parks", "attempts", "journal"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE instance_id = ?1"))
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        sqlx::query("DELETE FROM instances WHERE id = ?1")
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+        return Ok(());
+    }
+    if step.withdraw_all {
+        sqlx::query("DELETE FROM parks WHERE instance_id = ?1")
+            .bind(id)
+            .execute(&mut *conn)
+            .await?;
+    }
+    for seq in &step.withdraw {
+        sqlx::query("DELETE FROM parks WHERE instance_id = ?1 AND seq = ?2")
+            .bind(id)
+            .bind(seq)
+            .execute(&mut *conn)
+            .await?;
+    }
+    for p in &step.arm {
+        sqlx::query(
+            "INSERT INTO parks (instance_id, seq, kind, tenant, deployment_id, due_at, message_name, correlation_key) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .bind(id)
+        .bind(p.seq)
+        .bind(&p.kind)
+        .bind(tenant)
+        .bind(deployment_id)
+        .bind(p.due_at)
+        .bind(&p.message_name)
+        .bind(&p.correlation_key)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| duplicate_or_db(e, || format!("park {id}/{} is already armed", p.seq)))?;
+    }
+    for a in &step.attempts {
+        sqlx::query(
+            "INSERT INTO attempts (instance_id, token, node, attempt, started_at, ended_at, outcome, code, message) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (instance_id, token, node, attempt) DO NOTHING",
+        )
+        .bind(id)
+        .bind(a.token)
+        .bind(&a.node)
+        .bind(a.attempt)
+        .bind(a.started_at)
+        .bind(a.ended_at)
+        .bind(&a.outcome)
+        .bind(&a.code)
+        .bind(&a.message)
+        .execute(&mut *conn)
+        .await?;
+    }
+    for j in &step.journal {
+        sqlx::query(
+            "INSERT INTO journal (instance_id, seq, at, kind, node, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+             ON CONFLICT (instance_id, seq) DO NOTHING",
+        )
+        .bind(id)
+        .bind(j.seq)
+        .bind(j.at)
+        .bind(&j.kind)
+        .bind(&j.node)
+        .bind(&j.data)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn put_module(&self, tenant: &str, digest: &str, bytes: &[u8]) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("INSERT INTO modules (tenant, digest, bytes) VALUES (?1, ?2, ?3) ON CONFLICT (tenant, digest) DO NOTHING")
+            .bind(tenant)
+            .bind(digest)
+            .bind(bytes)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_module(&self, tenant: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        Ok(
+            sqlx::query_scalar("SELECT bytes FROM modules WHERE tenant = ?1 AND digest = ?2")
+                .bind(tenant)
+                .bind(digest)
+                .fetch_optional(&self.read)
+                .await?,
+        )
+    }
+
+    async fn insert_deployment(&self, d: &NewDeployment) -> StoreResult<DeploymentRecord> {
+        let modules = encode_modules(&d.modules)?;
+        let mut tx = self.begin_write().await?;
+        let previous: i64 =
+            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM deployments WHERE tenant = ?1 AND process_id = ?2")
+                .bind(&d.tenant)
+                .bind(&d.process_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        sqlx::query("UPDATE deployments SET state = 'DRAINING' WHERE tenant = ?1 AND process_id = ?2 AND state = 'ACTIVE'")
+            .bind(&d.tenant)
+            .bind(&d.process_id)
+            .execute(&mut *tx)
+            .await?;
+        let row: DeploymentRow = sqlx::query_as(&format!(
+            "INSERT INTO deployments ({DEPLOYMENT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'ACTIVE', ?8) \
+             RETURNING {DEPLOYMENT_COLUMNS}"
+        ))
+        .bind(&d.id)
+        .bind(&d.tenant)
+        .bind(&d.process_id)
+        .bind(previous + 1)
+        .bind(&d.dialect)
+        .bind(&d.source)
+        .bind(&modules)
+        .bind(d.created_at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| duplicate_or_db(e, || format!("deployment {} already exists", d.id)))?;
+        tx.commit().await?;
+        row.into_record()
+    }
+
+    async fn get_deployment(&self, id: &str) -> StoreResult<Option<DeploymentRecord>> {
+        let row: Option<DeploymentRow> = sqlx::query_as(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE id = ?1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?;
+        row.map(DeploymentRow::into_record).transpose()
+    }
+
+    async fn list_deployments(&self, tenant: Option<&str>) -> StoreResult<Vec<DeploymentRecord>> {
+        let rows: Vec<DeploymentRow> = sqlx::query_as(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE (?1 IS NULL OR tenant = ?1) \
+             ORDER BY tenant, process_id, version"
+        ))
+        .bind(tenant)
+        .fetch_all(&self.read)
+        .await?;
+        rows.into_iter().map(DeploymentRow::into_record).collect()
+    }
+
+    async fn active_deployment(
+        &self,
+        tenant: &str,
+        process_id: &str,
+    ) -> StoreResult<Option<DeploymentRecord>> {
+        let row: Option<DeploymentRow> = sqlx::query_as(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE tenant = ?1 AND process_id = ?2 AND state = 'ACTIVE'"
+        ))
+        .bind(tenant)
+        .bind(process_id)
+        .fetch_optional(&self.read)
+        .await?;
+        row.map(DeploymentRow::into_record).transpose()
+    }
+
+    async fn set_deployment_state(&self, id: &str, state: DeploymentState) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("UPDATE deployments SET state = ?1 WHERE id = ?2")
+            .bind(state.as_str())
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                duplicate_or_db(e, || {
+                    format!("another deployment of the process of {id} is ACTIVE")
+                })
+            })?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("deployment {id}")));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn deployment_load(&self, id: &str) -> StoreResult<DeploymentLoad> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT state, COUNT(*) FROM instances WHERE deployment_id = ?1 \
+             AND state IN ('RUNNING', 'WAITING', 'FAILED') GROUP BY state",
+        )
+        .bind(id)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(super::rows::load_from_counts(&rows))
+    }
+
+    async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
+        let mut tx = self.begin_write().await?;
+        if let Some(key) = &inst.idempotency_key {
+            let existing: Option<String> = sqlx::query_scalar(
+                "SELECT id FROM instances WHERE tenant = ?1 AND idempotency_key = ?2",
+            )
+            .bind(&inst.tenant)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if let Some(id) = existing {
+                return Ok(Created::Existing(id));
+            }
+        }
+        sqlx::query(&format!(
+            "INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11)"
+        ))
+        .bind(&inst.id)
+        .bind(&inst.tenant)
+        .bind(&inst.deployment_id)
+        .bind(&inst.process_id)
+        .bind(&step.state)
+        .bind(&step.snapshot)
+        .bind(&inst.idempotency_key)
+        .bind(&inst.retry_of)
+        .bind(inst.started_at)
+        .bind(step.updated_at)
+        .bind(step.ended_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
+        apply_step(&mut tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
+        tx.commit().await?;
+        Ok(Created::New)
+    }
+
+    async fn load_instance(&self, id: &str) -> StoreResult<Option<InstanceRecord>> {
+        let row: Option<InstanceRow> = sqlx::query_as(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = ?1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?;
+        Ok(row.map(InstanceRecord::from))
+    }
+
+    async fn commit_step(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        commit_one(&mut tx, id, expected_version, step).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {
+        if steps.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        for (id, expected_version, step) in steps {
+            commit_one(&mut tx, id, *expected_version, step).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn list_instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
+        let mut q = QueryBuilder::<Sqlite>::new(format!(
+            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1"
+        ));
+        if let Some(t) = &filter.tenant {
+            q.push(" AND tenant = ").push_bind(t);
+        }
+        if let Some(s) = &filter.state {
+            q.push(" AND state = ").push_bind(s);
+        }
+        if let Some(p) = &filter.process_id {
+            q.push(" AND process_id = ").push_bind(p);
+        }
+        if let Some(d) = &filter.deployment_id {
+            q.push(" AND deployment_id = ").push_bind(d);
+        }
+        if let Some(a) = &filter.after_id {
+            q.push(" AND id > ").push_bind(a);
+        }
+        q.push(" ORDER BY id LIMIT ")
+            .push_bind(effective_limit(filter.limit));
+        let rows: Vec<InstanceRow> = q.build_query_as().fetch_all(&self.read).await?;
+        Ok(rows.into_iter().map(InstanceRecord::from).collect())
+    }
+
+    async fn live_instances(&self) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM instances WHERE state IN ('RUNNING', 'WAITING') ORDER BY id",
+        )
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    async fn next_due(&self) -> StoreResult<Option<i64>> {
+        Ok(sqlx::query_scalar(super::rows::NEXT_DUE_SQL)
+            .fetch_one(&self.read)
+            .await?)
+    }
+
+    async fn claim_due(
+        &self,
+        now: i64,
+        limit: i64,
+        owner: &str,
+        lease_ms: i64,
+    ) -> StoreResult<Vec<ParkRecord>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_write().await?;
+        let rows: Vec<ParkRow> = sqlx::query_as(&format!(
+            "UPDATE parks SET claimed_by = ?1, claimed_until = ?2 WHERE (instance_id, seq) IN ( \
+               SELECT instance_id, seq FROM parks \
+               WHERE due_at IS NOT NULL AND due_at <= ?3 AND (claimed_until IS NULL OR claimed_until <= ?3) \
+               ORDER BY due_at, instance_id, seq LIMIT ?4) \
+             RETURNING {PARK_COLUMNS}"
+        ))
+        .bind(owner)
+        .bind(now.saturating_add(lease_ms.max(0)))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(sort_claimed(
+            rows.into_iter().map(ParkRecord::from).collect(),
+        ))
+    }
+
+    async fn release_claim(&self, instance_id: &str, seq: i64, owner: &str) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "UPDATE parks SET claimed_by = NULL, claimed_until = NULL \
+             WHERE instance_id = ?1 AND seq = ?2 AND claimed_by = ?3",
+        )
+        .bind(instance_id)
+        .bind(seq)
+        .bind(owner)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn find_message_parks(
+        &self,
+        tenant: &str,
+        name: &str,
+        correlation_key: Option<&str>,
+    ) -> StoreResult<Vec<ParkRecord>> {
+        let rows: Vec<ParkRow> = sqlx::query_as(&format!(
+            "SELECT {PARK_COLUMNS} FROM parks WHERE tenant = ?1 AND message_name = ?2 AND correlation_key IS ?3 \
+             ORDER BY instance_id, seq"
+        ))
+        .bind(tenant)
+        .bind(name)
+        .bind(correlation_key)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows.into_iter().map(ParkRecord::from).collect())
+    }
+
+    async fn parks_of(&self, instance_id: &str) -> StoreResult<Vec<ParkRecord>> {
+        let rows: Vec<ParkRow> = sqlx::query_as(&format!(
+            "SELECT {PARK_COLUMNS} FROM parks WHERE instance_id = ?1 ORDER BY seq"
+        ))
+        .bind(instance_id)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows.into_iter().map(ParkRecord::from).collect())
+    }
+
+    async fn park_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        Ok(
+            sqlx::query_as("SELECT kind, COUNT(*) FROM parks GROUP BY kind ORDER BY kind")
+                .fetch_all(&self.read)
+                .await?,
+        )
+    }
+
+    async fn attempts(&self, instance_id: &str) -> StoreResult<Vec<AttemptRow>> {
+        let rows: Vec<AttemptDbRow> = sqlx::query_as(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE instance_id = ?1 ORDER BY id"
+        ))
+        .bind(instance_id)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows.into_iter().map(AttemptRow::from).collect())
+    }
+
+    async fn journal(&self, instance_id: &str) -> StoreResult<Vec<JournalRow>> {
+        let rows: Vec<JournalDbRow> = sqlx::query_as(&format!(
+            "SELECT {JOURNAL_COLUMNS} FROM journal WHERE instance_id = ?1 ORDER BY seq"
+        ))
+        .bind(instance_id)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows.into_iter().map(JournalRow::from).collect())
+    }
+
+    async fn sweep(&self, ended_before: i64, limit: i64) -> StoreResult<u64> {
+        if limit <= 0 {
+            return Ok(0);
+        }
+        let mut tx = self.begin_write().await?;
+        // attempts and journal go with the instance (ON DELETE CASCADE).
+        let done = sqlx::query(
+            "DELETE FROM instances WHERE id IN ( \
+               SELECT i.id FROM instances i \
+               WHERE i.state IN ('COMPLETED', 'TERMINATED') AND i.ended_at IS NOT NULL AND i.ended_at <= ?1 \
+                 AND NOT EXISTS (SELECT 1 FROM parks p WHERE p.instance_id = i.id) \
+               ORDER BY i.ended_at, i.id LIMIT ?2)",
+        )
+        .bind(ended_before)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let held: Option<String> = sqlx::query_scalar(
+            "INSERT INTO leases (name, holder, expires_at) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at \
+             WHERE leases.holder = excluded.holder OR leases.expires_at <= ?4 \
+             RETURNING holder",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(now.saturating_add(ttl_ms.max(0)))
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(held.is_some())
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM leases WHERE name = ?1 AND holder = ?2")
+            .bind(name)
+            .bind(holder)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,672 @@
+//! The store contract, run on SQLite and on PostgreSQL (see
+//! `tests/common/backends.rs`): what the runtime relies on from either backend.
+
+#[path = "common/backends.rs"]
+mod backends;
+
+use std::collections::{BTreeMap, BTreeSet};
+use sutra::store::{
+    AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
+    JournalRow, NewDeployment, NewInstance, NewPark, StepWrite, Store, StoreError,
+};
+
+const T: &str = "acme";
+
+fn new_deployment(id: &str, tenant: &str, process: &str) -> NewDeployment {
+    NewDeployment {
+        id: id.to_string(),
+        tenant: tenant.to_string(),
+        process_id: process.to_string(),
+        dialect: "bpmn".to_string(),
+        source: format!("<definitions id=\"{id}\"/>"),
+        modules: BTreeMap::from([("charge".to_string(), "ab12".to_string())]),
+        created_at: 1_000,
+    }
+}
+
+async fn deploy<S: Store>(store: &S, id: &str) -> DeploymentRecord {
+    store
+        .insert_deployment(&new_deployment(id, T, "order"))
+        .await
+        .unwrap()
+}
+
+fn new_instance(id: &str, d: &DeploymentRecord, key: Option<&str>) -> NewInstance {
+    NewInstance {
+        id: id.to_string(),
+        tenant: d.tenant.clone(),
+        deployment_id: d.id.clone(),
+        process_id: d.process_id.clone(),
+        idempotency_key: key.map(str::to_string),
+        retry_of: None,
+        started_at: 100,
+    }
+}
+
+fn step(state: &str, snapshot: &str, at: i64) -> StepWrite {
+    StepWrite {
+        snapshot: snapshot.to_string(),
+        state: state.to_string(),
+        updated_at: at,
+        ..StepWrite::default()
+    }
+}
+
+fn timer(seq: i64, due: i64) -> NewPark {
+    NewPark {
+        seq,
+        kind: "timer".to_string(),
+        due_at: Some(due),
+        message_name: None,
+        correlation_key: None,
+    }
+}
+
+fn message(seq: i64, name: &str, key: Option<&str>) -> NewPark {
+    NewPark {
+        seq,
+        kind: "message".to_string(),
+        due_at: None,
+        message_name: Some(name.to_string()),
+        correlation_key: key.map(str::to_string),
+    }
+}
+
+fn attempt(node: &str, n: i64) -> AttemptRow {
+    AttemptRow {
+        token: 1,
+        node: node.to_string(),
+        attempt: n,
+        started_at: 10 * n,
+        ended_at: 10 * n + 5,
+        outcome: "failed".to_string(),
+        code: Some("SUTRA.TASK.TRAP".to_string()),
+        message: Some(format!("attempt {n}")),
+    }
+}
+
+fn journal(seq: i64) -> JournalRow {
+    JournalRow {
+        seq,
+        at: seq * 10,
+        kind: "node.entered".to_string(),
+        node: Some("a".to_string()),
+        data: "{}".to_string(),
+    }
+}
+
+/// Creates a WAITING instance of a fresh deployment with `parks` armed.
+async fn waiting_instance<S: Store>(
+    store: &S,
+    d: &DeploymentRecord,
+    id: &str,
+    parks: Vec<NewPark>,
+) {
+    let first = StepWrite {
+        arm: parks,
+        ..step("WAITING", "{}", 100)
+    };
+    assert_eq!(
+        store
+            .create_instance(&new_instance(id, d, None), &first)
+            .await
+            .unwrap(),
+        Created::New
+    );
+}
+
+/// An instance that reached `state` at `ended_at` (with one attempt row).
+async fn ended_instance<S: Store>(
+    store: &S,
+    d: &DeploymentRecord,
+    id: &str,
+    state: &str,
+    ended_at: i64,
+) {
+    let first = StepWrite {
+        ended_at: Some(ended_at),
+        attempts: vec![attempt("a", 1)],
+        ..step(state, "{}", ended_at)
+    };
+    store
+        .create_instance(&new_instance(id, d, None), &first)
+        .await
+        .unwrap();
+}
+
+backends::store_tests! {
+    async fn migrations_are_idempotent_on_reopen(db) {
+        let d = deploy(&*db, "d1").await;
+        let again = db.reopen().await;
+        let third = db.reopen().await;
+        assert_eq!(again.get_deployment("d1").await.unwrap(), Some(d.clone()));
+        assert_eq!(third.active_deployment(T, "order").await.unwrap(), Some(d));
+        assert_eq!(again.backend(), db.backend());
+        again.close().await;
+        third.close().await;
+    }
+
+    async fn deployments_are_versioned_and_the_previous_one_drains(db) {
+        let v1 = deploy(&*db, "d1").await;
+        assert_eq!((v1.version, v1.state), (1, DeploymentState::Active));
+        assert_eq!(v1.modules.get("charge").map(String::as_str), Some("ab12"));
+        let v2 = deploy(&*db, "d2").await;
+        assert_eq!((v2.version, v2.state), (2, DeploymentState::Active));
+        assert_eq!(db.get_deployment("d1").await.unwrap().unwrap().state, DeploymentState::Draining);
+        assert_eq!(db.active_deployment(T, "order").await.unwrap().unwrap().id, "d2");
+
+        // Versions count per (tenant, process).
+        let other = db.insert_deployment(&new_deployment("d3", T, "refund")).await.unwrap();
+        let elsewhere = db.insert_deployment(&new_deployment("d4", "globex", "order")).await.unwrap();
+        assert_eq!((other.version, elsewhere.version), (1, 1));
+        let ids: Vec<String> = db.list_deployments(Some(T)).await.unwrap().into_iter().map(|d| d.id).collect();
+        assert_eq!(ids, ["d1", "d2", "d3"]);
+        assert_eq!(db.list_deployments(None).await.unwrap().len(), 4);
+
+        // A refused deploy (id reused) rolls back the DRAINING of the active one.
+        let err = db.insert_deployment(&new_deployment("d2", T, "order")).await.unwrap_err();
+        assert!(matches!(err, StoreError::Duplicate(_)), "{err:?}");
+        assert_eq!(db.active_deployment(T, "order").await.unwrap().unwrap().id, "d2");
+
+        db.set_deployment_state("d1", DeploymentState::Retired).await.unwrap();
+        assert_eq!(db.get_deployment("d1").await.unwrap().unwrap().state, DeploymentState::Retired);
+        let err = db.set_deployment_state("nope", DeploymentState::Retired).await.unwrap_err();
+        assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+        assert_eq!(db.get_deployment("nope").await.unwrap(), None);
+    }
+
+    async fn create_is_idempotent_per_tenant_key(db) {
+        let d = deploy(&*db, "d1").await;
+        let first = StepWrite { arm: vec![timer(1, 500)], ..step("WAITING", "{\"n\":1}", 100) };
+        assert_eq!(db.create_instance(&new_instance("i1", &d, Some("k")), &first).await.unwrap(), Created::New);
+        // Same key, another id: answers the first instance and writes nothing.
+        let again = StepWrite { arm: vec![timer(1, 700)], ..step("WAITING", "{\"n\":2}", 100) };
+        assert_eq!(
+            db.create_instance(&new_instance("i2", &d, Some("k")), &again).await.unwrap(),
+            Created::Existing("i1".to_string())
+        );
+        assert_eq!(db.load_instance("i2").await.unwrap(), None);
+        assert!(db.parks_of("i2").await.unwrap().is_empty());
+        let i1 = db.load_instance("i1").await.unwrap().unwrap();
+        assert_eq!((i1.version, i1.snapshot.as_str(), i1.idempotency_key.as_deref()), (1, "{\"n\":1}", Some("k")));
+
+        // Without a key every start is new; a reused id is refused.
+        let running = step("RUNNING", "{}", 1);
+        assert_eq!(db.create_instance(&new_instance("i3", &d, None), &running).await.unwrap(), Created::New);
+        assert_eq!(db.create_instance(&new_instance("i4", &d, None), &running).await.unwrap(), Created::New);
+        let err = db.create_instance(&new_instance("i3", &d, None), &running).await.unwrap_err();
+        assert!(matches!(err, StoreError::Duplicate(_)), "{err:?}");
+
+        // Keys are per tenant.
+        let g = db.insert_deployment(&new_deployment("g1", "globex", "order")).await.unwrap();
+        let created = db.create_instance(&new_instance("g-i1", &g, Some("k")), &running).await.unwrap();
+        assert_eq!(created, Created::New);
+    }
+
+    async fn concurrent_deploys_get_distinct_versions_and_one_active(db) {
+        let mut tasks = Vec::new();
+        for n in 0..6 {
+            let store = db.store.clone();
+            let d = new_deployment(&format!("d{n}"), T, "order");
+            tasks.push(tokio::spawn(async move { store.insert_deployment(&d).await.unwrap() }));
+        }
+        let mut versions = Vec::new();
+        for t in tasks {
+            versions.push(t.await.unwrap().version);
+        }
+        versions.sort();
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+        let all = db.list_deployments(Some(T)).await.unwrap();
+        let active: Vec<_> = all.iter().filter(|d| d.state == DeploymentState::Active).collect();
+        assert_eq!(active.len(), 1);
+        assert_eq!(active[0].version, 6, "the last version is the active one");
+    }
+
+    async fn concurrent_starts_with_one_key_create_one_instance(db) {
+        let d = deploy(&*db, "d1").await;
+        let mut tasks = Vec::new();
+        for n in 0..6 {
+            let store = db.store.clone();
+            let inst = new_instance(&format!("i{n}"), &d, Some("order-42"));
+            let first = StepWrite { arm: vec![timer(1, 10)], ..step("WAITING", "{}", 1) };
+            tasks.push(tokio::spawn(async move { (inst.id.clone(), store.create_instance(&inst, &first).await.unwrap()) }));
+        }
+        let mut winners = Vec::new();
+        let mut answers = Vec::new();
+        for t in tasks {
+            let (id, created) = t.await.unwrap();
+            match created {
+                Created::New => winners.push(id),
+                Created::Existing(existing) => answers.push(existing),
+            }
+        }
+        assert_eq!(winners.len(), 1, "{winners:?}");
+        assert!(answers.iter().all(|a| *a == winners[0]), "{answers:?} vs {winners:?}");
+        assert_eq!(db.live_instances().await.unwrap(), winners);
+        assert_eq!(db.park_counts().await.unwrap(), [("timer".to_string(), 1)]);
+    }
+
+    async fn concurrent_commits_at_one_version_exactly_one_wins(db) {
+        let d = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d, "i1", vec![]).await;
+        for round in 1..=5i64 {
+            let mut tasks = Vec::new();
+            for n in 0..4 {
+                let store = db.store.clone();
+                let write = StepWrite {
+                    arm: vec![timer(round * 10 + n, 1_000)],
+                    ..step("WAITING", &format!("{round}/{n}"), round)
+                };
+                tasks.push(tokio::spawn(async move { store.commit_step("i1", round, &write).await }));
+            }
+            let mut won = 0;
+            for t in tasks {
+                match t.await.unwrap() {
+                    Ok(()) => won += 1,
+                    Err(StoreError::Conflict(id)) => assert_eq!(id, "i1"),
+                    Err(e) => panic!("unexpected {e:?}"),
+                }
+            }
+            assert_eq!(won, 1, "round {round}");
+            let i = db.load_instance("i1").await.unwrap().unwrap();
+            assert_eq!(i.version, round + 1);
+            // Only the winner's park exists.
+            assert_eq!(db.parks_of("i1").await.unwrap().len() as i64, round);
+        }
+        let err = db.commit_step("missing", 1, &step("RUNNING", "{}", 1)).await.unwrap_err();
+        assert!(matches!(err, StoreError::NotFound(_)), "{err:?}");
+    }
+
+    async fn a_step_writes_everything_or_nothing(db) {
+        let d = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d, "i1", vec![timer(1, 500)]).await;
+        let full = StepWrite {
+            arm: vec![timer(2, 900), message(3, "paid", Some("o-1"))],
+            withdraw: vec![1],
+            attempts: vec![attempt("a", 1)],
+            journal: vec![journal(1)],
+            ..step("WAITING", "{\"at\":2}", 200)
+        };
+        // A stale version writes none of it.
+        let err = db.commit_step("i1", 7, &full).await.unwrap_err();
+        assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+        let parks: Vec<i64> = db.parks_of("i1").await.unwrap().iter().map(|p| p.seq).collect();
+        assert_eq!(parks, [1]);
+        assert!(db.attempts("i1").await.unwrap().is_empty());
+        assert!(db.journal("i1").await.unwrap().is_empty());
+
+        // A step failing half-way (a park seq armed twice) rolls back the snapshot too.
+        let broken = StepWrite {
+            arm: vec![timer(1, 600)],
+            attempts: vec![attempt("a", 1)],
+            ..step("WAITING", "{\"broken\":1}", 300)
+        };
+        let err = db.commit_step("i1", 1, &broken).await.unwrap_err();
+        assert!(matches!(err, StoreError::Duplicate(_)), "{err:?}");
+        let i = db.load_instance("i1").await.unwrap().unwrap();
+        assert_eq!((i.version, i.snapshot.as_str(), i.updated_at), (1, "{}", 100));
+        assert!(db.attempts("i1").await.unwrap().is_empty());
+
+        db.commit_step("i1", 1, &full).await.unwrap();
+        let i = db.load_instance("i1").await.unwrap().unwrap();
+        assert_eq!((i.version, i.snapshot.as_str(), i.updated_at), (2, "{\"at\":2}", 200));
+        let parks = db.parks_of("i1").await.unwrap();
+        assert_eq!(parks.iter().map(|p| p.seq).collect::<Vec<_>>(), [2, 3]);
+        assert_eq!((parks[0].tenant.as_str(), parks[0].deployment_id.as_str()), (T, "d1"));
+        assert_eq!(db.attempts("i1").await.unwrap(), vec![attempt("a", 1)]);
+        assert_eq!(db.journal("i1").await.unwrap(), vec![journal(1)]);
+
+        // Group commit: one conflict fails the whole batch.
+        waiting_instance(&*db, &d, "i2", vec![]).await;
+        let batch = vec![
+            ("i2".to_string(), 1, StepWrite { arm: vec![timer(1, 1)], ..step("WAITING", "b", 1) }),
+            ("i1".to_string(), 1, step("WAITING", "stale", 1)),
+        ];
+        assert!(matches!(db.commit_steps(&batch).await.unwrap_err(), StoreError::Conflict(id) if id == "i1"));
+        let i2 = db.load_instance("i2").await.unwrap().unwrap();
+        assert_eq!((i2.version, i2.snapshot.as_str()), (1, "{}"));
+        assert!(db.parks_of("i2").await.unwrap().is_empty());
+        let batch = vec![
+            ("i2".to_string(), 1, step("WAITING", "b", 1)),
+            ("i1".to_string(), 2, step("WAITING", "c", 1)),
+        ];
+        db.commit_steps(&batch).await.unwrap();
+        assert_eq!(db.load_instance("i1").await.unwrap().unwrap().version, 3);
+        assert_eq!(db.load_instance("i2").await.unwrap().unwrap().version, 2);
+    }
+
+    async fn terminal_step_withdraws_all_and_delete_removes_everything(db) {
+        let d = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d, "i1", vec![timer(1, 500), timer(2, 600), message(3, "m", None)]).await;
+        let done = StepWrite {
+            withdraw_all: true,
+            ended_at: Some(700),
+            attempts: vec![attempt("a", 1)],
+            journal: vec![journal(1)],
+            ..step("COMPLETED", "{\"done\":true}", 700)
+        };
+        db.commit_step("i1", 1, &done).await.unwrap();
+        assert!(db.parks_of("i1").await.unwrap().is_empty());
+        let i = db.load_instance("i1").await.unwrap().unwrap();
+        assert_eq!((i.state.as_str(), i.ended_at, i.version), ("COMPLETED", Some(700), 2));
+        // A later step without a stamp keeps the end instant.
+        db.commit_step("i1", 2, &step("COMPLETED", "{\"done\":true}", 800)).await.unwrap();
+        assert_eq!(db.load_instance("i1").await.unwrap().unwrap().ended_at, Some(700));
+
+        waiting_instance(&*db, &d, "i2", vec![timer(1, 500), message(2, "m", None)]).await;
+        let gone = StepWrite {
+            delete: true,
+            attempts: vec![attempt("a", 1)],
+            journal: vec![journal(1)],
+            ..step("COMPLETED", "{}", 900)
+        };
+        let before = StepWrite { attempts: vec![attempt("b", 1)], journal: vec![journal(9)], ..step("WAITING", "{}", 800) };
+        db.commit_step("i2", 1, &before).await.unwrap();
+        db.commit_step("i2", 2, &gone).await.unwrap();
+        assert_eq!(db.load_instance("i2").await.unwrap(), None);
+        assert!(db.parks_of("i2").await.unwrap().is_empty());
+        assert!(db.attempts("i2").await.unwrap().is_empty());
+        assert!(db.journal("i2").await.unwrap().is_empty());
+        assert!(db.find_message_parks(T, "m", None).await.unwrap().is_empty());
+        // The other instance is untouched.
+        assert_eq!(db.attempts("i1").await.unwrap().len(), 1);
+    }
+
+    async fn each_due_park_goes_to_exactly_one_of_many_claimers(db) {
+        let d = deploy(&*db, "d1").await;
+        let mut due = BTreeSet::new();
+        for i in 0..12 {
+            let id = format!("i{i:02}");
+            let parks = vec![timer(1, 100 + i), timer(2, 200 + i), timer(3, 5_000), message(4, "m", None)];
+            waiting_instance(&*db, &d, &id, parks).await;
+            due.insert((id.clone(), 1));
+            due.insert((id, 2));
+        }
+        let mut tasks = Vec::new();
+        for c in 0..8 {
+            let store = db.store.clone();
+            tasks.push(tokio::spawn(async move {
+                let owner = format!("replica-{c}");
+                let mut got = Vec::new();
+                loop {
+                    let batch = store.claim_due(1_000, 3, &owner, 60_000).await.unwrap();
+                    if batch.is_empty() {
+                        return got;
+                    }
+                    got.extend(batch.into_iter().map(|p| (p.instance_id, p.seq)));
+                }
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        let unique: BTreeSet<_> = all.iter().cloned().collect();
+        assert_eq!(unique.len(), all.len(), "a park was handed out twice");
+        assert_eq!(unique, due);
+        assert!(db.claim_due(1_000, 100, "late", 60_000).await.unwrap().is_empty());
+    }
+
+    async fn an_expired_claim_is_claimable_again_a_live_one_is_not(db) {
+        let d = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d, "i1", vec![timer(1, 100), timer(2, 150)]).await;
+        let got = db.claim_due(200, 10, "a", 1_000).await.unwrap();
+        assert_eq!(got.iter().map(|p| p.seq).collect::<Vec<_>>(), [1, 2], "earliest due first");
+        assert_eq!((got[0].kind.as_str(), got[0].due_at), ("timer", Some(100)));
+        assert!(db.claim_due(1_199, 10, "b", 1_000).await.unwrap().is_empty(), "claim is live until 1200");
+        let taken = db.claim_due(1_200, 1, "b", 1_000).await.unwrap();
+        assert_eq!(taken.iter().map(|p| p.seq).collect::<Vec<_>>(), [1], "limit honoured");
+
+        // Releasing: only the holder's release counts; then claimable at once.
+        db.release_claim("i1", 1, "a").await.unwrap();
+        let seqs = |v: Vec<sutra::store::ParkRecord>| v.into_iter().map(|p| p.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(db.claim_due(1_300, 10, "c", 1_000).await.unwrap()), [2], "a's lapsed claim, not b's live one");
+        db.release_claim("i1", 1, "b").await.unwrap();
+        assert_eq!(seqs(db.claim_due(1_300, 10, "c", 1_000).await.unwrap()), [1]);
+        assert!(db.claim_due(1_300, 0, "c", 1_000).await.unwrap().is_empty());
+    }
+
+    async fn next_due_is_the_earliest_instant_a_claim_can_succeed(db) {
+        assert_eq!(db.next_due().await.unwrap(), None);
+        let d = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d, "m1", vec![message(1, "m", Some("k"))]).await;
+        assert_eq!(db.next_due().await.unwrap(), None, "message waits are never due");
+        waiting_instance(&*db, &d, "t1", vec![timer(1, 900), timer(2, 500)]).await;
+        assert_eq!(db.next_due().await.unwrap(), Some(500));
+        // Claimed (lease until 1600): the park counts again only when the claim lapses.
+        assert_eq!(db.claim_due(600, 10, "a", 1_000).await.unwrap().len(), 1);
+        assert_eq!(db.next_due().await.unwrap(), Some(900));
+        db.commit_step("t1", 1, &StepWrite { withdraw: vec![1], ..step("WAITING", "{}", 700) }).await.unwrap();
+        assert_eq!(db.next_due().await.unwrap(), Some(1_600));
+        db.release_claim("t1", 2, "a").await.unwrap();
+        assert_eq!(db.next_due().await.unwrap(), Some(500));
+    }
+
+    async fn message_parks_are_found_by_tenant_name_and_key(db) {
+        let d = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d, "i1", vec![message(1, "paid", Some("o-1")), timer(2, 100)]).await;
+        waiting_instance(&*db, &d, "i2", vec![message(1, "paid", None)]).await;
+        waiting_instance(&*db, &d, "i3", vec![message(1, "paid", Some("o-2")), message(2, "shipped", Some("o-1"))]).await;
+        let g = db.insert_deployment(&new_deployment("g1", "globex", "order")).await.unwrap();
+        waiting_instance(&*db, &g, "g-i1", vec![message(1, "paid", Some("o-1"))]).await;
+
+        let hit = db.find_message_parks(T, "paid", Some("o-1")).await.unwrap();
+        assert_eq!(hit.iter().map(|p| (p.instance_id.as_str(), p.seq)).collect::<Vec<_>>(), [("i1", 1)]);
+        assert_eq!(hit[0].correlation_key.as_deref(), Some("o-1"));
+        assert_eq!(hit[0].due_at, None);
+        let keyless = db.find_message_parks(T, "paid", None).await.unwrap();
+        assert_eq!(keyless.iter().map(|p| p.instance_id.as_str()).collect::<Vec<_>>(), ["i2"]);
+        assert!(db.find_message_parks(T, "refunded", Some("o-1")).await.unwrap().is_empty());
+        assert_eq!(db.find_message_parks("globex", "paid", Some("o-1")).await.unwrap().len(), 1);
+        // Message waits are never claimed by the timer poller.
+        assert_eq!(db.claim_due(i64::MAX / 2, 100, "a", 1).await.unwrap().len(), 1);
+        assert_eq!(db.park_counts().await.unwrap(), [("message".to_string(), 5), ("timer".to_string(), 1)]);
+    }
+
+    async fn a_replayed_step_records_attempts_and_journal_once(db) {
+        let d = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d, "i1", vec![]).await;
+        let first = StepWrite { attempts: vec![attempt("a", 1)], journal: vec![journal(1)], ..step("RUNNING", "{}", 1) };
+        db.commit_step("i1", 1, &first).await.unwrap();
+        let replay = StepWrite {
+            attempts: vec![attempt("a", 1), attempt("a", 2)],
+            journal: vec![journal(1), journal(2)],
+            ..step("RUNNING", "{}", 2)
+        };
+        db.commit_step("i1", 2, &replay).await.unwrap();
+        assert_eq!(db.attempts("i1").await.unwrap(), vec![attempt("a", 1), attempt("a", 2)]);
+        assert_eq!(db.journal("i1").await.unwrap(), vec![journal(1), journal(2)]);
+    }
+
+    async fn sweep_deletes_only_ended_completed_or_terminated_without_parks(db) {
+        let d = deploy(&*db, "d1").await;
+        ended_instance(&*db, &d, "done-old", "COMPLETED", 100).await;
+        ended_instance(&*db, &d, "term-old", "TERMINATED", 200).await;
+        ended_instance(&*db, &d, "done-new", "COMPLETED", 5_000).await;
+        ended_instance(&*db, &d, "failed-old", "FAILED", 100).await;
+        // Ended but still holding a park: kept.
+        let parked = StepWrite { ended_at: Some(100), arm: vec![message(1, "m", None)], ..step("COMPLETED", "{}", 100) };
+        db.create_instance(&new_instance("parked-old", &d, None), &parked).await.unwrap();
+        waiting_instance(&*db, &d, "live", vec![timer(1, 10)]).await;
+        db.create_instance(&new_instance("running", &d, None), &step("RUNNING", "{}", 1)).await.unwrap();
+
+        assert_eq!(db.sweep(1_000, 1).await.unwrap(), 1, "limit honoured");
+        assert_eq!(db.load_instance("done-old").await.unwrap(), None, "oldest first");
+        assert!(db.attempts("done-old").await.unwrap().is_empty());
+        assert_eq!(db.sweep(1_000, 100).await.unwrap(), 1);
+        assert_eq!(db.load_instance("term-old").await.unwrap(), None);
+        assert_eq!(db.sweep(1_000, 100).await.unwrap(), 0);
+        for kept in ["done-new", "failed-old", "parked-old", "live", "running"] {
+            assert!(db.load_instance(kept).await.unwrap().is_some(), "{kept} was swept");
+        }
+        assert_eq!(db.attempts("failed-old").await.unwrap().len(), 1);
+    }
+
+    async fn a_lease_has_one_holder_at_a_time(db) {
+        assert!(db.try_lease("sweeper", "a", 1_000, 500).await.unwrap());
+        assert!(!db.try_lease("sweeper", "b", 1_200, 500).await.unwrap(), "held by a until 1500");
+        assert!(db.try_lease("sweeper", "a", 1_400, 500).await.unwrap(), "renewed until 1900");
+        assert!(!db.try_lease("sweeper", "b", 1_600, 500).await.unwrap(), "the renewal counts");
+        assert!(db.try_lease("sweeper", "b", 1_900, 500).await.unwrap(), "taken over after expiry");
+        assert!(!db.try_lease("sweeper", "a", 2_000, 500).await.unwrap());
+        assert!(db.try_lease("arming", "a", 2_000, 500).await.unwrap(), "leases are independent");
+        db.release_lease("sweeper", "a").await.unwrap();
+        assert!(!db.try_lease("sweeper", "c", 2_100, 500).await.unwrap(), "only the holder releases");
+        db.release_lease("sweeper", "b").await.unwrap();
+        assert!(db.try_lease("sweeper", "c", 2_100, 500).await.unwrap());
+    }
+
+    async fn concurrent_lease_takers_get_one_winner(db) {
+        let mut tasks = Vec::new();
+        for n in 0..6 {
+            let store = db.store.clone();
+            let holder = format!("h{n}");
+            tasks.push(tokio::spawn(async move { store.try_lease("singleton", &holder, 10, 1_000).await.unwrap() }));
+        }
+        let mut winners = 0;
+        for t in tasks {
+            winners += usize::from(t.await.unwrap());
+        }
+        assert_eq!(winners, 1);
+    }
+
+    async fn modules_are_content_addressed_per_tenant(db) {
+        db.put_module(T, "ab12", b"\0asm-one").await.unwrap();
+        db.put_module(T, "ab12", b"\0asm-one").await.unwrap();
+        assert_eq!(db.get_module(T, "ab12").await.unwrap().as_deref(), Some(&b"\0asm-one"[..]));
+        assert_eq!(db.get_module("globex", "ab12").await.unwrap(), None);
+        assert_eq!(db.get_module(T, "ffff").await.unwrap(), None);
+    }
+
+    async fn instances_are_listed_filtered_paged_and_counted(db) {
+        let d1 = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d1, "a", vec![timer(1, 10)]).await;
+        db.create_instance(&new_instance("b", &d1, None), &step("RUNNING", "{}", 1)).await.unwrap();
+        ended_instance(&*db, &d1, "c", "FAILED", 5).await;
+        let d2 = deploy(&*db, "d2").await;
+        ended_instance(&*db, &d2, "d", "COMPLETED", 5).await;
+        db.create_instance(&new_instance("e", &d2, None), &step("RUNNING", "{}", 1)).await.unwrap();
+
+        let ids = |v: Vec<sutra::store::InstanceRecord>| v.into_iter().map(|i| i.id).collect::<Vec<_>>();
+        let all = InstanceFilter { tenant: Some(T.to_string()), ..InstanceFilter::default() };
+        assert_eq!(ids(db.list_instances(&all).await.unwrap()), ["a", "b", "c", "d", "e"]);
+        let page = InstanceFilter { limit: 2, after_id: Some("b".to_string()), ..all.clone() };
+        assert_eq!(ids(db.list_instances(&page).await.unwrap()), ["c", "d"]);
+        let running = InstanceFilter { state: Some("RUNNING".to_string()), ..all.clone() };
+        assert_eq!(ids(db.list_instances(&running).await.unwrap()), ["b", "e"]);
+        let of_d2 = InstanceFilter {
+            deployment_id: Some("d2".to_string()),
+            process_id: Some("order".to_string()),
+            ..all.clone()
+        };
+        assert_eq!(ids(db.list_instances(&of_d2).await.unwrap()), ["d", "e"]);
+        let other = InstanceFilter { tenant: Some("globex".to_string()), ..InstanceFilter::default() };
+        assert!(db.list_instances(&other).await.unwrap().is_empty());
+
+        assert_eq!(db.live_instances().await.unwrap(), ["a", "b", "e"]);
+        assert_eq!(db.deployment_load("d1").await.unwrap(), DeploymentLoad { running: 1, waiting: 1, failed: 1 });
+        assert_eq!(db.deployment_load("d2").await.unwrap(), DeploymentLoad { running: 1, waiting: 0, failed: 0 });
+        assert_eq!(db.park_counts().await.unwrap(), [("timer".to_string(), 1)]);
+    }
+}
+
+/// Not a behaviour test: the cost of one `commit_step` on SQLite with
+/// `synchronous=FULL` vs `NORMAL` on this machine's disk. Run with
+/// `cargo test --test store measure -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run on demand"]
+async fn measure_sqlite_commit_step_full_vs_normal() {
+    use std::time::Instant;
+    use sutra::store::{SqliteOptions, SqliteStore, Synchronous};
+    for synchronous in [Synchronous::Full, Synchronous::Normal] {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+        let store = SqliteStore::open_with(
+            &url,
+            SqliteOptions {
+                synchronous,
+                ..SqliteOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        let d = deploy(&store, "d1").await;
+        waiting_instance(&store, &d, "i1", vec![timer(0, 10)]).await;
+        let mut times = Vec::new();
+        for v in 1..=400i64 {
+            let write = StepWrite {
+                withdraw: vec![v - 1],
+                arm: vec![timer(v, 10 + v)],
+                attempts: vec![attempt("a", v)],
+                ..step(
+                    "WAITING",
+                    &format!("{{\"v\":{v},\"pad\":\"{}\"}}", "x".repeat(512)),
+                    v,
+                )
+            };
+            let t = Instant::now();
+            store.commit_step("i1", v, &write).await.unwrap();
+            times.push(t.elapsed());
+        }
+        times.sort();
+        let mean = times.iter().sum::<std::time::Duration>() / times.len() as u32;
+        println!(
+            "sqlite synchronous={synchronous:?}: commit_step mean {mean:?}, p50 {:?}, p99 {:?} ({} commits)",
+            times[times.len() / 2],
+            times[times.len() * 99 / 100],
+            times.len()
+        );
+        assert_eq!(
+            store.load_instance("i1").await.unwrap().unwrap().version,
+            401
+        );
+        store.close().await;
+    }
+}
+
+/// SQLite only: every accepted spelling of a datasource opens (creating the
+/// file), a file database runs in WAL mode, and `AnyStore::open` picks SQLite
+/// for anything that is not a PostgreSQL URL.
+#[tokio::test]
+async fn sqlite_opens_every_url_form() {
+    use sutra::store::{AnyStore, SqliteStore};
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    let forms = [
+        format!("sqlite://{}", path("a.db")),
+        format!("sqlite:{}", path("b.db")),
+        path("c.db"),
+        "sqlite::memory:".to_string(),
+    ];
+    for url in &forms {
+        let store = AnyStore::open(url)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        assert_eq!(store.backend(), "sqlite");
+        let d = deploy(&store, "d1").await;
+        waiting_instance(&store, &d, "i1", vec![timer(1, 5)]).await;
+        // Read back (through the read pool for a file, the one connection in memory).
+        assert_eq!(store.load_instance("i1").await.unwrap().unwrap().version, 1);
+        assert_eq!(store.next_due().await.unwrap(), Some(5));
+        store.close().await;
+    }
+    for name in ["a.db", "b.db", "c.db"] {
+        assert!(dir.path().join(name).exists(), "{name} not created");
+    }
+    // WAL: the write-ahead log sits next to an open file database.
+    let store = SqliteStore::open(&path("wal.db")).await.unwrap();
+    deploy(&store, "d1").await;
+    assert!(dir.path().join("wal.db-wal").exists(), "not in WAL mode");
+    store.close().await;
+    // Reopened, the data is still there.
+    let store = SqliteStore::open(&path("wal.db")).await.unwrap();
+    assert_eq!(
+        store
+            .active_deployment(T, "order")
+            .await
+            .unwrap()
+            .map(|d| d.version),
+        Some(1)
+    );
+    store.close().await;
+}
