@@ -152,6 +152,30 @@ codes! {
     DeliveryAttemptsExhausted => "SUTRA.OUTBOUND.DELIVERY_ATTEMPTS_EXHAUSTED", Transient, true;
     /// A tenant quota was exceeded.
     QuotaExceeded => "SUTRA.TENANT.QUOTA_EXCEEDED", RateLimit, true;
+    /// No tenant of that name.
+    TenantNotFound => "SUTRA.TENANT.NOT_FOUND", InvalidInput, false;
+    /// A tenant of that name exists already.
+    TenantExists => "SUTRA.TENANT.EXISTS", InvalidInput, false;
+    /// No deployment with that id (or not visible to the caller).
+    DeploymentNotFound => "SUTRA.RUNTIME.DEPLOYMENT_NOT_FOUND", InvalidInput, false;
+
+    // ---- The HTTP API ----
+    /// The request is malformed: bad JSON, an unknown field, a bad path id or query, a bundle without a definition.
+    ApiMalformed => "SUTRA.API.MALFORMED_REQUEST", InvalidInput, false;
+    /// No valid bearer key.
+    ApiUnauthorized => "SUTRA.API.UNAUTHORIZED", InvalidInput, false;
+    /// The key is valid but may not use this route (a tenant key on an admin route).
+    ApiForbidden => "SUTRA.API.FORBIDDEN", InvalidInput, false;
+    /// No such route.
+    ApiNotFound => "SUTRA.API.NOT_FOUND", InvalidInput, false;
+    /// The route exists but not with this method.
+    ApiMethodNotAllowed => "SUTRA.API.METHOD_NOT_ALLOWED", InvalidInput, false;
+    /// The body (or a multipart part) is over its size cap.
+    ApiPayloadTooLarge => "SUTRA.API.PAYLOAD_TOO_LARGE", InvalidInput, false;
+    /// The body's content type is not the one the route takes.
+    ApiUnsupportedMediaType => "SUTRA.API.UNSUPPORTED_MEDIA_TYPE", InvalidInput, false;
+    /// The server failed; the details are in its log, never in the answer.
+    ApiInternal => "SUTRA.API.INTERNAL", Internal, true;
 
     // ---- Configuration and load-time diagnostics ----
     /// A stateful process was started without a datasource.

@@ -1,6 +1,7 @@
 //! Sutra: a durable workflow engine whose registered tasks are WebAssembly
 //! components. See ARCHITECTURE.md for the bird's-eye view and the code map.
 
+pub mod api;
 pub mod cli;
 pub mod codes;
 pub mod config;

@@ -3,6 +3,7 @@
 //! result (a failed attempt, an invalid file), 2 a usage error.
 
 mod check;
+mod client;
 mod demo;
 mod run;
 mod serve;
@@ -27,12 +28,33 @@ enum Command {
     Check(check::CheckArgs),
     /// Deploy a definition, start one instance and drive it until it ends (or waits for a message).
     Run(run::RunArgs),
-    /// Show an instance (a retained terminal one answers too).
-    Inspect(run::InspectArgs),
+    /// Show an instance (a retained terminal one answers too): from `--db`, else from the server.
+    Inspect(client::InspectArgs),
     /// Re-arm and drive every parked instance in a store until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
     /// Run the example order flow on embedded SQLite with the virtual clock.
     Demo(demo::DemoArgs),
+    /// Manage tenants in a database (`tenant create <name> --db URL` prints its key once).
+    #[command(subcommand)]
+    Tenant(client::TenantCommand),
+    /// Upload a definition and its task modules to a server.
+    Deploy(client::DeployArgs),
+    /// List the deployments on a server.
+    Deployments(client::ServerOpts),
+    /// Undeploy: no new starts; the deployment drains, then retires.
+    Undeploy(client::IdArgs),
+    /// Start an instance on a server.
+    Start(client::StartArgs),
+    /// List instances on a server.
+    Instances(client::InstancesArgs),
+    /// Show an instance's history (the audit journal) from a server.
+    History(client::IdArgs),
+    /// Cancel an instance on a server.
+    Cancel(client::CancelArgs),
+    /// Retry a terminal instance on a server (`--mode full|from-failure`).
+    Retry(client::RetryArgs),
+    /// Send a message to a server (correlates to a wait, or starts a process).
+    Send(client::SendArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -49,9 +71,19 @@ pub fn main() -> ExitCode {
         Command::Task(cmd) => task::exec(cmd),
         Command::Check(args) => check::exec(args),
         Command::Run(args) => run::exec_run(args),
-        Command::Inspect(args) => run::exec_inspect(args),
+        Command::Inspect(args) => client::exec_inspect(args),
         Command::Serve(args) => serve::exec(args),
         Command::Demo(args) => demo::exec(args),
+        Command::Tenant(cmd) => client::exec_tenant(cmd),
+        Command::Deploy(args) => client::exec_deploy(args),
+        Command::Deployments(opts) => client::exec_deployments(opts),
+        Command::Undeploy(args) => client::exec_undeploy(args),
+        Command::Start(args) => client::exec_start(args),
+        Command::Instances(args) => client::exec_instances(args),
+        Command::History(args) => client::exec_history(args),
+        Command::Cancel(args) => client::exec_cancel(args),
+        Command::Retry(args) => client::exec_retry(args),
+        Command::Send(args) => client::exec_send(args),
     }
 }
 

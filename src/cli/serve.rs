@@ -1,11 +1,22 @@
-//! `sutra serve`: re-arm and drive every parked instance in a store until
-//! SIGINT/SIGTERM. (The HTTP API arrives with the API issue.)
+//! `sutra serve`: drive every parked instance in a store (the poller, the
+//! retention sweeper, schedules) until SIGINT/SIGTERM and, with `--listen`,
+//! answer the HTTP API there.
+//!
+//! Clocks: the system clock by default; `--virtual-clock` jumps virtual
+//! time to the next due park whenever nothing is runnable; `--manual-clock`
+//! (tests) keeps virtual time still until `POST /v1/admin/clock/advance`
+//! moves it, and then drives everything due on the way, so a test sees a
+//! settled state when the call answers. `--clock-start` sets where virtual
+//! time starts.
 use super::run::{fail_exit, load_config, open_store, tokio};
 use super::usage_error;
+use crate::api::{self, ApiConfig, AppState};
 use crate::runtime::{Runtime, RuntimeOptions};
+use crate::time::VirtualClock;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -15,9 +26,27 @@ pub struct ServeArgs {
     /// A TOML configuration file (environment variables override it).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Run on virtual time (tests): whenever nothing is runnable, jump to the next due park.
+    /// Answer the HTTP API on this address (e.g. 127.0.0.1:8080; port 0 picks a free one).
     #[arg(long)]
+    pub listen: Option<String>,
+    /// The admin key (manages tenants over the API). Unset: no admin routes.
+    #[arg(long, env = "SUTRA_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
+    /// Cap of a JSON request body, in bytes.
+    #[arg(long, default_value_t = api::DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: usize,
+    /// Cap of a deployment bundle (multipart), in bytes.
+    #[arg(long, default_value_t = api::DEFAULT_MAX_BUNDLE_BYTES)]
+    pub max_bundle_bytes: usize,
+    /// Run on virtual time (tests): whenever nothing is runnable, jump to the next due park.
+    #[arg(long, conflicts_with = "manual_clock")]
     pub virtual_clock: bool,
+    /// Run on virtual time that moves only through `POST /v1/admin/clock/advance` (tests).
+    #[arg(long)]
+    pub manual_clock: bool,
+    /// Where virtual time starts (ISO 8601 with offset). Default: now.
+    #[arg(long)]
+    pub clock_start: Option<String>,
 }
 
 async fn shutdown_signal() {
@@ -42,6 +71,11 @@ async fn shutdown_signal() {
     }
 }
 
+/// Resolves once the shutdown flag is set.
+async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
 pub fn exec(args: ServeArgs) -> ExitCode {
     let config = match load_config(args.config.as_deref()) {
         Ok(c) => c,
@@ -50,6 +84,19 @@ pub fn exec(args: ServeArgs) -> ExitCode {
     let Some(db) = args.db.clone().or(config.datasource_url.clone()) else {
         return usage_error("serve needs a datasource: --db <url> or sutra.datasource.url");
     };
+    let start = match &args.clock_start {
+        None => chrono::Utc::now(),
+        Some(s) => match crate::time::parse_date_time(s) {
+            Ok(t) => t.with_timezone(&chrono::Utc),
+            Err(e) => return usage_error(format!("--clock-start: {e}")),
+        },
+    };
+    if args.manual_clock && args.listen.is_none() {
+        return usage_error("--manual-clock needs --listen (the clock moves through the API)");
+    }
+    if args.admin_key.as_deref().is_some_and(|k| k.len() < 16) {
+        return usage_error("the admin key must be at least 16 characters");
+    }
     let rt = match tokio() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -61,20 +108,92 @@ pub fn exec(args: ServeArgs) -> ExitCode {
         };
         let mut opts = RuntimeOptions::new(config);
         opts.durable = durable;
-        if args.virtual_clock {
-            opts = opts.with_virtual_clock(chrono::Utc::now());
+        let mut manual = None;
+        if args.manual_clock {
+            // Virtual, but never jumped by the runtime: only the API moves it.
+            let vc = Arc::new(VirtualClock::new(crate::time::from_millis(
+                crate::time::to_millis(start),
+            )));
+            opts.clock = vc.clone();
+            manual = Some(vc);
+        } else if args.virtual_clock {
+            opts = opts.with_virtual_clock(start);
         }
         let runtime = match Runtime::new(store, opts) {
             Ok(r) => r,
             Err(e) => return fail_exit(&e.to_string()),
         };
-        eprintln!("sutra serve: driving parked instances in {db}");
-        match runtime.serve(shutdown_signal()).await {
-            Ok(()) => {
-                eprintln!("sutra serve: stopped");
-                ExitCode::SUCCESS
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop_tx.send(true);
+        });
+        let Some(listen) = args.listen.clone() else {
+            eprintln!("sutra serve: driving parked instances in {db}");
+            return finish(
+                runtime
+                    .serve(stopped(stop_rx))
+                    .await
+                    .map_err(|e| e.to_string()),
+            );
+        };
+        let listener = match tokio::net::TcpListener::bind(&listen).await {
+            Ok(l) => l,
+            Err(e) => return fail_exit(&format!("cannot listen on {listen}: {e}")),
+        };
+        let state = Arc::new(AppState {
+            runtime: runtime.clone(),
+            config: ApiConfig {
+                admin_key: args.admin_key.clone(),
+                max_body_bytes: args.max_body_bytes,
+                max_bundle_bytes: args.max_bundle_bytes,
+                manual_clock: manual.clone(),
+            },
+            clock_lock: tokio::sync::Mutex::new(()),
+            http: Default::default(),
+        });
+        let driver = match &manual {
+            // Boot on a manual clock: re-arm schedules and catch up once; then only the API moves time.
+            Some(vc) => {
+                if let Err(e) = runtime.rearm_schedules().await {
+                    eprintln!("warning: re-arming schedules failed: {e}");
+                }
+                if let Err(e) = api::admin::run_until(&runtime, vc, runtime.clock().now()).await {
+                    eprintln!("warning: catching up failed: {}", e.message);
+                }
+                None
             }
-            Err(e) => fail_exit(&e.to_string()),
+            None => {
+                let rt = runtime.clone();
+                let rx = stop_rx.clone();
+                Some(tokio::spawn(async move { rt.serve(stopped(rx)).await }))
+            }
+        };
+        match listener.local_addr() {
+            Ok(addr) => eprintln!("sutra serve: listening on http://{addr} ({db})"),
+            Err(_) => eprintln!("sutra serve: listening on {listen} ({db})"),
         }
+        let served = api::serve(listener, state, stopped(stop_rx)).await;
+        if manual.is_some() {
+            runtime.release_schedule_lease().await;
+        }
+        if let Some(d) = driver {
+            match d.await {
+                Ok(Err(e)) => return fail_exit(&e.to_string()),
+                Err(e) => return fail_exit(&e.to_string()),
+                Ok(Ok(())) => {}
+            }
+        }
+        finish(served.map_err(|e| e.to_string()))
     })
+}
+
+fn finish(r: Result<(), String>) -> ExitCode {
+    match r {
+        Ok(()) => {
+            eprintln!("sutra serve: stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail_exit(&e),
+    }
 }

@@ -64,6 +64,8 @@ impl<S: Store> Runtime<S> {
         if executable.is_empty() {
             return Err(RuntimeError::new(Code::BpmnNoProcess, "the definition has no executable process"));
         }
+        // Tenant quotas: module size, deadline ceiling (tenancy.rs).
+        self.check_bundle_quota(tenant, &executable, modules).await?;
         // Validate everything before storing anything.
         let mut loaded: HashMap<String, (String, LoadedComponent)> = HashMap::new();
         for p in &executable {
@@ -116,6 +118,10 @@ impl<S: Store> Runtime<S> {
             let deployed = Arc::new(Deployed { record: record.clone(), process: Arc::new((*p).clone()), components });
             self.cache(deployed);
             records.push(record);
+        }
+        // Arm schedules, resolve the replaced versions' ones, retire what drained (lifecycle.rs).
+        if let Err(e) = self.activated(&records).await {
+            tracing::warn!(error = %e, "deployed, but arming schedules or retiring old versions failed; the serve loop retries");
         }
         Ok(records)
     }

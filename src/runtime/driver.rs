@@ -50,7 +50,7 @@ impl<S: Store> Runtime<S> {
         engine::Inputs {
             now: self.inner.clock.now(),
             draw,
-            attempt_lease: self.inner.limits.deadline + std::time::Duration::from_secs(30),
+            attempt_lease: self.inner.limits.deadline + super::LEASE_MARGIN,
         }
     }
 
@@ -198,9 +198,17 @@ impl<S: Store> Runtime<S> {
             retry_of: req.retry_of.clone(),
             started_at: ms(step.snapshot.started_at),
         };
-        match self.inner.store.create_instance(&new, &write).await? {
+        // Tenant quota (tenancy.rs): held until the instance row is written.
+        let admission = self.admit(req).await?;
+        let created = self.inner.store.create_instance(&new, &write).await?;
+        drop(admission);
+        match created {
             Created::Existing(existing) => return Ok(existing),
             Created::New => {}
+        }
+        if step.snapshot.state.is_terminal() {
+            // Ended on its first step: its deployment may retire (lifecycle.rs).
+            self.after_terminal(&deployed.record.id).await;
         }
         tracing::debug!(instance = %id, "started");
         self.inner.wake.notify_one();
@@ -233,6 +241,10 @@ impl<S: Store> Runtime<S> {
                 Ok(()) => {
                     if !write.arm.is_empty() {
                         self.inner.wake.notify_one();
+                    }
+                    if step.snapshot.state.is_terminal() {
+                        // Its deployment may retire now (lifecycle.rs).
+                        self.after_terminal(&rec.deployment_id).await;
                     }
                     let attempts = Self::attempts_of(&step);
                     return Ok((deployed, step.snapshot, attempts));
@@ -304,7 +316,8 @@ impl<S: Store> Runtime<S> {
             attempt: req.attempt,
             idempotency_key: req.idempotency_key.clone(),
         };
-        let mut limits = self.inner.limits.clone();
+        // The server's limits lowered to the tenant's ceilings (tenancy.rs).
+        let mut limits = self.attempt_limits(tenant).await;
         if let Some(t) = req.timeout {
             limits.deadline = limits.deadline.min(t);
         }

@@ -13,6 +13,11 @@
 
 mod deployed;
 mod driver;
+// Schedules, quotas, retirement (the API issue).
+mod lifecycle;
+mod schedule;
+mod tenancy;
+pub use schedule::SCHEDULE_LEASE;
 pub use driver::StartRequest;
 pub use poller::Settled;
 mod poller;
@@ -112,8 +117,10 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) owner: String,
     pub(crate) deployed: Mutex<HashMap<String, Arc<Deployed>>>,
     pub(crate) locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    pub(crate) wake: tokio::sync::Notify,
+    pub(crate) wake: Arc<tokio::sync::Notify>,
     pub(crate) rng: Mutex<rand::rngs::StdRng>,
+    /// Tenant limits cache and admission locks (`tenancy.rs`).
+    pub(crate) tenancy: tenancy::TenancyCache,
 }
 
 /// The runtime. Cheap to clone.
@@ -158,8 +165,9 @@ impl<S: Store> Runtime<S> {
                 owner: opts.owner,
                 deployed: Mutex::new(HashMap::new()),
                 locks: Mutex::new(HashMap::new()),
-                wake: tokio::sync::Notify::new(),
+                wake: Arc::new(tokio::sync::Notify::new()),
                 rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
+                tenancy: tenancy::TenancyCache::default(),
             }),
         })
     }
@@ -186,3 +194,8 @@ pub fn new_id(now_ms: i64) -> String {
     let r: u64 = rand::random();
     format!("{:012x}{:016x}", now_ms.max(0), r)
 }
+
+/// How long past an attempt's deadline its claim (and its attempt park) is
+/// kept before the attempt is presumed lost with its runner and re-run. The
+/// sandbox enforces the deadline itself, so this only covers committing.
+pub const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(5);

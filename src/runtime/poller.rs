@@ -29,7 +29,7 @@ pub enum Settled {
 
 impl<S: Store> Runtime<S> {
     fn claim_lease_ms(&self) -> i64 {
-        (self.inner.limits.deadline + Duration::from_secs(30)).as_millis() as i64
+        (self.inner.limits.deadline + super::LEASE_MARGIN).as_millis() as i64
     }
 
     /// Claim every park due now and fire it, driving each instance until it
@@ -115,18 +115,39 @@ impl<S: Store> Runtime<S> {
     /// poller loop of `sutra serve`, with the retention sweeper beside it.
     pub async fn serve(&self, shutdown: impl std::future::Future<Output = ()>) -> RuntimeResult<()> {
         tokio::pin!(shutdown);
+        // Another replica arming a park wakes this poller (PostgreSQL LISTEN/NOTIFY).
+        if let Err(e) = self.inner.store.watch_parks(self.inner.wake.clone()).await {
+            tracing::warn!(error = %e, "cannot watch for parks armed elsewhere; polling only");
+        }
+        // Boot: re-arm the schedules of active deployments (schedule.rs).
+        if let Err(e) = self.rearm_schedules().await {
+            tracing::warn!(error = %e, "re-arming schedules failed");
+        }
         let mut next_sweep = self.inner.clock.now();
         loop {
             if self.inner.clock.now() >= next_sweep {
                 if let Err(e) = self.sweep_once().await {
                     tracing::warn!(error = %e, "retention sweep failed");
                 }
+                // Draining deployments whose last holder went elsewhere (lifecycle.rs).
+                if let Err(e) = self.retire_drained().await {
+                    tracing::warn!(error = %e, "retirement pass failed");
+                }
                 next_sweep = self.inner.config.retention_sweep_interval.after(self.inner.clock.now());
             }
             if let Err(e) = self.fire_due().await {
                 tracing::warn!(error = %e, "poll failed");
             }
-            let next = self.inner.store.next_due().await.ok().flatten();
+            // Timer start events due now (schedule.rs); their next slot counts as due work.
+            let next_schedule = self.tick_schedules().await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "schedule tick failed");
+                None
+            });
+            let next_park = self.inner.store.next_due().await.ok().flatten();
+            let next = match (next_park, next_schedule) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             let now = self.inner.clock.now().timestamp_millis();
             let sweep_ms = next_sweep.timestamp_millis();
             let due = next.map_or(sweep_ms, |n| n.min(sweep_ms));
@@ -139,7 +160,10 @@ impl<S: Store> Runtime<S> {
                 _ => Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(MAX_IDLE),
             };
             tokio::select! {
-                _ = &mut shutdown => return Ok(()),
+                _ = &mut shutdown => {
+                    self.release_schedule_lease().await;
+                    return Ok(());
+                }
                 _ = tokio::time::sleep(idle) => {}
                 _ = self.inner.wake.notified() => {}
             }

@@ -195,6 +195,10 @@ impl Store for AnyStore {
     async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()> {
         delegate!(self, s => s.release_lease(name, holder).await)
     }
+
+    async fn watch_parks(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {
+        delegate!(self, s => s.watch_parks(notify).await)
+    }
 }
 
 #[cfg(test)]

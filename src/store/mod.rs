@@ -17,6 +17,10 @@ pub mod any;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
+mod sqlite_tenancy;
+mod postgres_tenancy;
+pub mod tenancy;
+mod sqlite_group;
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -246,7 +250,8 @@ pub struct DeploymentLoad {
 ///
 /// Methods return `impl Future + Send` so the runtime can be generic over the
 /// store and spawn on a multi-threaded runtime.
-pub trait Store: Send + Sync + Clone + 'static {
+/// Tenancy and schedule storage ([`tenancy::TenancyStore`]) is a supertrait.
+pub trait Store: tenancy::TenancyStore + Send + Sync + Clone + 'static {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 
@@ -311,4 +316,17 @@ pub trait Store: Send + Sync + Clone + 'static {
     /// free, expired, or already `holder`'s. Returns whether `holder` holds it.
     fn try_lease(&self, name: &str, holder: &str, now: i64, ttl_ms: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     fn release_lease(&self, name: &str, holder: &str) -> impl Future<Output = StoreResult<()>> + Send;
+
+    // ---- wake-ups across processes ----
+    /// Wake `notify` whenever any process arms a timed park, so a poller
+    /// sleeping until its next due instant re-reads the store at once.
+    /// PostgreSQL: LISTEN/NOTIFY. SQLite: nothing to do (one process owns the
+    /// file and wakes itself). Returns once the subscription is in place.
+    fn watch_parks(
+        &self,
+        notify: std::sync::Arc<tokio::sync::Notify>,
+    ) -> impl Future<Output = StoreResult<()>> + Send {
+        let _ = notify;
+        async { Ok(()) }
+    }
 }

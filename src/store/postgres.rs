@@ -12,6 +12,9 @@
 //! - new versions of one process are numbered under a transaction-scoped
 //!   advisory lock, so concurrent deploys never share a version;
 //! - leases are an upsert guarded on expiry or holder;
+//! - a step arming a park due within a second notifies `sutra_parks` in its
+//!   own transaction (delivered on commit), which wakes every replica's poller
+//!   (`watch_parks`, pg_listen.rs);
 //! - migrations (`migrations/postgres`) run on open, in the schema of the
 //!   connection's `search_path` ([`PgStore::open_in_schema`] isolates tests).
 //!   Requires PostgreSQL 11 or later (`hashtextextended`).
@@ -39,6 +42,10 @@ use sqlx::{ConnectOptions, Connection, Postgres, QueryBuilder};
 use std::str::FromStr;
 use std::time::Duration;
 
+// LISTEN/NOTIFY wake-ups across replicas (`src/store/pg_listen.rs`).
+#[path = "pg_listen.rs"]
+mod pg_listen;
+
 /// Options of [`PgStore::open_with`].
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -64,7 +71,7 @@ impl Default for PgOptions {
 /// The PostgreSQL implementation of [`Store`].
 #[derive(Debug, Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    pub(super) pool: PgPool,
 }
 
 /// A schema name safe to splice into DDL: an SQL identifier of letters,
@@ -423,6 +430,7 @@ impl Store for PgStore {
             };
         }
         apply_step(&mut tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
+        pg_listen::notify_armed(&mut tx, [step]).await?;
         tx.commit().await?;
         Ok(Created::New)
     }
@@ -445,6 +453,7 @@ impl Store for PgStore {
     ) -> StoreResult<()> {
         let mut tx = self.pool.begin().await?;
         commit_one(&mut tx, id, expected_version, step).await?;
+        pg_listen::notify_armed(&mut tx, [step]).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -460,6 +469,7 @@ impl Store for PgStore {
         for (id, expected_version, step) in ordered {
             commit_one(&mut tx, id, *expected_version, step).await?;
         }
+        pg_listen::notify_armed(&mut tx, steps.iter().map(|s| &s.2)).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -660,5 +670,10 @@ impl Store for PgStore {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// LISTEN on `sutra_parks` from a connection of its own (pg_listen.rs).
+    async fn watch_parks(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {
+        pg_listen::watch(&self.pool, notify).await
     }
 }

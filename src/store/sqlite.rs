@@ -29,6 +29,7 @@ use super::rows::{
     InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS, INSTANCE_COLUMNS,
     JOURNAL_COLUMNS, PARK_COLUMNS,
 };
+use super::sqlite_group::{GroupCommit, Op};
 use super::{
     AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
     InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite, Store,
@@ -80,9 +81,11 @@ impl Default for SqliteOptions {
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     /// Exactly one connection: the only writer.
-    write: SqlitePool,
+    pub(super) write: SqlitePool,
+    /// Batches concurrent instance writes into one transaction (group commit).
+    group: GroupCommit,
     /// Readers (the same pool as `write` for an in-memory database).
-    read: SqlitePool,
+    pub(super) read: SqlitePool,
 }
 
 /// Parses `sqlite://path`, `sqlite:path`, `sqlite::memory:`, `:memory:` or a
@@ -144,7 +147,8 @@ impl SqliteStore {
                 .connect_with(base)
                 .await?
         };
-        Ok(SqliteStore { write, read })
+        let group = GroupCommit::start(write.clone());
+        Ok(SqliteStore { write, group, read })
     }
 
     /// Closes both pools (waits for connections in use to be returned).
@@ -154,14 +158,54 @@ impl SqliteStore {
     }
 
     /// A write transaction: the single writer, taken with `BEGIN IMMEDIATE`.
-    async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+    pub(super) async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
         Ok(self.write.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
 
+/// Inserts an instance and applies its first step (inside the caller's transaction).
+/// A reused idempotency key writes nothing and answers `Existing`.
+pub(super) async fn create_one(
+    tx: &mut SqliteConnection,
+    inst: &NewInstance,
+    step: &StepWrite,
+) -> StoreResult<Created> {
+    if let Some(key) = &inst.idempotency_key {
+        let existing: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM instances WHERE tenant = ?1 AND idempotency_key = ?2",
+        )
+        .bind(&inst.tenant)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(id) = existing {
+            return Ok(Created::Existing(id));
+        }
+    }
+    sqlx::query(&format!(
+        "INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11)"
+    ))
+    .bind(&inst.id)
+    .bind(&inst.tenant)
+    .bind(&inst.deployment_id)
+    .bind(&inst.process_id)
+    .bind(&step.state)
+    .bind(&step.snapshot)
+    .bind(&inst.idempotency_key)
+    .bind(&inst.retry_of)
+    .bind(inst.started_at)
+    .bind(step.updated_at)
+    .bind(step.ended_at)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
+    apply_step(tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
+    Ok(Created::New)
+}
+
 /// Updates the instance row if it is at `expected_version`, then applies the
 /// rest of the step. `Conflict` if the version moved, `NotFound` if the row is gone.
-async fn commit_one(
+pub(super) async fn commit_one(
     conn: &mut SqliteConnection,
     id: &str,
     expected_version: i64,
@@ -407,39 +451,9 @@ impl Store for SqliteStore {
     }
 
     async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
-        let mut tx = self.begin_write().await?;
-        if let Some(key) = &inst.idempotency_key {
-            let existing: Option<String> = sqlx::query_scalar(
-                "SELECT id FROM instances WHERE tenant = ?1 AND idempotency_key = ?2",
-            )
-            .bind(&inst.tenant)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await?;
-            if let Some(id) = existing {
-                return Ok(Created::Existing(id));
-            }
-        }
-        sqlx::query(&format!(
-            "INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11)"
-        ))
-        .bind(&inst.id)
-        .bind(&inst.tenant)
-        .bind(&inst.deployment_id)
-        .bind(&inst.process_id)
-        .bind(&step.state)
-        .bind(&step.snapshot)
-        .bind(&inst.idempotency_key)
-        .bind(&inst.retry_of)
-        .bind(inst.started_at)
-        .bind(step.updated_at)
-        .bind(step.ended_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
-        apply_step(&mut tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
-        tx.commit().await?;
-        Ok(Created::New)
+        self.group
+            .submit(Op::Create(inst.clone(), step.clone()))
+            .await
     }
 
     async fn load_instance(&self, id: &str) -> StoreResult<Option<InstanceRecord>> {
@@ -458,10 +472,14 @@ impl Store for SqliteStore {
         expected_version: i64,
         step: &StepWrite,
     ) -> StoreResult<()> {
-        let mut tx = self.begin_write().await?;
-        commit_one(&mut tx, id, expected_version, step).await?;
-        tx.commit().await?;
-        Ok(())
+        self.group
+            .submit(Op::Commit {
+                id: id.to_string(),
+                version: expected_version,
+                step: step.clone(),
+            })
+            .await
+            .map(|_| ())
     }
 
     async fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {

@@ -1,0 +1,285 @@
+//! Instances: start (with `Idempotency-Key`), list (keyset paged), inspect,
+//! history, cancel, retry (`full` / `from-failure`), and messages.
+//!
+//! Invariant: a tenant only ever sees its own instances — another tenant's
+//! id answers exactly what a missing id answers (404 `INSTANCE_NOT_FOUND`).
+
+use super::auth::TenantCaller;
+use super::error::{ApiError, ApiResult};
+use super::extract::{check_id, ApiJson, ApiQuery};
+use super::types::{
+    CancelBody, ErrorBody, InstanceList, InstanceSummary, ListQuery, MessageAnswer, MessageBody,
+    RetryQuery, StartBody,
+};
+use super::AppState;
+use crate::codes::Code;
+use crate::engine::{InstanceState, Snapshot};
+use crate::runtime::{HistoryView, InstanceView, StartRequest};
+use crate::store::tenancy::TenancyStore;
+use crate::store::{InstanceFilter, InstanceRecord, Store};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::Json;
+use std::sync::Arc;
+
+/// The header that makes a retried start return the same instance.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Page size bounds of `GET /v1/instances`.
+const DEFAULT_PAGE: i64 = 50;
+const MAX_PAGE: i64 = 500;
+
+/// The caller's instance `id`, or 404 (another tenant's too).
+async fn own_instance(state: &AppState, tenant: &str, id: &str) -> ApiResult<InstanceRecord> {
+    check_id("instance", id)?;
+    state
+        .runtime
+        .store()
+        .load_instance(id)
+        .await?
+        .filter(|r| r.tenant == tenant)
+        .ok_or_else(|| ApiError::instance_not_found(id))
+}
+
+async fn view(state: &AppState, id: &str) -> ApiResult<Json<InstanceView>> {
+    Ok(Json(state.runtime.inspect(id).await?))
+}
+
+fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let Some(v) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let key = v
+        .to_str()
+        .ok()
+        .map(str::trim)
+        .filter(|k| !k.is_empty() && k.len() <= 200)
+        .ok_or_else(|| {
+            ApiError::malformed("Idempotency-Key must be 1 to 200 visible ASCII characters")
+        })?;
+    Ok(Some(key.to_string()))
+}
+
+/// Start an instance of the process's ACTIVE deployment; answers once every token waits.
+#[utoipa::path(post, path = "/v1/processes/{process}/instances", tag = "instances",
+    request_body = StartBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "a retried start with the same key returns the same instance")),
+    responses((status = 201, description = "started", body = Object), (status = 200, description = "the instance this key started before", body = Object),
+        (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
+pub async fn start(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(process): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<StartBody>,
+) -> ApiResult<(StatusCode, Json<InstanceView>)> {
+    check_id("process", &process)?;
+    let key = idempotency_key(&headers)?;
+    if let Some(k) = &key {
+        if let Some(existing) = state.runtime.store().instance_by_key(&tenant, k).await? {
+            return Ok((StatusCode::OK, view(&state, &existing).await?));
+        }
+    }
+    let id = crate::runtime::new_id(state.runtime.clock().now().timestamp_millis());
+    let started = state
+        .runtime
+        .start(StartRequest {
+            id: Some(id.clone()),
+            tenant,
+            process_id: process,
+            variables: body.variables,
+            idempotency_key: key,
+            ..StartRequest::default()
+        })
+        .await?;
+    let status = if started == id {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, view(&state, &started).await?))
+}
+
+/// List the caller's instances, oldest first; page with `after`.
+#[utoipa::path(get, path = "/v1/instances", tag = "instances",
+    params(("state" = Option<String>, Query), ("process" = Option<String>, Query), ("after" = Option<String>, Query), ("limit" = Option<i64>, Query)),
+    responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> ApiResult<Json<InstanceList>> {
+    if let Some(s) = &q.state {
+        if InstanceState::parse(s).is_none() {
+            return Err(ApiError::malformed(format!(
+                "state `{s}` is none of RUNNING, WAITING, COMPLETED, TERMINATED, FAILED"
+            )));
+        }
+    }
+    if let Some(p) = &q.process {
+        check_id("process", p)?;
+    }
+    if let Some(a) = &q.after {
+        check_id("instance", a)?;
+    }
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::malformed(format!(
+            "limit must be from 1 to {MAX_PAGE}"
+        )));
+    }
+    let rows = state
+        .runtime
+        .store()
+        .list_instances(&InstanceFilter {
+            tenant: Some(tenant),
+            state: q.state,
+            process_id: q.process,
+            deployment_id: None,
+            after_id: q.after,
+            limit: limit + 1,
+        })
+        .await?;
+    let more = rows.len() as i64 > limit;
+    let page: Vec<InstanceSummary> = rows.iter().take(limit as usize).map(Into::into).collect();
+    let next = if more {
+        page.last().map(|s| s.id.clone())
+    } else {
+        None
+    };
+    Ok(Json(InstanceList {
+        instances: page,
+        next,
+    }))
+}
+
+/// Inspect an instance (a retained terminal one answers too).
+#[utoipa::path(get, path = "/v1/instances/{id}", tag = "instances",
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+pub async fn inspect(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<InstanceView>> {
+    own_instance(&state, &tenant, &id).await?;
+    view(&state, &id).await
+}
+
+/// The instance's history (the audit journal; empty with a note when it is off).
+#[utoipa::path(get, path = "/v1/instances/{id}/history", tag = "instances",
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+pub async fn history(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<HistoryView>> {
+    own_instance(&state, &tenant, &id).await?;
+    Ok(Json(state.runtime.history(&id).await?))
+}
+
+fn is_terminal(rec: &InstanceRecord) -> bool {
+    InstanceState::parse(&rec.state).is_some_and(InstanceState::is_terminal)
+}
+
+/// Cancel a live instance: TERMINATED, its parks withdrawn in the same transaction.
+#[utoipa::path(post, path = "/v1/instances/{id}/cancel", tag = "instances", request_body = CancelBody,
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn cancel(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<CancelBody>,
+) -> ApiResult<Json<InstanceView>> {
+    let rec = own_instance(&state, &tenant, &id).await?;
+    if is_terminal(&rec) {
+        return Err(ApiError::new(
+            Code::InstanceState,
+            format!("instance {id} is {} already", rec.state),
+        ));
+    }
+    state.runtime.cancel(&id, body.reason).await?;
+    view(&state, &id).await
+}
+
+/// Retry a terminal instance as a new one linked by `retryOf`: `full`
+/// replays its original input; `from-failure` resumes a FAILED one at its
+/// failed step with its recorded variables.
+#[utoipa::path(post, path = "/v1/instances/{id}/retry", tag = "instances",
+    params(("mode" = Option<String>, Query, description = "full (default) or from-failure")),
+    responses((status = 201, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn retry(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<RetryQuery>,
+) -> ApiResult<(StatusCode, Json<InstanceView>)> {
+    let rec = own_instance(&state, &tenant, &id).await?;
+    let from_failure = match q.mode.as_deref().unwrap_or("full") {
+        "full" => false,
+        "from-failure" => true,
+        other => {
+            return Err(ApiError::malformed(format!(
+                "mode `{other}` is neither `full` nor `from-failure`"
+            )))
+        }
+    };
+    if !is_terminal(&rec) {
+        return Err(ApiError::new(
+            Code::InstanceState,
+            format!(
+                "instance {id} is {}: only a terminal instance can be retried (cancel it first)",
+                rec.state
+            ),
+        ));
+    }
+    let snap = Snapshot::from_json(&rec.snapshot).map_err(ApiError::internal)?;
+    let new_id = if from_failure {
+        if snap.state != InstanceState::Failed {
+            return Err(ApiError::new(
+                Code::InstanceState,
+                format!(
+                    "instance {id} is {}: from-failure retries a FAILED instance",
+                    rec.state
+                ),
+            ));
+        }
+        state.runtime.resume_failed(&snap, &tenant).await?
+    } else {
+        state
+            .runtime
+            .start(StartRequest {
+                tenant,
+                process_id: rec.process_id.clone(),
+                variables: snap.input.clone(),
+                retry_of: Some(id.clone()),
+                ..StartRequest::default()
+            })
+            .await?
+    };
+    Ok((StatusCode::CREATED, view(&state, &new_id).await?))
+}
+
+/// Deliver a message: to a waiting catch or boundary with this name and
+/// key, else to a message start event; no match → 404.
+#[utoipa::path(post, path = "/v1/messages", tag = "instances", request_body = MessageBody,
+    responses((status = 200, body = MessageAnswer), (status = 404, body = ErrorBody)))]
+pub async fn message(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    ApiJson(body): ApiJson<MessageBody>,
+) -> ApiResult<Json<MessageAnswer>> {
+    if body.name.is_empty() || body.name.len() > 256 {
+        return Err(ApiError::malformed(
+            "a message needs a `name` of 1 to 256 characters",
+        ));
+    }
+    let instance = state
+        .runtime
+        .correlate(
+            &tenant,
+            &body.name,
+            body.correlation_key.as_deref(),
+            body.variables,
+        )
+        .await?;
+    Ok(Json(MessageAnswer { instance }))
+}

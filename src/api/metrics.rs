@@ -1,0 +1,128 @@
+//! `/metrics`: Prometheus text exposition of what the store knows —
+//! instances by state, attempts by outcome and code, parks by kind,
+//! timer lateness, schedules — plus this server's HTTP answers by status.
+//!
+//! Invariant: only aggregate counts are exposed (no ids, no tenant names,
+//! no variables), so the route needs no key.
+
+use super::error::ApiResult;
+use super::AppState;
+use crate::store::tenancy::TenancyStore;
+use crate::store::Store;
+use crate::time::to_millis;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::{Arc, Mutex};
+
+/// HTTP answers by status class, counted by the router's middleware.
+#[derive(Default)]
+pub struct HttpCounts {
+    by_status: Mutex<BTreeMap<u16, u64>>,
+}
+
+impl HttpCounts {
+    pub fn record(&self, status: u16) {
+        if let Ok(mut m) = self.by_status.lock() {
+            *m.entry(status).or_default() += 1;
+        }
+    }
+
+    fn snapshot(&self) -> BTreeMap<u16, u64> {
+        self.by_status.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+/// A label value, escaped for the text format.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The exposition text.
+pub async fn render(state: &AppState) -> ApiResult<String> {
+    let store = state.runtime.store();
+    let counts = store.metric_counts().await?;
+    let parks = store.park_counts().await?;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP sutra_instances Instances in the store by state.\n# TYPE sutra_instances gauge"
+    );
+    for (st, n) in &counts.instances {
+        let _ = writeln!(out, "sutra_instances{{state=\"{}\"}} {n}", label(st));
+    }
+    let _ = writeln!(
+        out,
+        "# HELP sutra_attempts Task attempts recorded in the store, by outcome and code.\n# TYPE sutra_attempts gauge"
+    );
+    for (outcome, code, n) in &counts.attempts {
+        let _ = writeln!(
+            out,
+            "sutra_attempts{{outcome=\"{}\",code=\"{}\"}} {n}",
+            label(outcome),
+            label(code)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP sutra_parks Parks (durable waits) by kind.\n# TYPE sutra_parks gauge"
+    );
+    for (kind, n) in &parks {
+        let _ = writeln!(out, "sutra_parks{{kind=\"{}\"}} {n}", label(kind));
+    }
+    let now = to_millis(state.runtime.clock().now());
+    let lateness = counts
+        .earliest_due
+        .map_or(0.0, |d| (now.saturating_sub(d)).max(0) as f64 / 1000.0);
+    let _ = writeln!(
+        out,
+        "# HELP sutra_park_lateness_seconds How long the most overdue timed park has been due (0 when none is).\n\
+         # TYPE sutra_park_lateness_seconds gauge\nsutra_park_lateness_seconds {lateness}"
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sutra_schedules_armed Armed schedules (timer start events).\n# TYPE sutra_schedules_armed gauge\n\
+         sutra_schedules_armed {}",
+        counts.schedules_armed
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sutra_schedule_refusals Schedule fires refused (e.g. over quota), all time.\n\
+         # TYPE sutra_schedule_refusals gauge\nsutra_schedule_refusals {}",
+        counts.schedule_refusals
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sutra_http_responses_total HTTP answers of this server by status.\n# TYPE sutra_http_responses_total counter"
+    );
+    for (status, n) in state.http.snapshot() {
+        let _ = writeln!(out, "sutra_http_responses_total{{status=\"{status}\"}} {n}");
+    }
+    Ok(out)
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoResponse> {
+    let text = render(&state).await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,141 @@
+//! The HTTP API of `sutra serve`: axum routes under `/v1`, `/healthz`,
+//! `/metrics`, and `/v1/openapi.json`.
+//!
+//! Invariants:
+//! - thin: handlers parse, authorise, call the runtime or the store, render;
+//!   every behaviour lives in the runtime;
+//! - every answer that is not 2xx is `{"code", "message", "details"}` with a
+//!   stable code ([`error::ApiError`]): unknown routes and methods, malformed
+//!   bodies and queries, bodies over their caps, and a handler panic (caught
+//!   and answered 500 `SUTRA.API.INTERNAL`, its message only in the log);
+//! - tenant isolation: every tenant route takes a [`auth::TenantCaller`]
+//!   and filters by it; another tenant's id answers like a missing one.
+
+pub mod admin;
+pub mod auth;
+pub mod deployments;
+pub mod error;
+pub mod extract;
+pub mod instances;
+pub mod metrics;
+pub mod openapi;
+pub mod types;
+
+use crate::runtime::Runtime;
+use crate::store::AnyStore;
+use crate::time::VirtualClock;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use std::sync::Arc;
+
+/// Default cap of a JSON body.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Default cap of a deployment bundle.
+pub const DEFAULT_MAX_BUNDLE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How the API is configured.
+#[derive(Clone)]
+pub struct ApiConfig {
+    /// The admin key (`SUTRA_ADMIN_KEY`); `None` disables the admin routes.
+    pub admin_key: Option<String>,
+    pub max_body_bytes: usize,
+    pub max_bundle_bytes: usize,
+    /// Set with `--manual-clock`: enables `POST /v1/admin/clock/advance`.
+    pub manual_clock: Option<Arc<VirtualClock>>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            admin_key: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_bundle_bytes: DEFAULT_MAX_BUNDLE_BYTES,
+            manual_clock: None,
+        }
+    }
+}
+
+/// What every handler shares.
+pub struct AppState {
+    pub runtime: Runtime<AnyStore>,
+    pub config: ApiConfig,
+    /// One clock advance at a time.
+    pub clock_lock: tokio::sync::Mutex<()>,
+    pub http: metrics::HttpCounts,
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(openapi::document())
+}
+
+/// Runs the handler in its own task so a panic is caught and answered as a
+/// coded 500; counts answers by status.
+async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let response = match tokio::spawn(next.run(req)).await {
+        Ok(r) => r,
+        Err(e) => error::ApiError::internal(format!("handler panicked: {e}")).into_response(),
+    };
+    state.http.record(response.status().as_u16());
+    response
+}
+
+/// The router.
+pub fn router(state: Arc<AppState>) -> Router {
+    let bundle_cap = DefaultBodyLimit::max(state.config.max_bundle_bytes);
+    let body_cap = DefaultBodyLimit::max(state.config.max_body_bytes);
+    let deploy = Router::new()
+        .route(
+            "/v1/deployments",
+            post(deployments::deploy).get(deployments::list),
+        )
+        .layer(bundle_cap);
+    let v1 = Router::new()
+        .route(
+            "/v1/deployments/{id}",
+            get(deployments::get).delete(deployments::undeploy),
+        )
+        .route(
+            "/v1/deployments/{id}/schedules",
+            get(deployments::schedules),
+        )
+        .route("/v1/processes/{process}/instances", post(instances::start))
+        .route("/v1/instances", get(instances::list))
+        .route("/v1/instances/{id}", get(instances::inspect))
+        .route("/v1/instances/{id}/history", get(instances::history))
+        .route("/v1/instances/{id}/cancel", post(instances::cancel))
+        .route("/v1/instances/{id}/retry", post(instances::retry))
+        .route("/v1/messages", post(instances::message))
+        .route("/v1/admin/tenants", post(admin::create).get(admin::list))
+        .route("/v1/admin/tenants/{name}", get(admin::get))
+        .route("/v1/admin/tenants/{name}/limits", put(admin::set_limits))
+        .route("/v1/admin/tenants/{name}/keys", post(admin::new_key))
+        .route("/v1/admin/clock/advance", post(admin::advance))
+        .route("/v1/openapi.json", get(openapi_json))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics::metrics))
+        .layer(body_cap);
+    deploy
+        .merge(v1)
+        .fallback(extract::not_found)
+        .method_not_allowed_fallback(extract::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
+
+/// Serve `router` on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

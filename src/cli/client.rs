@@ -1,0 +1,667 @@
+//! The client verbs: `sutra deploy`, `start`, `instances`, `inspect`,
+//! `history`, `cancel`, `retry`, `send`, `deployments`, `undeploy` against a
+//! running `sutra serve --listen` (`--server`/`SUTRA_SERVER`,
+//! `--token`/`SUTRA_TOKEN`), and `sutra tenant create` against a database.
+//!
+//! Invariant: human-readable tables by default, the server's JSON untouched
+//! with `--format json`; exit 0 on a 2xx answer, 1 on an error answer (its
+//! code and message on stderr), 2 on a usage error.
+
+use super::run::{fail_exit, parse_object, read_modules, tokio, Format};
+use super::usage_error;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Where the server is and who we are.
+#[derive(Debug, Clone, Args)]
+pub struct ServerOpts {
+    /// The server's base URL.
+    #[arg(long, env = "SUTRA_SERVER", default_value = "http://127.0.0.1:8080")]
+    pub server: String,
+    /// A tenant's API key (the admin key for admin verbs).
+    #[arg(long, env = "SUTRA_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+#[derive(Debug, Args)]
+pub struct DeployArgs {
+    /// The process definition (BPMN).
+    pub definition: PathBuf,
+    /// A task module: `name=component.wasm` for each `registered:<name>` the process calls.
+    #[arg(long = "task", value_name = "NAME=FILE")]
+    pub tasks: Vec<String>,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct StartArgs {
+    /// The process id.
+    pub process: String,
+    /// The start variables, a JSON object.
+    #[arg(long, default_value = "{}")]
+    pub input: String,
+    /// A retried start with the same key returns the same instance.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct InstancesArgs {
+    #[arg(long)]
+    pub state: Option<String>,
+    #[arg(long)]
+    pub process: Option<String>,
+    /// The `next` cursor of the previous page.
+    #[arg(long)]
+    pub after: Option<String>,
+    #[arg(long)]
+    pub limit: Option<u32>,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+/// `sutra inspect`: local with `--db`, else against the server.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The instance id.
+    pub instance: String,
+    /// Read the database directly instead of asking a server.
+    #[arg(long)]
+    pub db: Option<String>,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The instance (or deployment) id.
+    pub id: String,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    pub id: String,
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RetryMode {
+    Full,
+    FromFailure,
+}
+
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    pub id: String,
+    #[arg(long, value_enum, default_value = "full")]
+    pub mode: RetryMode,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The message name.
+    pub name: String,
+    /// The correlation key.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// The message's variables, a JSON object.
+    #[arg(long, default_value = "{}")]
+    pub input: String,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCommand {
+    /// Create a tenant in a database and print its API key (once).
+    Create(TenantCreateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TenantCreateArgs {
+    pub name: String,
+    #[arg(long)]
+    pub db: String,
+    /// Non-terminal instances at once.
+    #[arg(long)]
+    pub max_instances: Option<i64>,
+    /// Bytes of one task module.
+    #[arg(long)]
+    pub max_module_bytes: Option<i64>,
+    /// Fuel ceiling of one attempt.
+    #[arg(long)]
+    pub fuel: Option<i64>,
+    /// Deadline ceiling of one attempt, in milliseconds.
+    #[arg(long)]
+    pub deadline_ms: Option<i64>,
+    /// Memory ceiling of one attempt, in bytes.
+    #[arg(long)]
+    pub memory_bytes: Option<i64>,
+}
+
+/// An HTTP call's outcome: the JSON answer, or the exit code already reported.
+type Answer = Result<Value, ExitCode>;
+
+enum Body {
+    None,
+    Json(Value),
+    Form(reqwest::multipart::Form),
+}
+
+async fn call(
+    opts: &ServerOpts,
+    method: reqwest::Method,
+    path: &str,
+    body: Body,
+    headers: &[(&str, String)],
+) -> Answer {
+    let url = format!("{}{path}", opts.server.trim_end_matches('/'));
+    let mut req = reqwest::Client::new().request(method, &url);
+    if let Some(t) = &opts.token {
+        req = req.bearer_auth(t);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, v);
+    }
+    req = match body {
+        Body::None => req,
+        Body::Json(v) => req.json(&v),
+        Body::Form(f) => req.multipart(f),
+    };
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| fail_exit(&format!("cannot reach {url}: {e}")))?;
+    let status = resp.status();
+    let text = resp
+        .text()
+        .await
+        .map_err(|e| fail_exit(&format!("cannot read the answer of {url}: {e}")))?;
+    let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    if status.is_success() {
+        return Ok(value);
+    }
+    let code = value.get("code").and_then(Value::as_str).unwrap_or("?");
+    let message = value.get("message").and_then(Value::as_str).unwrap_or("");
+    eprintln!("error: {code}: {message} (HTTP {})", status.as_u16());
+    if let Some(diags) = value
+        .pointer("/details/diagnostics")
+        .and_then(Value::as_array)
+    {
+        for d in diags {
+            eprintln!(
+                "  {}:{}: {}[{}]: {}",
+                d["line"],
+                d["column"],
+                d["severity"].as_str().unwrap_or(""),
+                d["code"].as_str().unwrap_or(""),
+                d["message"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Err(ExitCode::from(1))
+}
+
+/// Run `f` on a fresh async runtime and print its answer.
+fn run(
+    format: Format,
+    f: impl std::future::Future<Output = Answer>,
+    text: impl FnOnce(&Value) -> String,
+) -> ExitCode {
+    let rt = match tokio() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(f) {
+        Err(code) => code,
+        Ok(v) => {
+            match format {
+                Format::Json => {
+                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())
+                }
+                Format::Text => print!("{}", text(&v)),
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Columns padded to their widest cell.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let w = widths.get(i).copied().unwrap_or(0);
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                l.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        out.push_str(&line(r.clone()));
+    }
+    out
+}
+
+fn deployments_table(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v["deployments"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|d| {
+                    vec![
+                        s(&d["id"]),
+                        s(&d["process"]),
+                        s(&d["version"]),
+                        s(&d["state"]),
+                    ]
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    table(&["ID", "PROCESS", "VERSION", "STATE"], &rows)
+}
+
+/// An instance view as text (the shape of the local `sutra inspect`).
+pub fn instance_text(v: &Value) -> String {
+    let mut out = format!(
+        "instance {}  process {}  state {}\n",
+        s(&v["instance"]),
+        s(&v["process"]),
+        s(&v["state"])
+    );
+    if let Some(r) = v.get("retryOf").filter(|r| !r.is_null()) {
+        out.push_str(&format!("  retry of {}\n", s(r)));
+    }
+    for a in v["attempts"].as_array().into_iter().flatten() {
+        let code = a
+            .get("code")
+            .filter(|c| !c.is_null())
+            .map(|c| format!(" {}", s(c)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {}  {} attempt {}  {}{code}\n",
+            s(&a["at"]),
+            s(&a["task"]),
+            s(&a["attempt"]),
+            s(&a["outcome"])
+        ));
+    }
+    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        out.push_str(&format!(
+            "  error {}: {}\n",
+            s(&e["code"]),
+            s(&e["message"])
+        ));
+    }
+    out.push_str(&format!("  variables {}\n", v["variables"]));
+    out
+}
+
+fn enc(id: &str) -> String {
+    // Path segments: ids are [A-Za-z0-9._:-]; anything else is escaped and refused by the server.
+    id.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+pub fn exec_deploy(args: DeployArgs) -> ExitCode {
+    let modules = match read_modules(&args.tasks) {
+        Ok(m) => m,
+        Err(e) => return usage_error(e),
+    };
+    let source = match std::fs::read_to_string(&args.definition) {
+        Ok(s) => s,
+        Err(e) => return usage_error(format!("cannot read {}: {e}", args.definition.display())),
+    };
+    let mut form = reqwest::multipart::Form::new().text("definition", source);
+    for (name, bytes) in modules {
+        form = form.part(
+            name.clone(),
+            reqwest::multipart::Part::bytes(bytes).file_name(format!("{name}.wasm")),
+        );
+    }
+    let opts = args.server.clone();
+    run(
+        args.server.format,
+        async move {
+            call(
+                &opts,
+                reqwest::Method::POST,
+                "/v1/deployments",
+                Body::Form(form),
+                &[],
+            )
+            .await
+        },
+        deployments_table,
+    )
+}
+
+pub fn exec_start(args: StartArgs) -> ExitCode {
+    let input = match parse_object(&args.input, "--input") {
+        Ok(m) => m,
+        Err(e) => return usage_error(e),
+    };
+    let headers: Vec<(&str, String)> = args
+        .idempotency_key
+        .iter()
+        .map(|k| ("Idempotency-Key", k.clone()))
+        .collect();
+    let path = format!("/v1/processes/{}/instances", enc(&args.process));
+    let opts = args.server.clone();
+    run(
+        args.server.format,
+        async move {
+            call(
+                &opts,
+                reqwest::Method::POST,
+                &path,
+                Body::Json(json!({ "variables": input })),
+                &headers,
+            )
+            .await
+        },
+        instance_text,
+    )
+}
+
+pub fn exec_instances(args: InstancesArgs) -> ExitCode {
+    let mut query = Vec::new();
+    for (k, v) in [
+        ("state", &args.state),
+        ("process", &args.process),
+        ("after", &args.after),
+    ] {
+        if let Some(v) = v {
+            query.push(format!("{k}={}", enc(v)));
+        }
+    }
+    if let Some(l) = args.limit {
+        query.push(format!("limit={l}"));
+    }
+    let path = if query.is_empty() {
+        "/v1/instances".to_string()
+    } else {
+        format!("/v1/instances?{}", query.join("&"))
+    };
+    let opts = args.server.clone();
+    run(
+        args.server.format,
+        async move { call(&opts, reqwest::Method::GET, &path, Body::None, &[]).await },
+        |v| {
+            let rows: Vec<Vec<String>> = v["instances"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|i| {
+                            vec![
+                                s(&i["id"]),
+                                s(&i["process"]),
+                                s(&i["state"]),
+                                s(&i["startedAt"]),
+                                s(&i["endedAt"]),
+                            ]
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut out = table(&["ID", "PROCESS", "STATE", "STARTED", "ENDED"], &rows);
+            if let Some(n) = v["next"].as_str() {
+                out.push_str(&format!("more: --after {n}\n"));
+            }
+            out
+        },
+    )
+}
+
+pub fn exec_inspect(args: InspectArgs) -> ExitCode {
+    if let Some(db) = args.db {
+        return super::run::exec_inspect(super::run::InspectArgs {
+            instance: args.instance,
+            db,
+            format: args.server.format,
+        });
+    }
+    let path = format!("/v1/instances/{}", enc(&args.instance));
+    let opts = args.server.clone();
+    let rt = match tokio() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(call(&opts, reqwest::Method::GET, &path, Body::None, &[])) {
+        Err(code) => code,
+        Ok(v) => {
+            match args.server.format {
+                Format::Json => {
+                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())
+                }
+                Format::Text => print!("{}", instance_text(&v)),
+            }
+            // Like the local inspect: a FAILED or TERMINATED instance exits 1.
+            match v["state"].as_str() {
+                Some("FAILED" | "TERMINATED") => ExitCode::from(1),
+                _ => ExitCode::SUCCESS,
+            }
+        }
+    }
+}
+
+pub fn exec_history(args: IdArgs) -> ExitCode {
+    let path = format!("/v1/instances/{}/history", enc(&args.id));
+    let opts = args.server.clone();
+    run(
+        args.server.format,
+        async move { call(&opts, reqwest::Method::GET, &path, Body::None, &[]).await },
+        |v| {
+            if let Some(note) = v["note"].as_str() {
+                return format!("{note}\n");
+            }
+            let rows: Vec<Vec<String>> = v["entries"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|e| {
+                            vec![
+                                s(&e["seq"]),
+                                s(&e["at"]),
+                                s(&e["kind"]),
+                                s(&e["node"]),
+                                e["data"].to_string(),
+                            ]
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            table(&["SEQ", "AT", "KIND", "NODE", "DATA"], &rows)
+        },
+    )
+}
+
+pub fn exec_cancel(args: CancelArgs) -> ExitCode {
+    let path = format!("/v1/instances/{}/cancel", enc(&args.id));
+    let opts = args.server.clone();
+    let body = json!({ "reason": args.reason });
+    run(
+        args.server.format,
+        async move { call(&opts, reqwest::Method::POST, &path, Body::Json(body), &[]).await },
+        instance_text,
+    )
+}
+
+pub fn exec_retry(args: RetryArgs) -> ExitCode {
+    let mode = match args.mode {
+        RetryMode::Full => "full",
+        RetryMode::FromFailure => "from-failure",
+    };
+    let path = format!("/v1/instances/{}/retry?mode={mode}", enc(&args.id));
+    let opts = args.server.clone();
+    run(
+        args.server.format,
+        async move { call(&opts, reqwest::Method::POST, &path, Body::None, &[]).await },
+        instance_text,
+    )
+}
+
+pub fn exec_send(args: SendArgs) -> ExitCode {
+    let input = match parse_object(&args.input, "--input") {
+        Ok(m) => m,
+        Err(e) => return usage_error(e),
+    };
+    let body = json!({ "name": args.name, "correlationKey": args.key, "variables": input });
+    let opts = args.server.clone();
+    run(
+        args.server.format,
+        async move {
+            call(
+                &opts,
+                reqwest::Method::POST,
+                "/v1/messages",
+                Body::Json(body),
+                &[],
+            )
+            .await
+        },
+        |v| format!("instance {}\n", s(&v["instance"])),
+    )
+}
+
+pub fn exec_deployments(opts: ServerOpts) -> ExitCode {
+    let o = opts.clone();
+    run(
+        opts.format,
+        async move { call(&o, reqwest::Method::GET, "/v1/deployments", Body::None, &[]).await },
+        deployments_table,
+    )
+}
+
+pub fn exec_undeploy(args: IdArgs) -> ExitCode {
+    let path = format!("/v1/deployments/{}", enc(&args.id));
+    let opts = args.server.clone();
+    run(
+        args.server.format,
+        async move { call(&opts, reqwest::Method::DELETE, &path, Body::None, &[]).await },
+        |d| {
+            table(
+                &["ID", "PROCESS", "VERSION", "STATE"],
+                &[vec![
+                    s(&d["id"]),
+                    s(&d["process"]),
+                    s(&d["version"]),
+                    s(&d["state"]),
+                ]],
+            )
+        },
+    )
+}
+
+pub fn exec_tenant(cmd: TenantCommand) -> ExitCode {
+    let TenantCommand::Create(args) = cmd;
+    let limits = crate::store::tenancy::TenantLimits {
+        max_instances: args.max_instances,
+        max_module_bytes: args.max_module_bytes,
+        fuel: args.fuel,
+        deadline_ms: args.deadline_ms,
+        memory_bytes: args.memory_bytes,
+    };
+    if [
+        limits.max_instances,
+        limits.max_module_bytes,
+        limits.fuel,
+        limits.deadline_ms,
+        limits.memory_bytes,
+    ]
+    .iter()
+    .any(|v| v.is_some_and(|v| v < 0))
+    {
+        return usage_error("quotas must not be negative");
+    }
+    let rt = match tokio() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let (store, _, _g) = match super::run::open_store(Some(&args.db)).await {
+            Ok(s) => s,
+            Err(e) => return fail_exit(&e),
+        };
+        let now = chrono::Utc::now().timestamp_millis();
+        match crate::api::auth::create_tenant(&store, &args.name, limits, now).await {
+            Ok((_, key)) => {
+                eprintln!(
+                    "tenant {} created; its API key (shown once, keep it secret):",
+                    args.name
+                );
+                println!("{key}");
+                ExitCode::SUCCESS
+            }
+            Err(crate::store::StoreError::Duplicate(_)) => {
+                fail_exit(&format!("tenant `{}` exists already", args.name))
+            }
+            Err(e) => fail_exit(&e.to_string()),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_their_columns() {
+        let t = table(
+            &["ID", "STATE"],
+            &[
+                vec!["a".into(), "WAITING".into()],
+                vec!["long-id".into(), "X".into()],
+            ],
+        );
+        assert_eq!(t, "ID       STATE\na        WAITING\nlong-id  X\n");
+    }
+
+    #[test]
+    fn ids_are_escaped_in_paths() {
+        assert_eq!(enc("abc-1.2:x_y"), "abc-1.2:x_y");
+        assert_eq!(enc("a/b c"), "a%2Fb%20c");
+    }
+}

@@ -1,0 +1,263 @@
+//! Prompt wake-ups across replicas on PostgreSQL: LISTEN/NOTIFY.
+//!
+//! A transaction that arms a timed park due soon sends `NOTIFY sutra_parks`
+//! with the earliest such due instant (ms) as payload; PostgreSQL delivers it
+//! only if the transaction commits. Every replica's [`watch`] task listens on
+//! that channel and wakes its poller, which then re-reads the store.
+//!
+//! Invariants:
+//! - a notification is only a hint: the store stays the truth, a lost or
+//!   spurious notification costs latency or one extra poll, never
+//!   correctness. The channel is per database (not per schema), so replicas
+//!   of another schema on the same database can wake this one for nothing;
+//! - only parks due within [`NOTIFY_HORIZON_MS`] of the step notify: pollers
+//!   re-read the store at least every 500 ms (`runtime/poller.rs`), so a park
+//!   due later is seen in time without a notification. This keeps NOTIFY
+//!   (which serialises the commits of notifying transactions on a
+//!   database-wide lock) off the common path of arming attempt leases;
+//! - the listener never panics: on any error it drops its connection, waits a
+//!   bounded, doubling backoff ([`BACKOFF_MIN`]..[`BACKOFF_MAX`]), reconnects
+//!   and wakes the poller once (notifications sent meanwhile were lost);
+//! - it stops when the store's pool is closed or when nobody else holds the
+//!   `Notify` any more (checked at least every [`OWNER_CHECK`]).
+
+use super::{StepWrite, StoreResult};
+use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The channel every replica of a database listens on.
+pub const PARKS_CHANNEL: &str = "sutra_parks";
+/// A park due later than this after its step's `updated_at` sends no
+/// notification (pollers look again sooner than that anyway).
+pub const NOTIFY_HORIZON_MS: i64 = 1_000;
+/// The first wait after a listener error.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between reconnection attempts.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How often an idle listener checks whether its poller still exists.
+pub const OWNER_CHECK: Duration = Duration::from_secs(1);
+
+/// The earliest due instant among `steps`' armed parks that falls within
+/// [`NOTIFY_HORIZON_MS`] of its step, if any.
+pub fn due_soon<'a>(steps: impl IntoIterator<Item = &'a StepWrite>) -> Option<i64> {
+    steps
+        .into_iter()
+        .flat_map(|s| {
+            let horizon = s.updated_at.saturating_add(NOTIFY_HORIZON_MS);
+            s.arm
+                .iter()
+                .filter_map(move |p| p.due_at.filter(|d| *d <= horizon))
+        })
+        .min()
+}
+
+/// Inside the step's transaction: notify every replica that a park falls
+/// due soon (delivered on commit, dropped on rollback). No-op when none does.
+pub async fn notify_armed<'a>(
+    conn: &mut PgConnection,
+    steps: impl IntoIterator<Item = &'a StepWrite>,
+) -> StoreResult<()> {
+    if let Some(due) = due_soon(steps) {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(PARKS_CHANNEL)
+            .bind(due.to_string())
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// A listener on its own one-connection pool (never one of the store's
+/// connections), subscribed to [`PARKS_CHANNEL`].
+async fn subscribe(pool: &PgPool) -> Result<(PgListener, PgPool), sqlx::Error> {
+    let own = PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with((*pool.connect_options()).clone())
+        .await?;
+    let mut listener = match PgListener::connect_with(&own).await {
+        Ok(l) => l,
+        Err(e) => {
+            own.close().await;
+            return Err(e);
+        }
+    };
+    if let Err(e) = listener.listen(PARKS_CHANNEL).await {
+        drop(listener);
+        own.close().await;
+        return Err(e);
+    }
+    Ok((listener, own))
+}
+
+/// Subscribes to [`PARKS_CHANNEL`] (returns once LISTEN is in place, or the
+/// error that prevented it), then wakes `notify` on every notification from
+/// a background task until the pool closes or `notify` has no other owner.
+pub async fn watch(pool: &PgPool, notify: Arc<Notify>) -> StoreResult<()> {
+    let first = subscribe(pool).await?;
+    let weak = Arc::downgrade(&notify);
+    drop(notify);
+    tokio::spawn(listen_loop(pool.clone(), weak, first));
+    Ok(())
+}
+
+/// Why [`receive`] returned.
+enum Stop {
+    /// The store closed or the poller is gone: end the task.
+    Done,
+    /// The connection failed: reconnect after a backoff.
+    Failed(sqlx::Error),
+}
+
+async fn listen_loop(pool: PgPool, weak: Weak<Notify>, first: (PgListener, PgPool)) {
+    let mut current = Some(first);
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let (mut listener, own) = match current.take() {
+            Some(c) => c,
+            None => match subscribe(&pool).await {
+                Ok(c) => {
+                    // Whatever was sent while we were away is lost: look once.
+                    match weak.upgrade() {
+                        Some(n) => n.notify_one(),
+                        None => return,
+                    }
+                    c
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "cannot LISTEN for parks; retrying");
+                    if wait_or_stop(&pool, &weak, backoff).await {
+                        return;
+                    }
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            },
+        };
+        let stop = receive(&pool, &weak, &mut listener, &mut backoff).await;
+        drop(listener);
+        own.close().await;
+        match stop {
+            Stop::Done => return,
+            Stop::Failed(e) => {
+                tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "park listener failed; reconnecting");
+                if wait_or_stop(&pool, &weak, backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+    }
+}
+
+/// Forwards notifications to the poller until the listener fails or the task
+/// should end. A successful receive resets `backoff`.
+async fn receive(
+    pool: &PgPool,
+    weak: &Weak<Notify>,
+    listener: &mut PgListener,
+    backoff: &mut Duration,
+) -> Stop {
+    let closed = pool.close_event();
+    tokio::pin!(closed);
+    let mut check = tokio::time::interval(OWNER_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut closed => return Stop::Done,
+            _ = check.tick() => {
+                if weak.strong_count() == 0 {
+                    return Stop::Done;
+                }
+            }
+            // `try_recv` is cancel-safe (it buffers until a whole message arrived).
+            got = listener.try_recv() => match got {
+                Ok(Some(_)) => {
+                    *backoff = BACKOFF_MIN;
+                    match weak.upgrade() {
+                        Some(n) => n.notify_one(),
+                        None => return Stop::Done,
+                    }
+                }
+                // The connection dropped and was re-established: some may be lost.
+                Ok(None) => match weak.upgrade() {
+                    Some(n) => n.notify_one(),
+                    None => return Stop::Done,
+                },
+                Err(e) => return Stop::Failed(e),
+            },
+        }
+    }
+}
+
+/// Sleeps `wait` unless the task should end first; true = end it.
+async fn wait_or_stop(pool: &PgPool, weak: &Weak<Notify>, wait: Duration) -> bool {
+    if pool.is_closed() || weak.strong_count() == 0 {
+        return true;
+    }
+    tokio::select! {
+        _ = pool.close_event() => true,
+        _ = tokio::time::sleep(wait) => pool.is_closed() || weak.strong_count() == 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::NewPark;
+
+    fn park(seq: i64, due_at: Option<i64>) -> NewPark {
+        NewPark {
+            seq,
+            kind: "timer".into(),
+            due_at,
+            message_name: None,
+            correlation_key: None,
+        }
+    }
+
+    fn step(updated_at: i64, arm: Vec<NewPark>) -> StepWrite {
+        StepWrite {
+            updated_at,
+            arm,
+            ..StepWrite::default()
+        }
+    }
+
+    #[test]
+    fn only_parks_due_within_the_horizon_notify() {
+        let s = step(
+            10_000,
+            vec![park(1, Some(10_000 + NOTIFY_HORIZON_MS + 1)), park(2, None)],
+        );
+        assert_eq!(
+            due_soon([&s]),
+            None,
+            "a late park and a message wait send nothing"
+        );
+        let s = step(
+            10_000,
+            vec![
+                park(1, Some(10_700)),
+                park(2, Some(10_200)),
+                park(3, Some(60_000)),
+            ],
+        );
+        assert_eq!(due_soon([&s]), Some(10_200));
+    }
+
+    #[test]
+    fn the_earliest_due_across_a_group_commit_is_sent() {
+        let a = step(10_000, vec![park(1, Some(10_900))]);
+        let b = step(20_000, vec![park(1, Some(10_500))]);
+        let c = step(30_000, Vec::new());
+        assert_eq!(due_soon([&a, &b, &c]), Some(10_500));
+        // A park already overdue (due before its step) notifies too.
+        assert_eq!(due_soon([&step(5_000, vec![park(1, Some(1))])]), Some(1));
+    }
+}

@@ -1,0 +1,101 @@
+//! `TenancyStore` on both backends: tenants, keys, quotas counts, schedule
+//! rows and their fire journal, metric counts.
+
+#[path = "common/backends.rs"]
+mod backends;
+
+use sutra::store::tenancy::{
+    ApiKeyRecord, ScheduleEvent, ScheduleRecord, TenancyStore, TenantLimits, TenantRecord,
+};
+use sutra::store::{DeploymentState, NewDeployment, Store, StoreError};
+
+async fn deployment<S: Store>(store: &S, id: &str) {
+    store
+        .insert_deployment(&NewDeployment {
+            id: id.into(),
+            tenant: "acme".into(),
+            process_id: "p".into(),
+            dialect: "bpmn".into(),
+            source: "<x/>".into(),
+            modules: Default::default(),
+            created_at: 0,
+        })
+        .await
+        .unwrap();
+}
+
+fn schedule(dep: &str, next_due: i64) -> ScheduleRecord {
+    ScheduleRecord {
+        deployment_id: dep.into(),
+        start_node: "every".into(),
+        tenant: "acme".into(),
+        armed_at: 0,
+        last_slot: None,
+        next_due: Some(next_due),
+        state: "ARMED".into(),
+        fires: 0,
+        skipped: 0,
+        refused: 0,
+    }
+}
+
+fn fired(slot: i64, skipped: i64, outcome: &str) -> ScheduleEvent {
+    ScheduleEvent {
+        at: 1,
+        slot: Some(slot),
+        skipped,
+        outcome: outcome.into(),
+        instance_id: None,
+        code: None,
+        message: None,
+    }
+}
+
+backends::store_tests! {
+    async fn tenants_and_keys(db) {
+        let limits = TenantLimits { max_instances: Some(3), deadline_ms: Some(500), ..TenantLimits::default() };
+        let t = TenantRecord { name: "acme".into(), created_at: 7, limits: limits.clone() };
+        db.create_tenant(&t).await.unwrap();
+        assert!(matches!(db.create_tenant(&t).await, Err(StoreError::Duplicate(_))));
+        assert_eq!(db.get_tenant("acme").await.unwrap(), Some(t.clone()));
+        assert_eq!(db.get_tenant("other").await.unwrap(), None);
+        let more = TenantLimits { max_instances: None, fuel: Some(10), ..limits };
+        db.set_tenant_limits("acme", &more).await.unwrap();
+        assert_eq!(db.list_tenants().await.unwrap()[0].limits, more);
+        assert!(matches!(db.set_tenant_limits("other", &more).await, Err(StoreError::NotFound(_))));
+        let key = ApiKeyRecord { key_id: "k1".into(), tenant: "acme".into(), key_hash: "h".into(), created_at: 1 };
+        db.insert_api_key(&key).await.unwrap();
+        assert_eq!(db.get_api_key("k1").await.unwrap(), Some(key));
+        assert_eq!(db.get_api_key("k2").await.unwrap(), None);
+        assert_eq!(db.live_instance_count("acme").await.unwrap(), 0);
+    }
+
+    async fn schedules_move_and_journal_their_fires(db) {
+        deployment(&db.store, "d1").await;
+        db.arm_schedule(&schedule("d1", 100)).await.unwrap();
+        db.arm_schedule(&schedule("d1", 999)).await.unwrap(); // already armed: a no-op
+        assert_eq!(db.next_schedule_due().await.unwrap(), Some(100));
+        assert!(db.due_schedules(99, 10).await.unwrap().is_empty());
+        assert_eq!(db.due_schedules(100, 10).await.unwrap().len(), 1);
+
+        assert!(db.record_fire("d1", "every", Some(300), &fired(2, 2, "fired")).await.unwrap());
+        assert!(db.record_fire("d1", "every", None, &fired(3, 0, "refused")).await.unwrap());
+        let s = &db.schedules_of("d1").await.unwrap()[0];
+        assert_eq!((s.state.as_str(), s.fires, s.refused, s.skipped, s.last_slot, s.next_due), ("EXHAUSTED", 1, 1, 2, Some(3), None));
+        assert!(!db.record_fire("d1", "every", Some(5), &fired(4, 0, "fired")).await.unwrap(), "an exhausted schedule does not move");
+        let events = db.schedule_events("d1").await.unwrap();
+        assert_eq!(events.iter().map(|e| e.outcome.as_str()).collect::<Vec<_>>(), ["fired", "refused"]);
+        let m = db.metric_counts().await.unwrap();
+        assert_eq!((m.schedules_armed, m.schedule_refusals), (0, 1));
+    }
+
+    async fn schedules_of_inactive_deployments_resolve(db) {
+        deployment(&db.store, "d1").await;
+        db.arm_schedule(&schedule("d1", 100)).await.unwrap();
+        assert_eq!(db.resolve_inactive_schedules().await.unwrap(), 0, "d1 is active");
+        db.set_deployment_state("d1", DeploymentState::Draining).await.unwrap();
+        assert_eq!(db.resolve_inactive_schedules().await.unwrap(), 1);
+        assert_eq!(db.schedules_of("d1").await.unwrap()[0].state, "RESOLVED");
+        assert_eq!(db.next_schedule_due().await.unwrap(), None);
+    }
+}

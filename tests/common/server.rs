@@ -1,0 +1,277 @@
+//! A real `sutra serve` for API tests: a temp SQLite database, port 0 (the
+//! server prints the address it bound), the manual virtual clock, an admin
+//! key; and a small JSON client.
+//!
+//! Invariant: every wait is bounded — the address line within 60 s, then a
+//! bounded poll of `/healthz`; a server that dies or never answers fails the
+//! test with its stderr. The child is killed on drop.
+#![allow(dead_code)]
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
+/// Where virtual time starts in these tests.
+pub const T0: &str = "2030-01-01T00:00:00Z";
+
+pub struct Server {
+    child: Child,
+    pub url: String,
+    pub db: String,
+    pub dir: Arc<tempfile::TempDir>,
+    stderr: Arc<Mutex<String>>,
+    extra_env: Vec<(String, String)>,
+}
+
+impl Server {
+    /// A fresh database, the manual clock at `T0`, the audit journal on.
+    pub async fn start() -> Server {
+        Self::start_with(&[]).await
+    }
+
+    /// With extra environment variables for the server.
+    pub async fn start_with(env: &[(&str, &str)]) -> Server {
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let db = format!("sqlite://{}", dir.path().join("api.db").display());
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Self::spawn(dir, db, T0, env).await
+    }
+
+    /// Kill -9 this server and start another on the same database with the clock at `clock_start`.
+    pub async fn restart_at(mut self, clock_start: &str) -> Server {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = self.dir.clone();
+        let db = self.db.clone();
+        let env = std::mem::take(&mut self.extra_env);
+        drop(self);
+        Self::spawn(dir, db, clock_start, env).await
+    }
+
+    async fn spawn(
+        dir: Arc<tempfile::TempDir>,
+        db: String,
+        clock_start: &str,
+        env: Vec<(String, String)>,
+    ) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sutra"));
+        cmd.args([
+            "serve",
+            "--db",
+            &db,
+            "--listen",
+            "127.0.0.1:0",
+            "--manual-clock",
+            "--clock-start",
+            clock_start,
+        ])
+        .env("SUTRA_ADMIN_KEY", ADMIN_KEY)
+        .env("SUTRA_AUDIT_SQL", "true")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn sutra serve");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(
+                        rest.split_whitespace()
+                            .next()
+                            .unwrap_or_default()
+                            .to_string(),
+                    );
+                }
+                sink.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(u) => u,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "sutra serve did not print its address; stderr:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+        };
+        let server = Server {
+            child,
+            url,
+            db,
+            dir,
+            stderr: log,
+            extra_env: env,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = reqwest::get(format!("{}/healthz", server.url)).await {
+                if r.status().is_success() {
+                    break;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/healthz never answered; stderr:\n{}",
+                server.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// A client with the admin key.
+    pub fn admin(&self) -> Api {
+        Api {
+            base: self.url.clone(),
+            token: Some(ADMIN_KEY.to_string()),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// A client without a key.
+    pub fn anonymous(&self) -> Api {
+        Api {
+            base: self.url.clone(),
+            token: None,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Create a tenant over the admin API; a client with its key.
+    pub async fn tenant(&self, name: &str, limits: Value) -> Api {
+        let (status, body) = self
+            .admin()
+            .call(
+                Method::POST,
+                "/v1/admin/tenants",
+                Some(serde_json::json!({ "name": name, "limits": limits })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        Api {
+            base: self.url.clone(),
+            token: Some(body["key"].as_str().unwrap().to_string()),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// Advance the manual clock by an ISO duration (everything due on the way runs).
+    pub async fn advance(&self, by: &str) -> Value {
+        let (status, body) = self
+            .admin()
+            .call(
+                Method::POST,
+                "/v1/admin/clock/advance",
+                Some(serde_json::json!({ "by": by })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        body
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A JSON client with one bearer key.
+#[derive(Clone)]
+pub struct Api {
+    pub base: String,
+    pub token: Option<String>,
+    pub http: reqwest::Client,
+}
+
+impl Api {
+    pub fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            r = r.bearer_auth(t);
+        }
+        r
+    }
+
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+        let resp = req.send().await.expect("request");
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.request(method, path);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        self.send(req).await
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    /// Deploy a definition with modules (name → bytes).
+    pub async fn deploy(
+        &self,
+        definition: &str,
+        modules: &[(&str, Vec<u8>)],
+    ) -> (StatusCode, Value) {
+        let mut form = reqwest::multipart::Form::new().text("definition", definition.to_string());
+        for (name, bytes) in modules {
+            form = form.part(
+                name.to_string(),
+                reqwest::multipart::Part::bytes(bytes.clone()).file_name("m.wasm"),
+            );
+        }
+        self.send(
+            self.request(Method::POST, "/v1/deployments")
+                .multipart(form),
+        )
+        .await
+    }
+
+    /// Start `process` with `variables`; answers the instance view.
+    pub async fn start(&self, process: &str, variables: Value) -> (StatusCode, Value) {
+        self.post(
+            &format!("/v1/processes/{process}/instances"),
+            serde_json::json!({ "variables": variables }),
+        )
+        .await
+    }
+}
+
+/// The path of a guest, for the CLI.
+pub fn guest_path(name: &str) -> PathBuf {
+    crate::common::guest(name)
+}
