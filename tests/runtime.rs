@@ -165,9 +165,11 @@ backends::store_tests! {
     }
 
     async fn traps_fuel_and_deadlines_are_failed_attempts_that_retry(db) {
-        let mut config = Config::default();
-        config.fuel = Some(50_000_000);
-        config.deadline = Some(IsoDuration::from_millis(2_000));
+        let config = Config {
+            fuel: Some(50_000_000),
+            deadline: Some(IsoDuration::from_millis(2_000)),
+            ..Config::default()
+        };
         let rt = runtime_with(db.store.clone(), config);
         let src = one_task(r#"<q:retry maxAttempts="2" initialDelay="PT1S"/>"#);
         for (input, code) in [
@@ -181,8 +183,7 @@ backends::store_tests! {
             assert_eq!(view.error.unwrap().code, "SUTRA.RUNTIME.RETRY.EXHAUSTED");
         }
         // A deadline: plenty of fuel, a short wall-clock bound.
-        let mut config = Config::default();
-        config.deadline = Some(IsoDuration::from_millis(200));
+        let config = Config { deadline: Some(IsoDuration::from_millis(200)), ..Config::default() };
         let rt = runtime_with(db.store.clone(), config);
         let (id, _) = run_to_rest(&rt, &src, json!({"do": "loop"})).await;
         let view = rt.inspect(&id).await.unwrap();
@@ -295,8 +296,7 @@ backends::store_tests! {
     }
 
     async fn retention_pt0s_deletes_at_completion_but_keeps_failed(db) {
-        let mut config = Config::default();
-        config.retention = IsoDuration::ZERO;
+        let config = Config { retention: IsoDuration::ZERO, ..Config::default() };
         let rt = runtime_with(db.store.clone(), config);
         let (done, settled) = run_to_rest(&rt, &one_task(""), json!({"do": "echo"})).await;
         assert_eq!(settled, Settled::Gone);
@@ -306,8 +306,7 @@ backends::store_tests! {
     }
 
     async fn the_audit_journal_records_history_when_on(db) {
-        let mut config = Config::default();
-        config.audit_sql = true;
+        let config = Config { audit_sql: true, ..Config::default() };
         let rt = runtime_with(db.store.clone(), config);
         let src = one_task(r#"<q:retry maxAttempts="2" initialDelay="PT1S"/>"#);
         let (id, _) = run_to_rest(&rt, &src, json!({"do": "fail", "until": 2})).await;

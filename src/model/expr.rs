@@ -38,7 +38,7 @@ impl Expr {
         if nesting_depth(text) > 64 {
             return Err(ExprError("expression nested deeper than 64 levels".into()));
         }
-        let program = cel_interpreter::Program::compile(text).map_err(|e| ExprError(e.to_string()))?;
+        let program = compile_guarded(text)?;
         Ok(Expr { source: source.to_string(), program: Arc::new(program) })
     }
 
@@ -52,7 +52,11 @@ impl Expr {
         for (k, v) in vars {
             ctx.add_variable(k.as_str(), v).map_err(|e| ExprError(e.to_string()))?;
         }
-        let value = self.program.execute(&ctx).map_err(|e| ExprError(e.to_string()))?;
+        let program = std::panic::AssertUnwindSafe(&self.program);
+        let ctx = std::panic::AssertUnwindSafe(&ctx);
+        let value = quietly(|| program.execute(&ctx))
+            .ok_or_else(|| ExprError(format!("evaluating `{}` failed inside the CEL interpreter", self.source)))?
+            .map_err(|e| ExprError(e.to_string()))?;
         value.json().map_err(|e| ExprError(e.to_string()))
     }
 
@@ -63,6 +67,40 @@ impl Expr {
             other => Err(ExprError(format!("condition `{}` yielded {other}, not a boolean", self.source))),
         }
     }
+}
+
+thread_local! {
+    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `cel-interpreter` 0.10's ANTLR visitor panics on some syntax errors (e.g.
+/// `amount >`). A definition is untrusted input, so the compile runs under
+/// `catch_unwind` and a panic becomes an ordinary [`ExprError`]; a chained
+/// panic hook keeps that one panic off stderr (only on this thread, only for
+/// the guarded call; every other panic is reported as before).
+fn compile_guarded(text: &str) -> Result<cel_interpreter::Program, ExprError> {
+    match quietly(|| cel_interpreter::Program::compile(text)) {
+        Some(Ok(program)) => Ok(program),
+        Some(Err(e)) => Err(ExprError(e.to_string())),
+        None => Err(ExprError("syntax error (the expression is incomplete or malformed)".into())),
+    }
+}
+
+/// Run `f`, turning a panic into `None` without printing it.
+fn quietly<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Option<T> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(std::cell::Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    QUIET.with(|q| q.set(true));
+    let result = std::panic::catch_unwind(f);
+    QUIET.with(|q| q.set(false));
+    result.ok()
 }
 
 fn nesting_depth(s: &str) -> usize {
@@ -116,7 +154,9 @@ mod tests {
 
     #[test]
     fn syntax_errors_are_refused_at_parse() {
-        assert!(Expr::parse("amount >").is_err());
+        for bad in ["amount >", "order.id ==", "x == 1 &&", "a +"] {
+            assert!(Expr::parse(bad).is_err(), "{bad}");
+        }
         assert!(Expr::parse("").is_err());
         assert!(Expr::parse(&"(".repeat(100)).is_err());
     }

@@ -29,8 +29,11 @@ pub(crate) const MAX_LOG_LINES: usize = 256;
 
 /// The data of one attempt's `Store`.
 pub(crate) struct HostState {
-    wasi: WasiCtx,
+    /// Built on the guest's first WASI call: most attempts of a small task
+    /// never make one, and building it costs a few allocations and RNG seeds.
+    wasi: Option<WasiCtx>,
     table: ResourceTable,
+    stderr: TailCapture,
     pub(crate) limiter: MemoryLimiter,
     logs: Arc<Mutex<LogCapture>>,
 }
@@ -41,19 +44,27 @@ impl HostState {
         stderr: TailCapture,
         logs: Arc<Mutex<LogCapture>>,
     ) -> HostState {
-        let mut b = WasiCtxBuilder::new();
-        b.stderr(stderr)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .socket_addr_check(|_, _| Box::pin(async { false }));
-        HostState { wasi: b.build(), table: ResourceTable::new(), limiter, logs }
+        HostState { wasi: None, table: ResourceTable::new(), stderr, limiter, logs }
     }
+}
+
+/// The deny-all WASI context: no preopens, no env, no args, no network, stdin
+/// closed, stdout discarded, stderr captured; clocks and random from the host.
+fn deny_all_wasi(stderr: TailCapture) -> WasiCtx {
+    let mut b = WasiCtxBuilder::new();
+    b.stderr(stderr)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    b.build()
 }
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        let stderr = &self.stderr;
+        let wasi = self.wasi.get_or_insert_with(|| deny_all_wasi(stderr.clone()));
+        WasiCtxView { ctx: wasi, table: &mut self.table }
     }
 }
 
@@ -61,7 +72,7 @@ impl sutra::task::types::Host for HostState {}
 
 impl sutra::task::host::Host for HostState {
     async fn log(&mut self, level: sutra::task::host::Level, message: String) {
-        use sutra::task::host::Level;
+        use self::sutra::task::host::Level;
         let level = match level {
             Level::Trace => LogLevel::Trace,
             Level::Debug => LogLevel::Debug,
