@@ -263,7 +263,11 @@ mod tests {
     fn wire_strings_are_unique_and_round_trip() {
         let mut seen = HashSet::new();
         for &c in Code::ALL {
-            assert!(seen.insert(c.as_str()), "duplicate wire string {}", c.as_str());
+            assert!(
+                seen.insert(c.as_str()),
+                "duplicate wire string {}",
+                c.as_str()
+            );
             assert_eq!(Code::parse(c.as_str()), Some(c));
             assert!(c.as_str().starts_with("SUTRA."), "{c}");
         }
@@ -283,7 +287,10 @@ mod tests {
         assert!(!Code::TaskModuleInvalid.retryable());
         assert_eq!(Code::TaskTrap.class(), ErrorClass::Transient);
         assert_eq!(Code::TaskDeadlineExceeded.class(), ErrorClass::Timeout);
-        assert_eq!(Code::TaskFuelExhausted.class(), ErrorClass::ResourceExhausted);
+        assert_eq!(
+            Code::TaskFuelExhausted.class(),
+            ErrorClass::ResourceExhausted
+        );
     }
 
     #[test]

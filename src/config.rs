@@ -61,7 +61,11 @@ pub struct ConfigError {
 }
 
 fn bad(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError { code: Code::ConfigInvalid, key: key.to_string(), message: message.into() }
+    ConfigError {
+        code: Code::ConfigInvalid,
+        key: key.to_string(),
+        message: message.into(),
+    }
 }
 
 const KEYS: [&str; 8] = [
@@ -82,13 +86,16 @@ pub fn env_name(key: &str) -> String {
 
 impl Config {
     /// Load the file (if any), then apply environment overrides from `env`.
-    pub fn load(file: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+    pub fn load(
+        file: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Config, ConfigError> {
         let mut values: BTreeMap<String, String> = BTreeMap::new();
         if let Some(path) = file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
-            let table: toml::Table =
-                toml::from_str(&text).map_err(|e| bad("config", format!("{}: {e}", path.display())))?;
+            let table: toml::Table = toml::from_str(&text)
+                .map_err(|e| bad("config", format!("{}: {e}", path.display())))?;
             flatten("", &toml::Value::Table(table), &mut values);
             if let Some(unknown) = values.keys().find(|k| !KEYS.contains(&k.as_str())) {
                 return Err(bad(unknown, "unknown configuration key"));
@@ -104,7 +111,9 @@ impl Config {
 
     /// Load with the process environment.
     pub fn from_env(file: Option<&Path>) -> Result<Config, ConfigError> {
-        let env: BTreeMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("SUTRA_")).collect();
+        let env: BTreeMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("SUTRA_"))
+            .collect();
         Config::load(file, &env)
     }
 
@@ -127,7 +136,10 @@ impl Config {
         }
         if let Some(d) = duration("sutra.instance.retention-sweep-interval")? {
             if d == IsoDuration::ZERO {
-                return Err(bad("sutra.instance.retention-sweep-interval", "must be longer than PT0S"));
+                return Err(bad(
+                    "sutra.instance.retention-sweep-interval",
+                    "must be longer than PT0S",
+                ));
             }
             c.retention_sweep_interval = d;
         }
@@ -135,7 +147,12 @@ impl Config {
             c.audit_sql = match v.as_str() {
                 "true" | "1" | "on" | "yes" => true,
                 "false" | "0" | "off" | "no" => false,
-                other => return Err(bad("sutra.audit.sql", format!("`{other}` is not a boolean"))),
+                other => {
+                    return Err(bad(
+                        "sutra.audit.sql",
+                        format!("`{other}` is not a boolean"),
+                    ))
+                }
             };
         }
         if let Some(v) = values.get("sutra.runtime.lanes") {
@@ -143,15 +160,20 @@ impl Config {
                 .parse::<u32>()
                 .ok()
                 .filter(|n| (1..=1024).contains(n))
-                .ok_or_else(|| bad("sutra.runtime.lanes", format!("`{v}` is not a number from 1 to 1024")))?;
+                .ok_or_else(|| {
+                    bad(
+                        "sutra.runtime.lanes",
+                        format!("`{v}` is not a number from 1 to 1024"),
+                    )
+                })?;
         }
         if let Some(v) = values.get("sutra.sandbox.fuel") {
-            c.fuel = Some(
-                v.parse::<u64>()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| bad("sutra.sandbox.fuel", format!("`{v}` is not a positive number")))?,
-            );
+            c.fuel = Some(v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                bad(
+                    "sutra.sandbox.fuel",
+                    format!("`{v}` is not a positive number"),
+                )
+            })?);
         }
         c.deadline = duration("sutra.sandbox.deadline")?;
         if c.deadline == Some(IsoDuration::ZERO) {
@@ -181,7 +203,11 @@ fn flatten(prefix: &str, v: &toml::Value, out: &mut BTreeMap<String, String>) {
     match v {
         toml::Value::Table(t) => {
             for (k, v) in t {
-                let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
                 flatten(&key, v, out);
             }
         }
@@ -199,7 +225,10 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -220,7 +249,10 @@ mod tests {
     #[test]
     fn bad_values_name_their_key() {
         let e = Config::load(None, &env(&[("SUTRA_INSTANCE_RETENTION", "P1M")])).unwrap_err();
-        assert_eq!((e.code, e.key.as_str()), (Code::ConfigInvalid, "sutra.instance.retention"));
+        assert_eq!(
+            (e.code, e.key.as_str()),
+            (Code::ConfigInvalid, "sutra.instance.retention")
+        );
         let e = Config::load(None, &env(&[("SUTRA_RUNTIME_LANES", "zero")])).unwrap_err();
         assert_eq!(e.key, "sutra.runtime.lanes");
         let e = Config::load(None, &env(&[("SUTRA_AUDIT_SQL", "maybe")])).unwrap_err();

@@ -51,7 +51,10 @@ fn read_instance_id(child: &mut Child) -> String {
     let stderr = child.stderr.take().unwrap();
     let mut line = String::new();
     BufReader::new(stderr).read_line(&mut line).unwrap();
-    line.trim().strip_prefix("instance ").unwrap_or_else(|| panic!("unexpected first line {line:?}")).to_string()
+    line.trim()
+        .strip_prefix("instance ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,7 +69,12 @@ async fn a_run_killed_during_a_backoff_is_completed_by_serve_with_every_attempt_
         .arg(&def)
         .arg("--task")
         .arg(format!("chaos={}", chaos.display()))
-        .args(["--input", r#"{"do": "fail", "until": 2, "code": "FLAKY"}"#, "--db", &db])
+        .args([
+            "--input",
+            r#"{"do": "fail", "until": 2, "code": "FLAKY"}"#,
+            "--db",
+            &db,
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -77,40 +85,87 @@ async fn a_run_killed_during_a_backoff_is_completed_by_serve_with_every_attempt_
     let store = SqliteStore::open(&db).await.unwrap();
     wait_for("the retry park", Duration::from_secs(60), || {
         let (store, id) = (store.clone(), id.clone());
-        async move { store.parks_of(&id).await.map(|p| p.iter().any(|p| p.kind == "retry")).unwrap_or(false) }
+        async move {
+            store
+                .parks_of(&id)
+                .await
+                .map(|p| p.iter().any(|p| p.kind == "retry"))
+                .unwrap_or(false)
+        }
     })
     .await;
     run.kill().unwrap(); // SIGKILL
     let _ = run.wait();
     let rec = store.load_instance(&id).await.unwrap().unwrap();
-    assert_eq!(rec.state, "WAITING", "the committed backoff survived the kill");
+    assert_eq!(
+        rec.state, "WAITING",
+        "the committed backoff survived the kill"
+    );
     assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
 
-    let mut serve = sutra().args(["serve", "--db", &db]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut serve = sutra()
+        .args(["serve", "--db", &db])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     wait_for("the instance to complete", Duration::from_secs(60), || {
         let (store, id) = (store.clone(), id.clone());
-        async move { store.load_instance(&id).await.ok().flatten().is_some_and(|r| r.state == "COMPLETED") }
+        async move {
+            store
+                .load_instance(&id)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.state == "COMPLETED")
+        }
     })
     .await;
     // SIGTERM stops serve cleanly.
-    let status = Command::new("kill").args(["-TERM", &serve.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
-    assert!(serve.wait().unwrap().success(), "serve stops cleanly on SIGTERM");
+    assert!(
+        serve.wait().unwrap().success(),
+        "serve stops cleanly on SIGTERM"
+    );
 
-    let out = sutra().args(["inspect", "--db", &db, &id, "--format", "json"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = sutra()
+        .args(["inspect", "--db", &db, &id, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let view: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(view["state"], "COMPLETED");
     let attempts: Vec<(i64, String)> = view["attempts"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| (a["attempt"].as_i64().unwrap(), a["outcome"].as_str().unwrap().to_string()))
+        .map(|a| {
+            (
+                a["attempt"].as_i64().unwrap(),
+                a["outcome"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
-    assert_eq!(attempts, vec![(1, "failed".to_string()), (2, "completed".to_string())]);
-    let first = chrono::DateTime::parse_from_rfc3339(view["attempts"][0]["at"].as_str().unwrap()).unwrap();
-    let second = chrono::DateTime::parse_from_rfc3339(view["attempts"][1]["at"].as_str().unwrap()).unwrap();
-    assert!((second - first).num_milliseconds() >= 3000, "the backoff was honoured across the kill");
+    assert_eq!(
+        attempts,
+        vec![(1, "failed".to_string()), (2, "completed".to_string())]
+    );
+    let first =
+        chrono::DateTime::parse_from_rfc3339(view["attempts"][0]["at"].as_str().unwrap()).unwrap();
+    let second =
+        chrono::DateTime::parse_from_rfc3339(view["attempts"][1]["at"].as_str().unwrap()).unwrap();
+    assert!(
+        (second - first).num_milliseconds() >= 3000,
+        "the backoff was honoured across the kill"
+    );
 }
 
 #[test]
@@ -123,12 +178,31 @@ fn run_prints_the_instance_shape_on_the_virtual_clock() {
         .arg(&def)
         .arg("--task")
         .arg(format!("chaos={}", chaos.display()))
-        .args(["--input", r#"{"do": "fail", "until": 3}"#, "--virtual-clock", "--format", "json"])
+        .args([
+            "--input",
+            r#"{"do": "fail", "until": 3}"#,
+            "--virtual-clock",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    for key in ["instance", "process", "state", "variables", "error", "attempts", "startedAt", "endedAt"] {
+    for key in [
+        "instance",
+        "process",
+        "state",
+        "variables",
+        "error",
+        "attempts",
+        "startedAt",
+        "endedAt",
+    ] {
         assert!(v.get(key).is_some(), "missing {key} in {v}");
     }
     assert_eq!(v["state"], "COMPLETED");
@@ -148,7 +222,13 @@ fn a_failed_run_exits_1_with_the_error_and_its_cause() {
         .arg(&def)
         .arg("--task")
         .arg(format!("chaos={}", chaos.display()))
-        .args(["--input", r#"{"do": "fail", "code": "DOWN"}"#, "--virtual-clock", "--format", "json"])
+        .args([
+            "--input",
+            r#"{"do": "fail", "code": "DOWN"}"#,
+            "--virtual-clock",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -177,9 +257,15 @@ fn an_ephemeral_run_of_a_stateful_process_is_refused() {
 
 #[test]
 fn malformed_arguments_are_usage_errors() {
-    let out = sutra().args(["run", "nope.bpmn", "--task", "chaos"]).output().unwrap();
+    let out = sutra()
+        .args(["run", "nope.bpmn", "--task", "chaos"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = sutra().args(["run", "nope.bpmn", "--input", "[1]"]).output().unwrap();
+    let out = sutra()
+        .args(["run", "nope.bpmn", "--input", "[1]"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = sutra().args(["inspect"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));

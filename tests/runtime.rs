@@ -1,9 +1,9 @@
 //! The runtime end to end, on SQLite and PostgreSQL, with the virtual clock:
 //! BPMN in, real guests in the sandbox, every step committed to the store.
 
-mod common;
 #[path = "common/backends.rs"]
 mod backends;
+mod common;
 
 use chrono::{DateTime, TimeZone, Utc};
 use serde_json::{json, Value};
@@ -77,7 +77,10 @@ async fn run_to_rest(rt: &Runtime<AnyStore>, source: &str, vars: Value) -> (Stri
 }
 
 fn offsets(view: &sutra::runtime::InstanceView) -> Vec<i64> {
-    view.attempts.iter().map(|a| (a.at - t0()).num_milliseconds()).collect()
+    view.attempts
+        .iter()
+        .map(|a| (a.at - t0()).num_milliseconds())
+        .collect()
 }
 
 backends::store_tests! {

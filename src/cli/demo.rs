@@ -23,9 +23,7 @@ struct Order {
 }
 
 fn orders() -> Vec<Order> {
-    let applicant = |name: &str, income: u32, debts: u32, missed: u32| {
-        json!({ "name": name, "income": income, "debts": debts, "age": 41, "missedPayments": missed })
-    };
+    let applicant = |name: &str, income: u32, debts: u32, missed: u32| json!({ "name": name, "income": income, "debts": debts, "age": 41, "missedPayments": missed });
     vec![
         Order {
             title: "#1001 Ada: good credit, a flaky warehouse, a card that works",
@@ -74,7 +72,9 @@ fn build_guests() -> Result<(), String> {
 }
 
 fn read_guest(name: &str) -> Result<Vec<u8>, String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/guests").join(format!("{name}.wasm"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/guests")
+        .join(format!("{name}.wasm"));
     std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
@@ -100,7 +100,10 @@ fn describe(kind: &str, node: &str, data: &Value) -> Option<String> {
         "attempt_started" => format!("{node}: attempt {}", data["attempt"]),
         "attempt_ended" => match data["outcome"].as_str() {
             Some("completed") => format!("{node}: attempt {} completed", data["attempt"]),
-            Some("business_error") => format!("{node}: attempt {} ended with business error {code}", data["attempt"]),
+            Some("business_error") => format!(
+                "{node}: attempt {} ended with business error {code}",
+                data["attempt"]
+            ),
             _ => format!("{node}: attempt {} failed with {code}", data["attempt"]),
         },
         "retry_scheduled" => format!(

@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(name = "sutra", version, about = "A durable workflow engine whose tasks are WebAssembly components")]
+#[command(
+    name = "sutra",
+    version,
+    about = "A durable workflow engine whose tasks are WebAssembly components"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -68,17 +68,23 @@ pub(crate) fn tokio() -> Result<tokio::runtime::Runtime, ExitCode> {
 pub(crate) fn read_modules(pairs: &[String]) -> Result<BTreeMap<String, Vec<u8>>, String> {
     let mut out = BTreeMap::new();
     for p in pairs {
-        let (name, file) = p.split_once('=').ok_or_else(|| format!("--task `{p}` must be NAME=FILE"))?;
+        let (name, file) = p
+            .split_once('=')
+            .ok_or_else(|| format!("--task `{p}` must be NAME=FILE"))?;
         if name.is_empty() {
             return Err(format!("--task `{p}` has an empty name"));
         }
-        let bytes = std::fs::read(file).map_err(|e| format!("--task {name}: cannot read {file}: {e}"))?;
+        let bytes =
+            std::fs::read(file).map_err(|e| format!("--task {name}: cannot read {file}: {e}"))?;
         out.insert(name.to_string(), bytes);
     }
     Ok(out)
 }
 
-pub(crate) fn parse_object(text: &str, what: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+pub(crate) fn parse_object(
+    text: &str,
+    what: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
     match serde_json::from_str::<serde_json::Value>(text) {
         Ok(serde_json::Value::Object(m)) => Ok(m),
         Ok(_) => Err(format!("{what} must be a JSON object")),
@@ -91,17 +97,22 @@ pub(crate) fn load_config(path: Option<&Path>) -> Result<Config, String> {
 }
 
 /// Open the datasource; `None` → a temporary SQLite file (kept alive by the returned guard).
-pub(crate) async fn open_store(db: Option<&str>) -> Result<(AnyStore, bool, Option<tempfile::TempDir>), String> {
+pub(crate) async fn open_store(
+    db: Option<&str>,
+) -> Result<(AnyStore, bool, Option<tempfile::TempDir>), String> {
     let (url, guard) = match db {
         Some(u) => (u.to_string(), None),
         None => {
-            let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+            let dir = tempfile::tempdir()
+                .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
             let url = format!("sqlite://{}", dir.path().join("sutra.db").display());
             (url, Some(dir))
         }
     };
     let durable = !url.contains(":memory:");
-    let store = AnyStore::open(&url).await.map_err(|e| format!("cannot open {url}: {e}"))?;
+    let store = AnyStore::open(&url)
+        .await
+        .map_err(|e| format!("cannot open {url}: {e}"))?;
     Ok((store, durable, guard))
 }
 
@@ -171,11 +182,14 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         match runtime.settle(&id).await {
             Err(e) => return fail_exit(&e.to_string()),
             Ok(Settled::Gone) => {
-                println!("{}", serde_json::json!({
-                    "instance": id,
-                    "state": "COMPLETED",
-                    "note": "deleted at completion (sutra.instance.retention = PT0S)"
-                }));
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "instance": id,
+                        "state": "COMPLETED",
+                        "note": "deleted at completion (sutra.instance.retention = PT0S)"
+                    })
+                );
                 return ExitCode::SUCCESS;
             }
             Ok(_) => {}
@@ -231,7 +245,10 @@ pub(crate) fn print_view(view: &InstanceView, format: Format) -> ExitCode {
 }
 
 pub(crate) fn render(view: &InstanceView) -> String {
-    let mut s = format!("instance {}  process {}  state {}\n", view.instance, view.process, view.state);
+    let mut s = format!(
+        "instance {}  process {}  state {}\n",
+        view.instance, view.process, view.state
+    );
     for a in &view.attempts {
         s.push_str(&format!(
             "  {}  {} attempt {}  {}{}\n",
@@ -248,6 +265,9 @@ pub(crate) fn render(view: &InstanceView) -> String {
             s.push_str(&format!("  cause {}: {}\n", c.code, c.message));
         }
     }
-    s.push_str(&format!("  variables {}\n", serde_json::Value::Object(view.variables.clone())));
+    s.push_str(&format!(
+        "  variables {}\n",
+        serde_json::Value::Object(view.variables.clone())
+    ));
     s
 }

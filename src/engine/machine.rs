@@ -74,7 +74,11 @@ impl<'a> Machine<'a> {
         }
     }
 
-    pub(super) fn start(process: &'a Process, new: NewInstance<'_>, inputs: &'a Inputs) -> Result<Step, EngineError> {
+    pub(super) fn start(
+        process: &'a Process,
+        new: NewInstance<'_>,
+        inputs: &'a Inputs,
+    ) -> Result<Step, EngineError> {
         if !process.executable {
             return Err(EngineError::new(
                 Code::InstanceState,
@@ -98,7 +102,11 @@ impl<'a> Machine<'a> {
         };
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
-        m.journal("instance_started", Some(&start.id), json!({ "variables": new.variables }));
+        m.journal(
+            "instance_started",
+            Some(&start.id),
+            json!({ "variables": new.variables }),
+        );
         m.spawn(start.ix, None, None);
         m.run();
         Ok(m.finish())
@@ -113,7 +121,12 @@ impl<'a> Machine<'a> {
         let n = process
             .find(node)
             .filter(|n| n.scope.is_none())
-            .ok_or_else(|| EngineError::new(Code::InstanceState, format!("cannot resume at `{node}`: not a top-level node")))?;
+            .ok_or_else(|| {
+                EngineError::new(
+                    Code::InstanceState,
+                    format!("cannot resume at `{node}`: not a top-level node"),
+                )
+            })?;
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
         m.journal("instance_resumed", Some(node), json!({}));
@@ -122,11 +135,19 @@ impl<'a> Machine<'a> {
         Ok(m.finish())
     }
 
-    pub(super) fn apply(process: &'a Process, snap: Snapshot, event: Event, inputs: &'a Inputs) -> Result<Step, EngineError> {
+    pub(super) fn apply(
+        process: &'a Process,
+        snap: Snapshot,
+        event: Event,
+        inputs: &'a Inputs,
+    ) -> Result<Step, EngineError> {
         if snap.process_id != process.id {
             return Err(EngineError::new(
                 Code::SnapshotVersion,
-                format!("snapshot is of process `{}`, not `{}`", snap.process_id, process.id),
+                format!(
+                    "snapshot is of process `{}`, not `{}`",
+                    snap.process_id, process.id
+                ),
             ));
         }
         let terminal = snap.state.is_terminal();
@@ -143,9 +164,17 @@ impl<'a> Machine<'a> {
                 m.end(InstanceState::Terminated);
             }
             _ if terminal => {
-                m.journal("event_ignored", None, json!({ "reason": "instance is terminal" }));
+                m.journal(
+                    "event_ignored",
+                    None,
+                    json!({ "reason": "instance is terminal" }),
+                );
             }
-            Event::AttemptEnded { token, attempt, outcome } => m.attempt_ended(token, attempt, outcome),
+            Event::AttemptEnded {
+                token,
+                attempt,
+                outcome,
+            } => m.attempt_ended(token, attempt, outcome),
             Event::ParkFired { park } => m.park_fired(park, Map::new()),
             Event::MessageArrived { park, variables } => m.park_fired(park, variables),
         }
@@ -156,14 +185,25 @@ impl<'a> Machine<'a> {
     /// Settle the instance state and hand back the step.
     fn finish(mut self) -> Step {
         if !self.snap.state.is_terminal() {
-            let running = self
-                .snap
-                .tokens
-                .iter()
-                .any(|t| matches!(&t.status, TokenStatus::Task(TaskState { phase: TaskPhase::Running { .. }, .. })));
-            self.snap.state = if running { InstanceState::Running } else { InstanceState::Waiting };
+            let running = self.snap.tokens.iter().any(|t| {
+                matches!(
+                    &t.status,
+                    TokenStatus::Task(TaskState {
+                        phase: TaskPhase::Running { .. },
+                        ..
+                    })
+                )
+            });
+            self.snap.state = if running {
+                InstanceState::Running
+            } else {
+                InstanceState::Waiting
+            };
         }
-        Step { snapshot: self.snap, effects: self.effects }
+        Step {
+            snapshot: self.snap,
+            effects: self.effects,
+        }
     }
 
     // ---------------------------------------------------------------- helpers
@@ -217,7 +257,13 @@ impl<'a> Machine<'a> {
     /// Remove a token and everything it owns (its parks, its children), without
     /// completing any scope.
     pub(super) fn discard(&mut self, token: u64) {
-        let children: Vec<u64> = self.snap.tokens.iter().filter(|t| t.scope == Some(token)).map(|t| t.id).collect();
+        let children: Vec<u64> = self
+            .snap
+            .tokens
+            .iter()
+            .filter(|t| t.scope == Some(token))
+            .map(|t| t.id)
+            .collect();
         for c in children {
             self.discard(c);
         }
@@ -244,7 +290,9 @@ impl<'a> Machine<'a> {
         match scope {
             None => self.end(InstanceState::Completed),
             Some(sub) => {
-                let Some(node) = self.node_of(sub) else { return };
+                let Some(node) = self.node_of(sub) else {
+                    return;
+                };
                 self.journal("subprocess_completed", Some(&node.id), json!({}));
                 self.snap.completed.push(node.id.clone());
                 self.leave(sub);
@@ -257,7 +305,13 @@ impl<'a> Machine<'a> {
         if self.snap.state.is_terminal() {
             return;
         }
-        let tokens: Vec<u64> = self.snap.tokens.iter().filter(|t| t.scope.is_none()).map(|t| t.id).collect();
+        let tokens: Vec<u64> = self
+            .snap
+            .tokens
+            .iter()
+            .filter(|t| t.scope.is_none())
+            .map(|t| t.id)
+            .collect();
         for t in tokens {
             self.discard(t);
         }
@@ -280,7 +334,13 @@ impl<'a> Machine<'a> {
     }
 
     /// Fail the instance with an engine code (or an uncaught business code).
-    pub(super) fn fail(&mut self, code: &str, message: String, node: Option<&str>, cause: Option<Cause>) {
+    pub(super) fn fail(
+        &mut self,
+        code: &str,
+        message: String,
+        node: Option<&str>,
+        cause: Option<Cause>,
+    ) {
         self.snap.error = Some(InstanceError {
             code: code.to_string(),
             message,
@@ -317,8 +377,13 @@ impl<'a> Machine<'a> {
     }
 
     fn enter(&mut self, token: u64) {
-        let Some(node) = self.node_of(token) else { return };
-        if !matches!(self.snap.token(token).map(|t| &t.status), Some(TokenStatus::Ready)) {
+        let Some(node) = self.node_of(token) else {
+            return;
+        };
+        if !matches!(
+            self.snap.token(token).map(|t| &t.status),
+            Some(TokenStatus::Ready)
+        ) {
             return;
         }
         match &node.kind {
@@ -408,8 +473,12 @@ impl<'a> Machine<'a> {
     /// Leave a node along its outgoing flows: every unconditional flow and
     /// every flow whose condition holds. No outgoing flow ends the token.
     pub(super) fn leave(&mut self, token: u64) {
-        let Some(node) = self.node_of(token) else { return };
-        let Some(scope) = self.snap.token(token).map(|t| t.scope) else { return };
+        let Some(node) = self.node_of(token) else {
+            return;
+        };
+        let Some(scope) = self.snap.token(token).map(|t| t.scope) else {
+            return;
+        };
         if node.outgoing.is_empty() {
             self.consume(token);
             return;
@@ -478,7 +547,10 @@ impl<'a> Machine<'a> {
         let Some(f) = chosen.or(default) else {
             self.fail_code(
                 Code::NoFlowTaken,
-                format!("exclusive gateway `{}`: no condition holds and there is no default flow", node.id),
+                format!(
+                    "exclusive gateway `{}`: no condition holds and there is no default flow",
+                    node.id
+                ),
                 Some(&node.id),
             );
             return;
@@ -528,10 +600,17 @@ impl<'a> Machine<'a> {
         let now = self.inputs.now;
         let due = spec.first_due(now);
         let Some(due) = due else {
-            self.fail_code(Code::TimerUnsupported, format!("timer on `{}` has no slot left", node.id), Some(&node.id));
+            self.fail_code(
+                Code::TimerUnsupported,
+                format!("timer on `{}` has no slot left", node.id),
+                Some(&node.id),
+            );
             return None;
         };
-        let cycle = matches!(spec, TimerSpec::Cycle(_)).then(|| CycleState { armed_at: now, slot: 0 });
+        let cycle = matches!(spec, TimerSpec::Cycle(_)).then(|| CycleState {
+            armed_at: now,
+            slot: 0,
+        });
         self.journal("timer_armed", Some(&node.id), json!({ "due": due }));
         Some(self.arm(Park {
             kind: ParkKind::Timer,
@@ -560,13 +639,20 @@ impl<'a> Machine<'a> {
                 }
             },
         };
-        self.journal("message_awaited", Some(&node.id), json!({ "name": m.name, "key": key }));
+        self.journal(
+            "message_awaited",
+            Some(&node.id),
+            json!({ "name": m.name, "key": key }),
+        );
         Some(self.arm(Park {
             kind: ParkKind::Message,
             token,
             node: node.id.clone(),
             due: None,
-            message: Some(MessageKey { name: m.name.clone(), key }),
+            message: Some(MessageKey {
+                name: m.name.clone(),
+                key,
+            }),
             cycle: None,
         }))
     }
@@ -574,7 +660,9 @@ impl<'a> Machine<'a> {
     fn arm_boundaries(&mut self, token: u64, activity: &'a Node) {
         for &b in &activity.boundaries {
             let bnode = self.process.node(b);
-            let NodeKind::Boundary(ev) = &bnode.kind else { continue };
+            let NodeKind::Boundary(ev) = &bnode.kind else {
+                continue;
+            };
             let park = match &ev.trigger {
                 BoundaryTrigger::Error { .. } => None,
                 BoundaryTrigger::Timer(spec) => self.timer_park(token, bnode, spec),
@@ -588,7 +676,11 @@ impl<'a> Machine<'a> {
 
     fn park_fired(&mut self, seq: u64, variables: Map<String, Value>) {
         let Some(park) = self.snap.parks.get(&seq).cloned() else {
-            self.journal("park_ignored", None, json!({ "park": seq, "reason": "already withdrawn" }));
+            self.journal(
+                "park_ignored",
+                None,
+                json!({ "park": seq, "reason": "already withdrawn" }),
+            );
             return;
         };
         if park.kind == ParkKind::Message && park.message.is_none() {
@@ -599,16 +691,26 @@ impl<'a> Machine<'a> {
             t.boundary_parks.retain(|&p| p != seq);
         }
         self.snap.variables.extend(variables);
-        let Some(node) = self.process.find(&park.node) else { return };
+        let Some(node) = self.process.find(&park.node) else {
+            return;
+        };
         match park.kind {
             ParkKind::Attempt => {
                 // The runner of this attempt was lost: run the same attempt again.
-                self.journal("attempt_lost", Some(&node.id), json!({ "token": park.token }));
+                self.journal(
+                    "attempt_lost",
+                    Some(&node.id),
+                    json!({ "token": park.token }),
+                );
                 self.rerun_attempt(park.token);
             }
             ParkKind::Retry => self.retry_due(park.token),
             ParkKind::Timer | ParkKind::Message => {
-                let kind = if park.kind == ParkKind::Timer { "timer_fired" } else { "message_received" };
+                let kind = if park.kind == ParkKind::Timer {
+                    "timer_fired"
+                } else {
+                    "message_received"
+                };
                 self.journal(kind, Some(&node.id), json!({ "token": park.token }));
                 match &node.kind {
                     NodeKind::Catch(_) => {
@@ -619,7 +721,9 @@ impl<'a> Machine<'a> {
                         self.leave(park.token);
                     }
                     NodeKind::Boundary(ev) => {
-                        let Some(scope) = self.snap.token(park.token).map(|t| t.scope) else { return };
+                        let Some(scope) = self.snap.token(park.token).map(|t| t.scope) else {
+                            return;
+                        };
                         if ev.interrupting {
                             self.discard(park.token);
                         } else {
@@ -636,14 +740,22 @@ impl<'a> Machine<'a> {
     /// A non-interrupting boundary keeps watching: a message boundary waits
     /// for the next message, a cycle timer arms its next slot in budget.
     fn rearm_boundary(&mut self, fired: &Park, node: &Node) {
-        let NodeKind::Boundary(ev) = &node.kind else { return };
+        let NodeKind::Boundary(ev) = &node.kind else {
+            return;
+        };
         let park = match (&ev.trigger, &fired.cycle) {
-            (BoundaryTrigger::Message(_), _) => Some(Park { due: None, ..fired.clone() }),
+            (BoundaryTrigger::Message(_), _) => Some(Park {
+                due: None,
+                ..fired.clone()
+            }),
             (BoundaryTrigger::Timer(TimerSpec::Cycle(c)), Some(state)) => {
                 let cu = c.catch_up(state.armed_at, Some(state.slot), self.inputs.now);
                 cu.next.map(|(slot, due)| Park {
                     due: Some(due),
-                    cycle: Some(CycleState { armed_at: state.armed_at, slot }),
+                    cycle: Some(CycleState {
+                        armed_at: state.armed_at,
+                        slot,
+                    }),
                     ..fired.clone()
                 })
             }
@@ -661,21 +773,36 @@ impl<'a> Machine<'a> {
     // ----------------------------------------------------------- attempts
 
     pub(super) fn start_attempt(&mut self, token: u64, attempt: u32, granted: Vec<u32>) {
-        let Some(node) = self.node_of(token) else { return };
-        let NodeKind::ServiceTask(task) = &node.kind else { return };
-        let TaskImpl::Registered(name) = &task.implementation else { return };
+        let Some(node) = self.node_of(token) else {
+            return;
+        };
+        let NodeKind::ServiceTask(task) = &node.kind else {
+            return;
+        };
+        let TaskImpl::Registered(name) = &task.implementation else {
+            return;
+        };
         let input = match &task.io.input_path {
             None => Value::Object(self.snap.variables.clone()),
             Some(p) => match vars::get(&self.snap.variables, p) {
                 Ok(v) => v,
                 Err(e) => {
-                    self.fail_code(Code::VariablePath, format!("input of `{}`: {e}", node.id), Some(&node.id));
+                    self.fail_code(
+                        Code::VariablePath,
+                        format!("input of `{}`: {e}", node.id),
+                        Some(&node.id),
+                    );
                     return;
                 }
             },
         };
-        let lease = chrono::Duration::from_std(self.inputs.attempt_lease).unwrap_or(chrono::Duration::MAX);
-        let due = self.inputs.now.checked_add_signed(lease).unwrap_or(DateTime::<Utc>::MAX_UTC);
+        let lease =
+            chrono::Duration::from_std(self.inputs.attempt_lease).unwrap_or(chrono::Duration::MAX);
+        let due = self
+            .inputs
+            .now
+            .checked_add_signed(lease)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC);
         let park = self.arm(Park {
             kind: ParkKind::Attempt,
             token,
@@ -693,7 +820,11 @@ impl<'a> Machine<'a> {
             });
         }
         let idempotency_key = format!("{}:{}:{}", self.snap.instance_id, node.id, token);
-        self.journal("attempt_started", Some(&node.id), json!({ "attempt": attempt, "token": token }));
+        self.journal(
+            "attempt_started",
+            Some(&node.id),
+            json!({ "attempt": attempt, "token": token }),
+        );
         self.effects.push(Effect::RunAttempt(AttemptRequest {
             token,
             node: node.id.clone(),
@@ -706,12 +837,18 @@ impl<'a> Machine<'a> {
     }
 
     fn rerun_attempt(&mut self, token: u64) {
-        let Some(TokenStatus::Task(state)) = self.snap.token(token).map(|t| t.status.clone()) else { return };
+        let Some(TokenStatus::Task(state)) = self.snap.token(token).map(|t| t.status.clone())
+        else {
+            return;
+        };
         self.start_attempt(token, state.attempt, state.granted);
     }
 
     fn retry_due(&mut self, token: u64) {
-        let Some(TokenStatus::Task(state)) = self.snap.token(token).map(|t| t.status.clone()) else { return };
+        let Some(TokenStatus::Task(state)) = self.snap.token(token).map(|t| t.status.clone())
+        else {
+            return;
+        };
         if !matches!(state.phase, TaskPhase::Backoff { .. }) {
             return;
         }
@@ -729,8 +866,17 @@ impl<'a> Machine<'a> {
             let Some(node) = self.node_of(tok) else { break };
             for &b in &node.boundaries {
                 let bnode = self.process.node(b);
-                let NodeKind::Boundary(ev) = &bnode.kind else { continue };
-                let BoundaryTrigger::Error { codes, result_path, catch_failures } = &ev.trigger else { continue };
+                let NodeKind::Boundary(ev) = &bnode.kind else {
+                    continue;
+                };
+                let BoundaryTrigger::Error {
+                    codes,
+                    result_path,
+                    catch_failures,
+                } = &ev.trigger
+                else {
+                    continue;
+                };
                 if raised.failure.is_some() && !catch_failures {
                     continue;
                 }
@@ -751,10 +897,18 @@ impl<'a> Machine<'a> {
                     json!({ "code": raised.code, "message": raised.message, "from": origin }),
                 );
                 if let Some(path) = result_path {
-                    let cause = raised.failure.as_ref().map(|f| f.message.clone()).unwrap_or(raised.message.clone());
+                    let cause = raised
+                        .failure
+                        .as_ref()
+                        .map(|f| f.message.clone())
+                        .unwrap_or(raised.message.clone());
                     let err = json!({ "Error": raised.failure.as_ref().map(|f| f.code.clone()).unwrap_or(raised.code.clone()), "Cause": cause });
                     if let Err(e) = vars::set(&mut self.snap.variables, path, err) {
-                        self.fail_code(Code::VariablePath, format!("result path of `{}`: {e}", bnode.id), Some(&bnode.id));
+                        self.fail_code(
+                            Code::VariablePath,
+                            format!("result path of `{}`: {e}", bnode.id),
+                            Some(&bnode.id),
+                        );
                         return;
                     }
                 }

@@ -139,12 +139,19 @@ pub struct JournalEntry {
 pub enum Effect {
     RunAttempt(AttemptRequest),
     /// Persist park `seq` (its details are in the snapshot's `parks`).
-    Arm { seq: u64, park: Park },
-    Withdraw { seq: u64 },
+    Arm {
+        seq: u64,
+        park: Park,
+    },
+    Withdraw {
+        seq: u64,
+    },
     RecordAttempt(AttemptRecord),
     Journal(JournalEntry),
     /// The instance reached a terminal state: stamp it, remove every park.
-    Ended { state: InstanceState },
+    Ended {
+        state: InstanceState,
+    },
 }
 
 /// The result of one step.
@@ -164,7 +171,10 @@ pub struct EngineError {
 
 impl EngineError {
     fn new(code: Code, message: impl Into<String>) -> Self {
-        EngineError { code, message: message.into() }
+        EngineError {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -180,7 +190,11 @@ pub struct NewInstance<'a> {
 }
 
 /// Start a new instance.
-pub fn start(process: &Process, new: NewInstance<'_>, inputs: &Inputs) -> Result<Step, EngineError> {
+pub fn start(
+    process: &Process,
+    new: NewInstance<'_>,
+    inputs: &Inputs,
+) -> Result<Step, EngineError> {
     machine::Machine::start(process, new, inputs)
 }
 
@@ -196,7 +210,12 @@ pub fn resume_at(
 }
 
 /// Apply one event to an instance.
-pub fn apply(process: &Process, snapshot: Snapshot, event: Event, inputs: &Inputs) -> Result<Step, EngineError> {
+pub fn apply(
+    process: &Process,
+    snapshot: Snapshot,
+    event: Event,
+    inputs: &Inputs,
+) -> Result<Step, EngineError> {
     machine::Machine::apply(process, snapshot, event, inputs)
 }
 

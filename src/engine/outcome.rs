@@ -12,7 +12,10 @@ use serde_json::json;
 
 /// What the retry policy says about a failure.
 enum Verdict {
-    Retry { retrier: usize, delay: std::time::Duration },
+    Retry {
+        retrier: usize,
+        delay: std::time::Duration,
+    },
     /// No retry: `why` explains; `policy` tells whether a policy existed.
     Stop { why: String, policy: bool },
 }
@@ -20,7 +23,11 @@ enum Verdict {
 impl Machine<'_> {
     pub(super) fn attempt_ended(&mut self, token: u64, attempt: u32, outcome: TaskOutcome) {
         let state = match self.snap.token(token).map(|t| &t.status) {
-            Some(TokenStatus::Task(s)) if s.attempt == attempt && matches!(s.phase, TaskPhase::Running { .. }) => s.clone(),
+            Some(TokenStatus::Task(s))
+                if s.attempt == attempt && matches!(s.phase, TaskPhase::Running { .. }) =>
+            {
+                s.clone()
+            }
             _ => {
                 self.journal(
                     "attempt_result_discarded",
@@ -30,14 +37,19 @@ impl Machine<'_> {
                 return;
             }
         };
-        let Some(node) = self.node_of(token) else { return };
-        let NodeKind::ServiceTask(task) = &node.kind else { return };
+        let Some(node) = self.node_of(token) else {
+            return;
+        };
+        let NodeKind::ServiceTask(task) = &node.kind else {
+            return;
+        };
         if let TaskPhase::Running { park } = state.phase {
             self.withdraw(park);
         }
         let (code, message) = match &outcome {
             TaskOutcome::Completed { .. } => (None, None),
-            TaskOutcome::BusinessError { code, message, .. } | TaskOutcome::Failed { code, message, .. } => {
+            TaskOutcome::BusinessError { code, message, .. }
+            | TaskOutcome::Failed { code, message, .. } => {
                 (Some(code.clone()), Some(message.clone()))
             }
         };
@@ -58,27 +70,66 @@ impl Machine<'_> {
         );
         match outcome {
             TaskOutcome::Completed { output } => {
-                if let Err(e) = vars::merge_output(&mut self.snap.variables, &node.id, task.io.result_path.as_deref(), output) {
-                    self.fail(Code::VariablePath.as_str(), format!("output of `{}`: {e}", node.id), Some(&node.id), None);
+                if let Err(e) = vars::merge_output(
+                    &mut self.snap.variables,
+                    &node.id,
+                    task.io.result_path.as_deref(),
+                    output,
+                ) {
+                    self.fail(
+                        Code::VariablePath.as_str(),
+                        format!("output of `{}`: {e}", node.id),
+                        Some(&node.id),
+                        None,
+                    );
                     return;
                 }
                 self.complete_task(token, &node.id);
             }
-            TaskOutcome::BusinessError { code, message, details } => {
-                self.raise_from(Some(token), Raised { code, message, details, failure: None }, &node.id);
+            TaskOutcome::BusinessError {
+                code,
+                message,
+                details,
+            } => {
+                self.raise_from(
+                    Some(token),
+                    Raised {
+                        code,
+                        message,
+                        details,
+                        failure: None,
+                    },
+                    &node.id,
+                );
             }
-            TaskOutcome::Failed { code, class, retryable, message, details } => {
+            TaskOutcome::Failed {
+                code,
+                class,
+                retryable,
+                message,
+                details,
+            } => {
                 let timed_out = code == Code::TaskDeadlineExceeded.as_str();
                 if let (true, Some(t)) = (timed_out, &task.timeout) {
                     match t.on_timeout {
                         OnTimeout::Skip => {
-                            self.journal("task_skipped", Some(&node.id), json!({ "reason": "timeout" }));
+                            self.journal(
+                                "task_skipped",
+                                Some(&node.id),
+                                json!({ "reason": "timeout" }),
+                            );
                             self.complete_task(token, &node.id);
                             return;
                         }
                         OnTimeout::Fail => {
                             let cause = Cause { code, message };
-                            self.give_up(token, &node.id, "onTimeout=\"fail\"".into(), !task.retries.is_empty(), cause);
+                            self.give_up(
+                                token,
+                                &node.id,
+                                "onTimeout=\"fail\"".into(),
+                                !task.retries.is_empty(),
+                                cause,
+                            );
                             return;
                         }
                         OnTimeout::Retry => {}
@@ -90,7 +141,11 @@ impl Machine<'_> {
                         granted.resize(task.retries.len().max(granted.len()), 0);
                         granted[retrier] += 1;
                         let d = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-                        let due = self.inputs.now.checked_add_signed(d).unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+                        let due = self
+                            .inputs
+                            .now
+                            .checked_add_signed(d)
+                            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
                         let park = self.arm(Park {
                             kind: ParkKind::Retry,
                             token,
@@ -128,7 +183,11 @@ impl Machine<'_> {
         if let Some(t) = self.snap.token_mut(token) {
             t.status = TokenStatus::Ready;
         }
-        let boundary = self.snap.token(token).map(|t| t.boundary_parks.clone()).unwrap_or_default();
+        let boundary = self
+            .snap
+            .token(token)
+            .map(|t| t.boundary_parks.clone())
+            .unwrap_or_default();
         for p in boundary {
             self.withdraw(p);
         }
@@ -141,9 +200,21 @@ impl Machine<'_> {
     /// The policy will not retry: raise RETRY.EXHAUSTED (a policy existed) or
     /// TASK_FAILED (none did), with the last attempt as the cause.
     fn give_up(&mut self, token: u64, node_id: &str, why: String, policy: bool, cause: Cause) {
-        let code = if policy { Code::RetryExhausted } else { Code::RuntimeTaskFailed };
-        let message = format!("task `{node_id}` failed: {why}; last error {}: {}", cause.code, cause.message);
-        let raised = Raised { code: code.as_str().to_string(), message, details: None, failure: Some(cause) };
+        let code = if policy {
+            Code::RetryExhausted
+        } else {
+            Code::RuntimeTaskFailed
+        };
+        let message = format!(
+            "task `{node_id}` failed: {why}; last error {}: {}",
+            cause.code, cause.message
+        );
+        let raised = Raised {
+            code: code.as_str().to_string(),
+            message,
+            details: None,
+            failure: Some(cause),
+        };
         self.raise_from(Some(token), raised, node_id);
     }
 }
@@ -156,18 +227,20 @@ fn judge(
     retryable: bool,
     draw: f64,
 ) -> Verdict {
-    let Some((ix, policy)) = task
-        .retries
-        .iter()
-        .enumerate()
-        .find(|(_, p)| p.error_equals.as_ref().is_none_or(|codes| codes.iter().any(|c| c == code)))
-    else {
+    let Some((ix, policy)) = task.retries.iter().enumerate().find(|(_, p)| {
+        p.error_equals
+            .as_ref()
+            .is_none_or(|codes| codes.iter().any(|c| c == code))
+    }) else {
         let why = if task.retries.is_empty() {
             "no retry policy".to_string()
         } else {
             format!("no retrier matches {code}")
         };
-        return Verdict::Stop { why, policy: !task.retries.is_empty() };
+        return Verdict::Stop {
+            why,
+            policy: !task.retries.is_empty(),
+        };
     };
     let stop = |why: String| Verdict::Stop { why, policy: true };
     if !task.idempotent {
@@ -188,7 +261,10 @@ fn judge(
     if granted + 1 >= policy.max_attempts {
         return stop(format!("{} attempts spent", policy.max_attempts));
     }
-    Verdict::Retry { retrier: ix, delay: delay_for(policy, granted, draw) }
+    Verdict::Retry {
+        retrier: ix,
+        delay: delay_for(policy, granted, draw),
+    }
 }
 
 /// The delay before the retry that follows `granted` earlier retries of this retrier.

@@ -64,7 +64,13 @@ impl B {
         self.node(id, NodeKind::End(EndKind::None))
     }
 
-    fn task_in(&mut self, id: &str, name: &str, retries: Vec<RetryPolicy>, scope: Option<NodeIx>) -> NodeIx {
+    fn task_in(
+        &mut self,
+        id: &str,
+        name: &str,
+        retries: Vec<RetryPolicy>,
+        scope: Option<NodeIx>,
+    ) -> NodeIx {
         self.node_in(
             id,
             NodeKind::ServiceTask(ServiceTask {
@@ -108,11 +114,21 @@ impl B {
         }
     }
 
-    fn boundary(&mut self, id: &str, on: NodeIx, interrupting: bool, trigger: BoundaryTrigger) -> NodeIx {
+    fn boundary(
+        &mut self,
+        id: &str,
+        on: NodeIx,
+        interrupting: bool,
+        trigger: BoundaryTrigger,
+    ) -> NodeIx {
         let scope = self.p.nodes[on.0 as usize].scope;
         let b = self.node_in(
             id,
-            NodeKind::Boundary(BoundaryEvent { attached_to: on, interrupting, trigger }),
+            NodeKind::Boundary(BoundaryEvent {
+                attached_to: on,
+                interrupting,
+                trigger,
+            }),
             scope,
         );
         self.p.nodes[on.0 as usize].boundaries.push(b);
@@ -147,7 +163,11 @@ fn secs(s: i64) -> DateTime<Utc> {
 }
 
 fn inputs(now: DateTime<Utc>) -> Inputs {
-    Inputs { now, draw: 0.5, attempt_lease: std::time::Duration::from_secs(60) }
+    Inputs {
+        now,
+        draw: 0.5,
+        attempt_lease: std::time::Duration::from_secs(60),
+    }
 }
 
 // ------------------------------------------------------------------ driver
@@ -175,7 +195,12 @@ impl<'p> Run<'p> {
             &inputs(now),
         )
         .unwrap();
-        let mut r = Run { process, snap: step.snapshot.clone(), parks: BTreeMap::new(), effects: vec![] };
+        let mut r = Run {
+            process,
+            snap: step.snapshot.clone(),
+            parks: BTreeMap::new(),
+            effects: vec![],
+        };
         r.absorb(step);
         r
     }
@@ -184,18 +209,34 @@ impl<'p> Run<'p> {
         for e in &step.effects {
             match e {
                 Effect::Arm { seq, park } => {
-                    assert!(self.parks.insert(*seq, park.clone()).is_none(), "park {seq} armed twice");
+                    assert!(
+                        self.parks.insert(*seq, park.clone()).is_none(),
+                        "park {seq} armed twice"
+                    );
                 }
                 Effect::Withdraw { seq } => {
-                    assert!(self.parks.remove(seq).is_some(), "park {seq} withdrawn but never armed");
+                    assert!(
+                        self.parks.remove(seq).is_some(),
+                        "park {seq} withdrawn but never armed"
+                    );
                 }
                 _ => {}
             }
         }
-        assert_eq!(self.parks, step.snapshot.parks, "effects and snapshot disagree on parks");
+        assert_eq!(
+            self.parks, step.snapshot.parks,
+            "effects and snapshot disagree on parks"
+        );
         for (seq, p) in &step.snapshot.parks {
-            let tok = step.snapshot.token(p.token).unwrap_or_else(|| panic!("park {seq} has no token"));
-            assert!(tok.parks().contains(seq), "park {seq} not owned by token {}", tok.id);
+            let tok = step
+                .snapshot
+                .token(p.token)
+                .unwrap_or_else(|| panic!("park {seq} has no token"));
+            assert!(
+                tok.parks().contains(seq),
+                "park {seq} not owned by token {}",
+                tok.id
+            );
         }
         if step.snapshot.state.is_terminal() {
             assert!(step.snapshot.parks.is_empty() && step.snapshot.tokens.is_empty());
@@ -224,18 +265,35 @@ impl<'p> Run<'p> {
 
     fn one_attempt(&self) -> AttemptRequest {
         let a = self.attempts();
-        assert_eq!(a.len(), 1, "expected one attempt, effects: {:?}", self.effects);
+        assert_eq!(
+            a.len(),
+            1,
+            "expected one attempt, effects: {:?}",
+            self.effects
+        );
         a[0].clone()
     }
 
     fn end_attempt(&mut self, outcome: TaskOutcome, now: DateTime<Utc>) {
         let a = self.one_attempt();
-        self.apply(Event::AttemptEnded { token: a.token, attempt: a.attempt, outcome }, now);
+        self.apply(
+            Event::AttemptEnded {
+                token: a.token,
+                attempt: a.attempt,
+                outcome,
+            },
+            now,
+        );
     }
 
     /// The single due park (retry or timer).
     fn due_park(&self, kind: ParkKind) -> (u64, DateTime<Utc>) {
-        let v: Vec<_> = self.snap.parks.iter().filter(|(_, p)| p.kind == kind).collect();
+        let v: Vec<_> = self
+            .snap
+            .parks
+            .iter()
+            .filter(|(_, p)| p.kind == kind)
+            .collect();
         assert_eq!(v.len(), 1, "parks: {:?}", self.snap.parks);
         (*v[0].0, v[0].1.due.unwrap())
     }
@@ -262,7 +320,11 @@ fn failed(code: &str) -> TaskOutcome {
 }
 
 fn business(code: &str) -> TaskOutcome {
-    TaskOutcome::BusinessError { code: code.into(), message: "no".into(), details: None }
+    TaskOutcome::BusinessError {
+        code: code.into(),
+        message: "no".into(),
+        details: None,
+    }
 }
 
 fn linear(retries: Vec<RetryPolicy>) -> Process {
@@ -282,13 +344,27 @@ fn a_task_runs_and_its_output_merges_into_the_variables() {
     let mut r = Run::start(&p, json!({"x": 1}), t0());
     assert_eq!(r.snap.state, InstanceState::Running);
     let a = r.one_attempt();
-    assert_eq!((a.task.as_str(), a.attempt, a.input.clone()), ("chaos", 1, json!({"x": 1})));
+    assert_eq!(
+        (a.task.as_str(), a.attempt, a.input.clone()),
+        ("chaos", 1, json!({"x": 1}))
+    );
     assert_eq!(a.idempotency_key, format!("i1:T:{}", a.token));
     r.end_attempt(completed(json!({"y": 2})), secs(1));
     assert_eq!(r.snap.state, InstanceState::Completed);
-    assert_eq!(serde_json::Value::Object(r.snap.variables.clone()), json!({"x": 1, "y": 2}));
-    assert!(r.effects.iter().any(|e| matches!(e, Effect::Ended { state: InstanceState::Completed })));
-    assert!(r.effects.iter().any(|e| matches!(e, Effect::RecordAttempt(a) if a.outcome == "completed")));
+    assert_eq!(
+        serde_json::Value::Object(r.snap.variables.clone()),
+        json!({"x": 1, "y": 2})
+    );
+    assert!(r.effects.iter().any(|e| matches!(
+        e,
+        Effect::Ended {
+            state: InstanceState::Completed
+        }
+    )));
+    assert!(r
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RecordAttempt(a) if a.outcome == "completed")));
 }
 
 #[test]
@@ -299,7 +375,11 @@ fn retries_wait_one_two_four_seconds_as_durable_parks() {
     for _ in 0..3 {
         let now = *starts.last().unwrap();
         r.end_attempt(failed("E"), now);
-        assert_eq!(r.snap.state, InstanceState::Waiting, "a backoff is a wait, not a running attempt");
+        assert_eq!(
+            r.snap.state,
+            InstanceState::Waiting,
+            "a backoff is a wait, not a running attempt"
+        );
         assert!(r.attempts().is_empty());
         starts.push(r.fire(ParkKind::Retry));
     }
@@ -319,7 +399,11 @@ fn max_delay_caps_the_backoff() {
     assert_eq!(r.due_park(ParkKind::Retry).1, secs(1));
     let at = r.fire(ParkKind::Retry);
     r.end_attempt(failed("E"), at);
-    assert_eq!(r.due_park(ParkKind::Retry).1, at + chrono::Duration::seconds(5), "10 s capped to 5 s");
+    assert_eq!(
+        r.due_park(ParkKind::Retry).1,
+        at + chrono::Duration::seconds(5),
+        "10 s capped to 5 s"
+    );
 }
 
 #[test]
@@ -330,7 +414,10 @@ fn full_jitter_uses_the_draw() {
     let mut r = Run::start(&p, json!({}), t0());
     r.end_attempt(failed("E"), t0());
     // draw is 0.5 in `inputs`
-    assert_eq!(r.due_park(ParkKind::Retry).1, t0() + chrono::Duration::milliseconds(500));
+    assert_eq!(
+        r.due_park(ParkKind::Retry).1,
+        t0() + chrono::Duration::milliseconds(500)
+    );
 }
 
 #[test]
@@ -362,7 +449,10 @@ fn a_non_retryable_code_fails_after_one_attempt() {
     let mut r = Run::start(&p, json!({}), t0());
     r.end_attempt(failed("SUTRA.TASK.VALIDATION"), t0());
     assert_eq!(r.snap.state, InstanceState::Failed);
-    assert_eq!(r.snap.error.as_ref().unwrap().code, "SUTRA.RUNTIME.RETRY.EXHAUSTED");
+    assert_eq!(
+        r.snap.error.as_ref().unwrap().code,
+        "SUTRA.RUNTIME.RETRY.EXHAUSTED"
+    );
 }
 
 #[test]
@@ -385,13 +475,26 @@ fn retry_on_classes_limit_what_is_retried() {
     assert_eq!(r.snap.state, InstanceState::Failed);
 }
 
-fn with_error_boundary(codes: Option<Vec<String>>, catch_failures: bool, retries: Vec<RetryPolicy>) -> Process {
+fn with_error_boundary(
+    codes: Option<Vec<String>>,
+    catch_failures: bool,
+    retries: Vec<RetryPolicy>,
+) -> Process {
     let mut b = B::new();
     let s = b.start();
     let t = b.task("T", retries);
     let e = b.end("end");
     b.chain(&[s, t, e]);
-    let bnd = b.boundary("onError", t, true, BoundaryTrigger::Error { codes, result_path: Some("$.err".into()), catch_failures });
+    let bnd = b.boundary(
+        "onError",
+        t,
+        true,
+        BoundaryTrigger::Error {
+            codes,
+            result_path: Some("$.err".into()),
+            catch_failures,
+        },
+    );
     let handled = b.end("handled");
     b.flow(bnd, handled);
     b.build()
@@ -399,13 +502,21 @@ fn with_error_boundary(codes: Option<Vec<String>>, catch_failures: bool, retries
 
 #[test]
 fn a_business_error_goes_to_its_boundary_with_one_attempt() {
-    let p = with_error_boundary(Some(vec!["REJECTED".into()]), false, vec![policy(5, 1000, 2.0)]);
+    let p = with_error_boundary(
+        Some(vec!["REJECTED".into()]),
+        false,
+        vec![policy(5, 1000, 2.0)],
+    );
     let mut r = Run::start(&p, json!({}), t0());
     r.end_attempt(business("REJECTED"), t0());
     assert_eq!(r.snap.state, InstanceState::Completed);
     assert!(r.snap.completed.contains(&"handled".to_string()));
     assert_eq!(r.snap.variables["err"]["Error"], json!("REJECTED"));
-    let records = r.effects.iter().filter(|e| matches!(e, Effect::RecordAttempt(_))).count();
+    let records = r
+        .effects
+        .iter()
+        .filter(|e| matches!(e, Effect::RecordAttempt(_)))
+        .count();
     assert_eq!(records, 1);
 }
 
@@ -454,13 +565,23 @@ fn exclusive_gateway_takes_the_first_true_condition_else_default_else_fails() {
     for (amount, end) in [(500, "big"), (50, "small"), (1, "other")] {
         let r = Run::start(&p, json!({ "amount": amount }), t0());
         assert_eq!(r.snap.state, InstanceState::Completed);
-        assert!(r.snap.completed.contains(&end.to_string()), "{amount} → {:?}", r.snap.completed);
+        assert!(
+            r.snap.completed.contains(&end.to_string()),
+            "{amount} → {:?}",
+            r.snap.completed
+        );
     }
     let p = build(false);
     let r = Run::start(&p, json!({ "amount": 1 }), t0());
-    assert_eq!(r.snap.error.as_ref().unwrap().code, Code::NoFlowTaken.as_str());
+    assert_eq!(
+        r.snap.error.as_ref().unwrap().code,
+        Code::NoFlowTaken.as_str()
+    );
     let r = Run::start(&p, json!({}), t0());
-    assert_eq!(r.snap.error.as_ref().unwrap().code, Code::ConditionFailed.as_str());
+    assert_eq!(
+        r.snap.error.as_ref().unwrap().code,
+        Code::ConditionFailed.as_str()
+    );
 }
 
 #[test]
@@ -482,12 +603,30 @@ fn parallel_fork_and_join_wait_for_every_branch() {
     let mut r = Run::start(&p, json!({}), t0());
     let atts = r.attempts();
     assert_eq!(atts.len(), 2);
-    r.apply(Event::AttemptEnded { token: atts[0].token, attempt: 1, outcome: completed(json!({"a": 1})) }, secs(1));
+    r.apply(
+        Event::AttemptEnded {
+            token: atts[0].token,
+            attempt: 1,
+            outcome: completed(json!({"a": 1})),
+        },
+        secs(1),
+    );
     assert_eq!(r.snap.state, InstanceState::Running);
     assert!(r.snap.tokens.iter().any(|t| t.node == "join"));
-    r.apply(Event::AttemptEnded { token: atts[1].token, attempt: 1, outcome: completed(json!({"c": 1})) }, secs(2));
+    r.apply(
+        Event::AttemptEnded {
+            token: atts[1].token,
+            attempt: 1,
+            outcome: completed(json!({"c": 1})),
+        },
+        secs(2),
+    );
     assert_eq!(r.snap.state, InstanceState::Completed);
-    assert_eq!(r.snap.completed.iter().filter(|n| *n == "end").count(), 1, "the join fires once");
+    assert_eq!(
+        r.snap.completed.iter().filter(|n| *n == "end").count(),
+        1,
+        "the join fires once"
+    );
 }
 
 fn timer_catch(spec: TimerSpec) -> Process {
@@ -501,7 +640,9 @@ fn timer_catch(spec: TimerSpec) -> Process {
 
 #[test]
 fn a_pt24h_timer_parks_then_completes_when_fired() {
-    let p = timer_catch(TimerSpec::Duration(IsoDuration::from_millis(24 * 3600 * 1000)));
+    let p = timer_catch(TimerSpec::Duration(IsoDuration::from_millis(
+        24 * 3600 * 1000,
+    )));
     let mut r = Run::start(&p, json!({}), t0());
     assert_eq!(r.snap.state, InstanceState::Waiting);
     assert_eq!(r.due_park(ParkKind::Timer).1, secs(24 * 3600));
@@ -524,7 +665,12 @@ fn an_interrupting_timer_boundary_cancels_the_task_and_discards_its_late_result(
     let t = b.task("T", vec![]);
     let e = b.end("end");
     b.chain(&[s, t, e]);
-    let bnd = b.boundary("late", t, true, BoundaryTrigger::Timer(TimerSpec::Duration(IsoDuration::from_millis(5000))));
+    let bnd = b.boundary(
+        "late",
+        t,
+        true,
+        BoundaryTrigger::Timer(TimerSpec::Duration(IsoDuration::from_millis(5000))),
+    );
     let timed_out = b.end("timedOut");
     b.flow(bnd, timed_out);
     let p = b.build();
@@ -533,9 +679,22 @@ fn an_interrupting_timer_boundary_cancels_the_task_and_discards_its_late_result(
     r.fire(ParkKind::Timer);
     assert_eq!(r.snap.state, InstanceState::Completed);
     assert!(r.snap.completed.contains(&"timedOut".to_string()));
-    let step = apply(&p, r.snap.clone(), Event::AttemptEnded { token: a.token, attempt: 1, outcome: completed(json!({})) }, &inputs(secs(6))).unwrap();
+    let step = apply(
+        &p,
+        r.snap.clone(),
+        Event::AttemptEnded {
+            token: a.token,
+            attempt: 1,
+            outcome: completed(json!({})),
+        },
+        &inputs(secs(6)),
+    )
+    .unwrap();
     assert_eq!(step.snapshot.state, InstanceState::Completed);
-    assert!(!step.effects.iter().any(|e| matches!(e, Effect::RecordAttempt(_))));
+    assert!(!step
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RecordAttempt(_))));
 }
 
 #[test]
@@ -545,7 +704,12 @@ fn a_non_interrupting_timer_boundary_forks_and_the_task_goes_on() {
     let t = b.task("T", vec![]);
     let e = b.end("end");
     b.chain(&[s, t, e]);
-    let bnd = b.boundary("remind", t, false, BoundaryTrigger::Timer(TimerSpec::Duration(IsoDuration::from_millis(5000))));
+    let bnd = b.boundary(
+        "remind",
+        t,
+        false,
+        BoundaryTrigger::Timer(TimerSpec::Duration(IsoDuration::from_millis(5000))),
+    );
     let n = b.task_in("Notify", "notify", vec![], None);
     let ne = b.end("notified");
     b.chain(&[bnd, n, ne]);
@@ -555,9 +719,27 @@ fn a_non_interrupting_timer_boundary_forks_and_the_task_goes_on() {
     r.fire(ParkKind::Timer);
     let notify = r.one_attempt();
     assert_eq!(notify.task, "notify");
-    r.apply(Event::AttemptEnded { token: notify.token, attempt: 1, outcome: completed(json!({})) }, secs(6));
-    assert_eq!(r.snap.state, InstanceState::Running, "the main task still runs");
-    r.apply(Event::AttemptEnded { token: main.token, attempt: 1, outcome: completed(json!({})) }, secs(7));
+    r.apply(
+        Event::AttemptEnded {
+            token: notify.token,
+            attempt: 1,
+            outcome: completed(json!({})),
+        },
+        secs(6),
+    );
+    assert_eq!(
+        r.snap.state,
+        InstanceState::Running,
+        "the main task still runs"
+    );
+    r.apply(
+        Event::AttemptEnded {
+            token: main.token,
+            attempt: 1,
+            outcome: completed(json!({})),
+        },
+        secs(7),
+    );
     assert_eq!(r.snap.state, InstanceState::Completed);
 }
 
@@ -577,10 +759,28 @@ fn a_message_catch_waits_for_its_correlation_key_and_merges_the_message() {
     let p = b.build();
     let mut r = Run::start(&p, json!({"orderId": "o-7"}), t0());
     assert_eq!(r.snap.state, InstanceState::Waiting);
-    let (seq, park) = r.snap.parks.iter().next().map(|(s, p)| (*s, p.clone())).unwrap();
-    assert_eq!(park.message, Some(MessageKey { name: "payment".into(), key: Some("o-7".into()) }));
+    let (seq, park) = r
+        .snap
+        .parks
+        .iter()
+        .next()
+        .map(|(s, p)| (*s, p.clone()))
+        .unwrap();
+    assert_eq!(
+        park.message,
+        Some(MessageKey {
+            name: "payment".into(),
+            key: Some("o-7".into())
+        })
+    );
     assert_eq!(park.due, None);
-    r.apply(Event::MessageArrived { park: seq, variables: json!({"amount": 3}).as_object().cloned().unwrap() }, secs(9));
+    r.apply(
+        Event::MessageArrived {
+            park: seq,
+            variables: json!({"amount": 3}).as_object().cloned().unwrap(),
+        },
+        secs(9),
+    );
     assert_eq!(r.snap.state, InstanceState::Completed);
     assert_eq!(r.snap.variables["amount"], json!(3));
 }
@@ -594,9 +794,25 @@ fn an_error_end_in_a_sub_process_is_caught_by_the_sub_process_boundary() {
     b.chain(&[s, sub, e]);
     let ss = b.node_in("subStart", NodeKind::Start(StartTrigger::None), Some(sub));
     let st = b.task_in("Inner", "chaos", vec![], Some(sub));
-    let se = b.node_in("subErr", NodeKind::End(EndKind::Error { code: "OUT_OF_STOCK".into(), message: None }), Some(sub));
+    let se = b.node_in(
+        "subErr",
+        NodeKind::End(EndKind::Error {
+            code: "OUT_OF_STOCK".into(),
+            message: None,
+        }),
+        Some(sub),
+    );
     b.chain(&[ss, st, se]);
-    let bnd = b.boundary("caught", sub, true, BoundaryTrigger::Error { codes: Some(vec!["OUT_OF_STOCK".into()]), result_path: None, catch_failures: false });
+    let bnd = b.boundary(
+        "caught",
+        sub,
+        true,
+        BoundaryTrigger::Error {
+            codes: Some(vec!["OUT_OF_STOCK".into()]),
+            result_path: None,
+            catch_failures: false,
+        },
+    );
     let ce = b.end("compensated");
     b.flow(bnd, ce);
     let p = b.build();
@@ -620,7 +836,11 @@ fn a_sub_process_completes_when_its_last_token_ends() {
     b.chain(&[ss, st, se]);
     let p = b.build();
     let mut r = Run::start(&p, json!({}), t0());
-    assert_eq!(r.snap.tokens.len(), 2, "the sub-process token and the inner one");
+    assert_eq!(
+        r.snap.tokens.len(),
+        2,
+        "the sub-process token and the inner one"
+    );
     r.end_attempt(completed(json!({})), secs(1));
     assert_eq!(r.snap.state, InstanceState::Completed);
     assert_eq!(r.snap.completed, vec!["Inner", "subEnd", "sub", "end"]);
@@ -630,10 +850,20 @@ fn a_sub_process_completes_when_its_last_token_ends() {
 fn cancel_terminates_and_withdraws_every_park() {
     let p = timer_catch(TimerSpec::Duration(IsoDuration::from_millis(1000)));
     let mut r = Run::start(&p, json!({}), t0());
-    r.apply(Event::Cancel { reason: Some("user".into()) }, secs(0));
+    r.apply(
+        Event::Cancel {
+            reason: Some("user".into()),
+        },
+        secs(0),
+    );
     assert_eq!(r.snap.state, InstanceState::Terminated);
     assert!(r.parks.is_empty());
-    let again = apply(&p, r.snap.clone(), Event::Cancel { reason: None }, &inputs(secs(1)));
+    let again = apply(
+        &p,
+        r.snap.clone(),
+        Event::Cancel { reason: None },
+        &inputs(secs(1)),
+    );
     assert_eq!(again.unwrap_err().code, Code::InstanceState);
 }
 
@@ -658,7 +888,10 @@ fn a_loop_without_wait_state_is_stopped() {
     b.flow_if(g, g, Some("true"));
     let p = b.build();
     let r = Run::start(&p, json!({}), t0());
-    assert_eq!(r.snap.error.as_ref().unwrap().code, Code::StepLimit.as_str());
+    assert_eq!(
+        r.snap.error.as_ref().unwrap().code,
+        Code::StepLimit.as_str()
+    );
 }
 
 #[test]
@@ -666,7 +899,12 @@ fn terminate_end_completes_the_instance_and_withdraws_the_other_branch() {
     let mut b = B::new();
     let s = b.start();
     let fork = b.node("fork", NodeKind::ParallelGateway);
-    let w = b.node("wait", NodeKind::Catch(CatchTrigger::Timer(TimerSpec::Duration(IsoDuration::from_millis(1000)))));
+    let w = b.node(
+        "wait",
+        NodeKind::Catch(CatchTrigger::Timer(TimerSpec::Duration(
+            IsoDuration::from_millis(1000),
+        ))),
+    );
     let e = b.end("end");
     let term = b.node("stop", NodeKind::End(EndKind::Terminate));
     b.flow(s, fork);
@@ -685,7 +923,9 @@ fn snapshot_format_is_checked() {
     let r = Run::start(&p, json!({}), t0());
     let mut v: serde_json::Value = serde_json::from_str(&r.snap.to_json()).unwrap();
     v["format"] = json!(99);
-    assert!(Snapshot::from_json(&v.to_string()).unwrap_err().contains("99"));
+    assert!(Snapshot::from_json(&v.to_string())
+        .unwrap_err()
+        .contains("99"));
 }
 
 /// A snapshot written by format 1 (a task waiting out its first backoff) must

@@ -23,7 +23,10 @@ fn segments(path: &str) -> Result<Vec<&str>, String> {
         .strip_prefix('.')
         .ok_or_else(|| format!("path `{path}` must be of the form $.a.b"))?;
     let segs: Vec<&str> = rest.split('.').collect();
-    if segs.iter().any(|s| s.is_empty() || s.contains(['[', ']', '*', ' '])) {
+    if segs
+        .iter()
+        .any(|s| s.is_empty() || s.contains(['[', ']', '*', ' ']))
+    {
         return Err(format!("path `{path}` must be of the form $.a.b"));
     }
     Ok(segs)
@@ -60,7 +63,9 @@ pub fn set(vars: &mut Map<String, Value>, path: &str, value: Value) -> Result<()
                 *vars = m;
                 Ok(())
             }
-            other => Err(format!("cannot replace all variables with non-object {other}")),
+            other => Err(format!(
+                "cannot replace all variables with non-object {other}"
+            )),
         };
     };
     let mut cur = vars;
@@ -119,7 +124,10 @@ mod tests {
         assert_eq!(get(&v, "$").unwrap(), json!({"a": {"b": 1}}));
         assert!(get(&v, "$.x").is_err());
         set(&mut v, "$.c.d", json!(2)).unwrap();
-        assert_eq!(Value::Object(v.clone()), json!({"a": {"b": 1}, "c": {"d": 2}}));
+        assert_eq!(
+            Value::Object(v.clone()),
+            json!({"a": {"b": 1}, "c": {"d": 2}})
+        );
         assert!(set(&mut v, "a.b", json!(1)).is_err());
         assert!(set(&mut v, "$.a[0]", json!(1)).is_err());
     }

@@ -33,13 +33,18 @@ impl Expr {
             return Err(ExprError("empty expression".into()));
         }
         if text.len() > MAX_EXPR_LEN {
-            return Err(ExprError(format!("expression longer than {MAX_EXPR_LEN} bytes")));
+            return Err(ExprError(format!(
+                "expression longer than {MAX_EXPR_LEN} bytes"
+            )));
         }
         if nesting_depth(text) > 64 {
             return Err(ExprError("expression nested deeper than 64 levels".into()));
         }
         let program = compile_guarded(text)?;
-        Ok(Expr { source: source.to_string(), program: Arc::new(program) })
+        Ok(Expr {
+            source: source.to_string(),
+            program: Arc::new(program),
+        })
     }
 
     pub fn source(&self) -> &str {
@@ -47,24 +52,39 @@ impl Expr {
     }
 
     /// Evaluate over a JSON object of variables.
-    pub fn eval(&self, vars: &serde_json::Map<String, serde_json::Value>) -> Result<serde_json::Value, ExprError> {
+    pub fn eval(
+        &self,
+        vars: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<serde_json::Value, ExprError> {
         let mut ctx = cel_interpreter::Context::default();
         for (k, v) in vars {
-            ctx.add_variable(k.as_str(), v).map_err(|e| ExprError(e.to_string()))?;
+            ctx.add_variable(k.as_str(), v)
+                .map_err(|e| ExprError(e.to_string()))?;
         }
         let program = std::panic::AssertUnwindSafe(&self.program);
         let ctx = std::panic::AssertUnwindSafe(&ctx);
         let value = quietly(|| program.execute(&ctx))
-            .ok_or_else(|| ExprError(format!("evaluating `{}` failed inside the CEL interpreter", self.source)))?
+            .ok_or_else(|| {
+                ExprError(format!(
+                    "evaluating `{}` failed inside the CEL interpreter",
+                    self.source
+                ))
+            })?
             .map_err(|e| ExprError(e.to_string()))?;
         value.json().map_err(|e| ExprError(e.to_string()))
     }
 
     /// Evaluate a condition: it must yield a boolean.
-    pub fn eval_bool(&self, vars: &serde_json::Map<String, serde_json::Value>) -> Result<bool, ExprError> {
+    pub fn eval_bool(
+        &self,
+        vars: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<bool, ExprError> {
         match self.eval(vars)? {
             serde_json::Value::Bool(b) => Ok(b),
-            other => Err(ExprError(format!("condition `{}` yielded {other}, not a boolean", self.source))),
+            other => Err(ExprError(format!(
+                "condition `{}` yielded {other}, not a boolean",
+                self.source
+            ))),
         }
     }
 }
@@ -82,7 +102,9 @@ fn compile_guarded(text: &str) -> Result<cel_interpreter::Program, ExprError> {
     match quietly(|| cel_interpreter::Program::compile(text)) {
         Some(Ok(program)) => Ok(program),
         Some(Err(e)) => Err(ExprError(e.to_string())),
-        None => Err(ExprError("syntax error (the expression is incomplete or malformed)".into())),
+        None => Err(ExprError(
+            "syntax error (the expression is incomplete or malformed)".into(),
+        )),
     }
 }
 
@@ -142,14 +164,24 @@ mod tests {
     #[test]
     fn evaluates_over_variables() {
         let e = Expr::parse("amount > 100 && customer.tier == 'gold'").unwrap();
-        assert!(e.eval_bool(&vars(json!({"amount": 150, "customer": {"tier": "gold"}}))).unwrap());
-        assert!(!e.eval_bool(&vars(json!({"amount": 50, "customer": {"tier": "gold"}}))).unwrap());
+        assert!(e
+            .eval_bool(&vars(json!({"amount": 150, "customer": {"tier": "gold"}})))
+            .unwrap());
+        assert!(!e
+            .eval_bool(&vars(json!({"amount": 50, "customer": {"tier": "gold"}})))
+            .unwrap());
     }
 
     #[test]
     fn strips_feel_and_juel_markers() {
-        assert!(Expr::parse("= x == 1").unwrap().eval_bool(&vars(json!({"x": 1}))).unwrap());
-        assert!(Expr::parse("${x == 1}").unwrap().eval_bool(&vars(json!({"x": 1}))).unwrap());
+        assert!(Expr::parse("= x == 1")
+            .unwrap()
+            .eval_bool(&vars(json!({"x": 1})))
+            .unwrap());
+        assert!(Expr::parse("${x == 1}")
+            .unwrap()
+            .eval_bool(&vars(json!({"x": 1})))
+            .unwrap());
     }
 
     #[test]

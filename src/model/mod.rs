@@ -113,11 +113,7 @@ impl Process {
 
     /// Rebuild `by_id` (loaders call this once the node list is final).
     pub fn index(&mut self) {
-        self.by_id = self
-            .nodes
-            .iter()
-            .map(|n| (n.id.clone(), n.ix))
-            .collect();
+        self.by_id = self.nodes.iter().map(|n| (n.id.clone(), n.ix)).collect();
     }
 }
 
@@ -145,7 +141,9 @@ pub enum NodeKind {
     ServiceTask(ServiceTask),
     /// Takes the first outgoing flow whose condition holds (in document order),
     /// else `default`; neither → `SUTRA.RUNTIME.GATEWAY.NO_FLOW_TAKEN`.
-    ExclusiveGateway { default: Option<FlowIx> },
+    ExclusiveGateway {
+        default: Option<FlowIx>,
+    },
     /// Forks on every outgoing flow; joins by waiting for a token on every incoming flow.
     ParallelGateway,
     /// An intermediate catch event: the token waits here.
@@ -154,7 +152,9 @@ pub enum NodeKind {
     /// An embedded sub-process: its children are the nodes whose `scope` is this node.
     SubProcess,
     /// Sets variables and passes on (ASL `Pass`; a BPMN none intermediate throw event).
-    Pass { set: Option<serde_json::Value> },
+    Pass {
+        set: Option<serde_json::Value>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -164,9 +164,13 @@ pub enum StartTrigger {
     /// A schedule: it has no instance until it fires.
     Timer(TimerSpec),
     /// Started by a message with this name.
-    Message { name: String },
+    Message {
+        name: String,
+    },
     /// Started by an inbound source (`q:source`): a channel name.
-    Source { name: String },
+    Source {
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -175,7 +179,10 @@ pub enum EndKind {
     /// Ends its token; the scope completes when no token is left.
     None,
     /// Throws a business error with this code (caught by an error boundary or failing the instance).
-    Error { code: String, message: Option<String> },
+    Error {
+        code: String,
+        message: Option<String>,
+    },
     /// Ends the whole instance at once: every other token is withdrawn and the
     /// instance ends COMPLETED, as in Camunda and Zeebe (a reached end, not a
     /// cancellation; only a cancel makes an instance TERMINATED).

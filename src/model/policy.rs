@@ -47,14 +47,20 @@ impl RetryPolicy {
         let initial = self.initial_delay.as_std().as_secs_f64();
         let k = n.saturating_sub(2);
         let secs = match self.backoff {
-            Backoff::Exponential { coefficient } => initial * coefficient.powi(k.min(i32::MAX as u32) as i32),
+            Backoff::Exponential { coefficient } => {
+                initial * coefficient.powi(k.min(i32::MAX as u32) as i32)
+            }
             Backoff::Fixed => initial,
             Backoff::Linear => initial * f64::from(n.saturating_sub(1)),
         };
-        let max = self.max_delay.map(|d| d.as_std().as_secs_f64()).unwrap_or(f64::MAX);
+        let max = self
+            .max_delay
+            .map(|d| d.as_std().as_secs_f64())
+            .unwrap_or(f64::MAX);
         let secs = if secs.is_finite() { secs.min(max) } else { max };
         // Saturate rather than panic on absurd policies (a century is "forever" here).
-        std::time::Duration::try_from_secs_f64(secs.clamp(0.0, 3.2e9)).unwrap_or(std::time::Duration::ZERO)
+        std::time::Duration::try_from_secs_f64(secs.clamp(0.0, 3.2e9))
+            .unwrap_or(std::time::Duration::ZERO)
     }
 
     /// The delay before attempt `n`, jittered with `draw` ∈ [0, 1) when jitter is on.
@@ -118,7 +124,10 @@ mod tests {
 
     #[test]
     fn linear_and_fixed() {
-        assert_eq!(policy(Backoff::Linear, None).base_delay(4).as_millis(), 3000);
+        assert_eq!(
+            policy(Backoff::Linear, None).base_delay(4).as_millis(),
+            3000
+        );
         assert_eq!(policy(Backoff::Fixed, None).base_delay(4).as_millis(), 1000);
     }
 

@@ -62,10 +62,14 @@ impl<S: Store> Runtime<S> {
         let defs = load_definition(source)?;
         let executable: Vec<&Process> = defs.processes.iter().filter(|p| p.executable).collect();
         if executable.is_empty() {
-            return Err(RuntimeError::new(Code::BpmnNoProcess, "the definition has no executable process"));
+            return Err(RuntimeError::new(
+                Code::BpmnNoProcess,
+                "the definition has no executable process",
+            ));
         }
         // Tenant quotas: module size, deadline ceiling (tenancy.rs).
-        self.check_bundle_quota(tenant, &executable, modules).await?;
+        self.check_bundle_quota(tenant, &executable, modules)
+            .await?;
         // Validate everything before storing anything.
         let mut loaded: HashMap<String, (String, LoadedComponent)> = HashMap::new();
         for p in &executable {
@@ -76,7 +80,10 @@ impl<S: Store> Runtime<S> {
                 let bytes = modules.get(name).ok_or_else(|| {
                     RuntimeError::new(
                         Code::TaskNotRegistered,
-                        format!("process `{}` calls registered:{name} but no module `{name}` was given", p.id),
+                        format!(
+                            "process `{}` calls registered:{name} but no module `{name}` was given",
+                            p.id
+                        ),
                     )
                 })?;
                 let component = self.inner.sandbox.load(bytes).map_err(|e| {
@@ -115,7 +122,11 @@ impl<S: Store> Runtime<S> {
                 .keys()
                 .filter_map(|n| loaded.get(n).map(|(_, c)| (n.clone(), c.clone())))
                 .collect();
-            let deployed = Arc::new(Deployed { record: record.clone(), process: Arc::new((*p).clone()), components });
+            let deployed = Arc::new(Deployed {
+                record: record.clone(),
+                process: Arc::new((*p).clone()),
+                components,
+            });
             self.cache(deployed);
             records.push(record);
         }
@@ -134,7 +145,13 @@ impl<S: Store> Runtime<S> {
 
     /// The loaded deployment (from the cache, else rebuilt from the store).
     pub async fn deployed(&self, deployment_id: &str) -> RuntimeResult<Arc<Deployed>> {
-        if let Some(d) = self.inner.deployed.lock().ok().and_then(|m| m.get(deployment_id).cloned()) {
+        if let Some(d) = self
+            .inner
+            .deployed
+            .lock()
+            .ok()
+            .and_then(|m| m.get(deployment_id).cloned())
+        {
             return Ok(d);
         }
         let record = self
@@ -142,13 +159,26 @@ impl<S: Store> Runtime<S> {
             .store
             .get_deployment(deployment_id)
             .await?
-            .ok_or_else(|| RuntimeError::new(Code::InstanceNotFound, format!("no deployment {deployment_id}")))?;
+            .ok_or_else(|| {
+                RuntimeError::new(
+                    Code::InstanceNotFound,
+                    format!("no deployment {deployment_id}"),
+                )
+            })?;
         let defs = load_definition(&record.source)?;
         let process = defs
             .processes
             .into_iter()
             .find(|p| p.id == record.process_id)
-            .ok_or_else(|| RuntimeError::new(Code::BpmnNoProcess, format!("deployment {deployment_id} lost process {}", record.process_id)))?;
+            .ok_or_else(|| {
+                RuntimeError::new(
+                    Code::BpmnNoProcess,
+                    format!(
+                        "deployment {deployment_id} lost process {}",
+                        record.process_id
+                    ),
+                )
+            })?;
         let mut components = HashMap::new();
         for (name, d) in &record.modules {
             let bytes = self
@@ -156,15 +186,22 @@ impl<S: Store> Runtime<S> {
                 .store
                 .get_module(&record.tenant, d)
                 .await?
-                .ok_or_else(|| RuntimeError::new(Code::TaskNotRegistered, format!("module {name} ({d}) is missing from the store")))?;
-            let c = self
-                .inner
-                .sandbox
-                .load(&bytes)
-                .map_err(|e| RuntimeError::new(e.code, format!("module `{name}`: {}", e.message)))?;
+                .ok_or_else(|| {
+                    RuntimeError::new(
+                        Code::TaskNotRegistered,
+                        format!("module {name} ({d}) is missing from the store"),
+                    )
+                })?;
+            let c = self.inner.sandbox.load(&bytes).map_err(|e| {
+                RuntimeError::new(e.code, format!("module `{name}`: {}", e.message))
+            })?;
             components.insert(name.clone(), c);
         }
-        let deployed = Arc::new(Deployed { record, process: Arc::new(process), components });
+        let deployed = Arc::new(Deployed {
+            record,
+            process: Arc::new(process),
+            components,
+        });
         self.cache(deployed.clone());
         Ok(deployed)
     }

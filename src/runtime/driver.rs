@@ -3,9 +3,13 @@
 
 use super::{Deployed, Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
-use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step, TaskOutcome};
+use crate::engine::{
+    self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step, TaskOutcome,
+};
 use crate::sandbox::{Outcome, TaskContext};
-use crate::store::{AttemptRow, Created, JournalRow, NewInstance, NewPark, StepWrite, Store, StoreError};
+use crate::store::{
+    AttemptRow, Created, JournalRow, NewInstance, NewPark, StepWrite, Store, StoreError,
+};
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -37,16 +41,39 @@ fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
 fn to_outcome(o: Outcome) -> TaskOutcome {
     match o {
         Outcome::Completed { output } => TaskOutcome::Completed { output },
-        Outcome::BusinessError { code, message, details } => TaskOutcome::BusinessError { code, message, details },
-        Outcome::Failed { code, class, retryable, message, details } => {
-            TaskOutcome::Failed { code, class, retryable, message, details }
-        }
+        Outcome::BusinessError {
+            code,
+            message,
+            details,
+        } => TaskOutcome::BusinessError {
+            code,
+            message,
+            details,
+        },
+        Outcome::Failed {
+            code,
+            class,
+            retryable,
+            message,
+            details,
+        } => TaskOutcome::Failed {
+            code,
+            class,
+            retryable,
+            message,
+            details,
+        },
     }
 }
 
 impl<S: Store> Runtime<S> {
     fn inputs(&self) -> engine::Inputs {
-        let draw = self.inner.rng.lock().map(|mut r| rand::Rng::random::<f64>(&mut *r)).unwrap_or(0.5);
+        let draw = self
+            .inner
+            .rng
+            .lock()
+            .map(|mut r| rand::Rng::random::<f64>(&mut *r))
+            .unwrap_or(0.5);
         engine::Inputs {
             now: self.inner.clock.now(),
             draw,
@@ -96,7 +123,8 @@ impl<S: Store> Runtime<S> {
                     w.withdraw_all = true;
                     w.ended_at = snap.ended_at.map(ms);
                     // Retention PT0S: no history at all, but FAILED is always retained.
-                    w.delete = *state != InstanceState::Failed && self.inner.config.retention.as_std().is_zero();
+                    w.delete = *state != InstanceState::Failed
+                        && self.inner.config.retention.as_std().is_zero();
                 }
             }
         }
@@ -131,7 +159,12 @@ impl<S: Store> Runtime<S> {
             .store
             .active_deployment(&req.tenant, &req.process_id)
             .await?
-            .ok_or_else(|| RuntimeError::new(Code::ProcessNotFound, format!("no active deployment of process `{}`", req.process_id)))?;
+            .ok_or_else(|| {
+                RuntimeError::new(
+                    Code::ProcessNotFound,
+                    format!("no active deployment of process `{}`", req.process_id),
+                )
+            })?;
         let deployed = self.deployed(&dep.id).await?;
         if deployed.process.stateful() && !self.inner.durable {
             return Err(RuntimeError::new(
@@ -162,7 +195,12 @@ impl<S: Store> Runtime<S> {
             .error
             .as_ref()
             .and_then(|e| e.node.clone())
-            .ok_or_else(|| RuntimeError::new(Code::InstanceState, "the failed instance recorded no failed node"))?;
+            .ok_or_else(|| {
+                RuntimeError::new(
+                    Code::InstanceState,
+                    "the failed instance recorded no failed node",
+                )
+            })?;
         let deployed = self.deployed(&failed.deployment_id).await?;
         let id = super::new_id(ms(self.inner.clock.now()));
         let inputs = self.inputs();
@@ -187,7 +225,13 @@ impl<S: Store> Runtime<S> {
         self.create(&deployed, id, step, &req).await
     }
 
-    async fn create(&self, deployed: &Arc<Deployed>, id: String, step: Step, req: &StartRequest) -> RuntimeResult<String> {
+    async fn create(
+        &self,
+        deployed: &Arc<Deployed>,
+        id: String,
+        step: Step,
+        req: &StartRequest,
+    ) -> RuntimeResult<String> {
         let write = self.to_write(&step);
         let new = NewInstance {
             id: id.clone(),
@@ -213,7 +257,8 @@ impl<S: Store> Runtime<S> {
         tracing::debug!(instance = %id, "started");
         self.inner.wake.notify_one();
         let attempts = Self::attempts_of(&step);
-        self.run_attempts(id.clone(), deployed.clone(), step.snapshot, attempts).await;
+        self.run_attempts(id.clone(), deployed.clone(), step.snapshot, attempts)
+            .await;
         Ok(id)
     }
 
@@ -227,13 +272,11 @@ impl<S: Store> Runtime<S> {
         let lock = self.lock_for(id);
         let _guard = lock.lock().await;
         for _ in 0..CONFLICT_RETRIES {
-            let rec = self
-                .inner
-                .store
-                .load_instance(id)
-                .await?
-                .ok_or_else(|| RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}")))?;
-            let snap = Snapshot::from_json(&rec.snapshot).map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
+            let rec = self.inner.store.load_instance(id).await?.ok_or_else(|| {
+                RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
+            })?;
+            let snap = Snapshot::from_json(&rec.snapshot)
+                .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
             let deployed = self.deployed(&rec.deployment_id).await?;
             let step = engine::apply(&deployed.process, snap, event.clone(), &self.inputs())?;
             let write = self.to_write(&step);
@@ -253,7 +296,10 @@ impl<S: Store> Runtime<S> {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(RuntimeError::new(Code::StoreFailed, format!("instance {id}: too many concurrent updates")))
+        Err(RuntimeError::new(
+            Code::StoreFailed,
+            format!("instance {id}: too many concurrent updates"),
+        ))
     }
 
     /// Apply an event and run everything it makes runnable.
@@ -299,13 +345,22 @@ impl<S: Store> Runtime<S> {
         })
     }
 
-    async fn run_attempt(&self, deployed: &Deployed, tenant: &str, id: &str, req: &AttemptRequest) -> TaskOutcome {
+    async fn run_attempt(
+        &self,
+        deployed: &Deployed,
+        tenant: &str,
+        id: &str,
+        req: &AttemptRequest,
+    ) -> TaskOutcome {
         let Some(component) = deployed.components.get(&req.task) else {
             return TaskOutcome::Failed {
                 code: Code::TaskNotRegistered.as_str().into(),
                 class: Code::TaskNotRegistered.class(),
                 retryable: false,
-                message: format!("no module `{}` in deployment {}", req.task, deployed.record.id),
+                message: format!(
+                    "no module `{}` in deployment {}",
+                    req.task, deployed.record.id
+                ),
                 details: None,
             };
         };
@@ -322,7 +377,11 @@ impl<S: Store> Runtime<S> {
             limits.deadline = limits.deadline.min(t);
         }
         let input = req.input.to_string();
-        let report = self.inner.sandbox.attempt(component, &ctx, &input, &limits).await;
+        let report = self
+            .inner
+            .sandbox
+            .attempt(component, &ctx, &input, &limits)
+            .await;
         tracing::debug!(instance = %id, task = %req.node, attempt = req.attempt, outcome = ?report.outcome, "attempt ended");
         to_outcome(report.outcome)
     }
@@ -341,10 +400,21 @@ impl<S: Store> Runtime<S> {
         key: Option<&str>,
         variables: Map<String, Value>,
     ) -> RuntimeResult<String> {
-        let parks = self.inner.store.find_message_parks(tenant, name, key).await?;
+        let parks = self
+            .inner
+            .store
+            .find_message_parks(tenant, name, key)
+            .await?;
         if let Some(p) = parks.first() {
             let seq = u64::try_from(p.seq).unwrap_or_default();
-            self.drive(p.instance_id.clone(), Event::MessageArrived { park: seq, variables }).await?;
+            self.drive(
+                p.instance_id.clone(),
+                Event::MessageArrived {
+                    park: seq,
+                    variables,
+                },
+            )
+            .await?;
             return Ok(p.instance_id.clone());
         }
         for dep in self.inner.store.list_deployments(Some(tenant)).await? {
@@ -369,7 +439,10 @@ impl<S: Store> Runtime<S> {
         }
         Err(RuntimeError::new(
             Code::MessageNotCorrelated,
-            format!("no instance waits for message `{name}`{} and no process starts with it", key.map(|k| format!(" with key `{k}`")).unwrap_or_default()),
+            format!(
+                "no instance waits for message `{name}`{} and no process starts with it",
+                key.map(|k| format!(" with key `{k}`")).unwrap_or_default()
+            ),
         ))
     }
 }

@@ -17,9 +17,9 @@ mod driver;
 mod lifecycle;
 mod schedule;
 mod tenancy;
-pub use schedule::SCHEDULE_LEASE;
 pub use driver::StartRequest;
 pub use poller::Settled;
+pub use schedule::SCHEDULE_LEASE;
 mod poller;
 mod view;
 
@@ -47,14 +47,20 @@ pub struct RuntimeError {
 
 impl RuntimeError {
     pub fn new(code: Code, message: impl Into<String>) -> Self {
-        RuntimeError { code, message: message.into(), diagnostics: Vec::new() }
+        RuntimeError {
+            code,
+            message: message.into(),
+            diagnostics: Vec::new(),
+        }
     }
 }
 
 impl From<StoreError> for RuntimeError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::NotFound(what) => RuntimeError::new(Code::InstanceNotFound, format!("not found: {what}")),
+            StoreError::NotFound(what) => {
+                RuntimeError::new(Code::InstanceNotFound, format!("not found: {what}"))
+            }
             other => RuntimeError::new(Code::StoreFailed, other.to_string()),
         }
     }
@@ -99,7 +105,9 @@ impl RuntimeOptions {
     /// Run on a virtual clock starting at `start`.
     /// The start is truncated to a whole millisecond (the store's resolution).
     pub fn with_virtual_clock(mut self, start: chrono::DateTime<chrono::Utc>) -> Self {
-        let vc = Arc::new(VirtualClock::new(crate::time::from_millis(crate::time::to_millis(start))));
+        let vc = Arc::new(VirtualClock::new(crate::time::from_millis(
+            crate::time::to_millis(start),
+        )));
         self.clock = vc.clone();
         self.virtual_clock = Some(vc);
         self
@@ -130,7 +138,9 @@ pub struct Runtime<S: Store> {
 
 impl<S: Store> Clone for Runtime<S> {
     fn clone(&self) -> Self {
-        Runtime { inner: self.inner.clone() }
+        Runtime {
+            inner: self.inner.clone(),
+        }
     }
 }
 

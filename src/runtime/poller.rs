@@ -113,7 +113,10 @@ impl<S: Store> Runtime<S> {
 
     /// Re-arm and drive every parked instance until `shutdown` resolves: the
     /// poller loop of `sutra serve`, with the retention sweeper beside it.
-    pub async fn serve(&self, shutdown: impl std::future::Future<Output = ()>) -> RuntimeResult<()> {
+    pub async fn serve(
+        &self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> RuntimeResult<()> {
         tokio::pin!(shutdown);
         // Another replica arming a park wakes this poller (PostgreSQL LISTEN/NOTIFY).
         if let Err(e) = self.inner.store.watch_parks(self.inner.wake.clone()).await {
@@ -133,7 +136,11 @@ impl<S: Store> Runtime<S> {
                 if let Err(e) = self.retire_drained().await {
                     tracing::warn!(error = %e, "retirement pass failed");
                 }
-                next_sweep = self.inner.config.retention_sweep_interval.after(self.inner.clock.now());
+                next_sweep = self
+                    .inner
+                    .config
+                    .retention_sweep_interval
+                    .after(self.inner.clock.now());
             }
             if let Err(e) = self.fire_due().await {
                 tracing::warn!(error = %e, "poll failed");
@@ -175,17 +182,30 @@ impl<S: Store> Runtime<S> {
     /// FAILED instances and parked ones are never purged. Returns how many went.
     pub async fn sweep_once(&self) -> RuntimeResult<u64> {
         let now = self.inner.clock.now();
-        let ttl = self.inner.config.retention_sweep_interval.as_std().as_millis() as i64;
+        let ttl = self
+            .inner
+            .config
+            .retention_sweep_interval
+            .as_std()
+            .as_millis() as i64;
         if !self
             .inner
             .store
-            .try_lease("retention-sweeper", &self.inner.owner, now.timestamp_millis(), ttl.max(1000))
+            .try_lease(
+                "retention-sweeper",
+                &self.inner.owner,
+                now.timestamp_millis(),
+                ttl.max(1000),
+            )
             .await?
         {
             return Ok(0);
         }
-        let window = chrono::Duration::from_std(self.inner.config.retention.as_std()).unwrap_or(chrono::Duration::MAX);
-        let before = now.checked_sub_signed(window).map_or(i64::MIN, |t| t.timestamp_millis());
+        let window = chrono::Duration::from_std(self.inner.config.retention.as_std())
+            .unwrap_or(chrono::Duration::MAX);
+        let before = now
+            .checked_sub_signed(window)
+            .map_or(i64::MIN, |t| t.timestamp_millis());
         let mut total = 0;
         loop {
             let n = self.inner.store.sweep(before, 1000).await?;

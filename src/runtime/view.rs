@@ -75,13 +75,11 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
 impl<S: Store> Runtime<S> {
     /// Inspect an instance (a retained terminal one answers too).
     pub async fn inspect(&self, id: &str) -> RuntimeResult<InstanceView> {
-        let rec = self
-            .inner
-            .store
-            .load_instance(id)
-            .await?
-            .ok_or_else(|| RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}")))?;
-        let snap = Snapshot::from_json(&rec.snapshot).map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
+        let rec = self.inner.store.load_instance(id).await?.ok_or_else(|| {
+            RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
+        })?;
+        let snap = Snapshot::from_json(&rec.snapshot)
+            .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
         let attempts = self.inner.store.attempts(id).await?;
         Ok(InstanceView {
             instance: rec.id,
@@ -92,7 +90,10 @@ impl<S: Store> Runtime<S> {
             error: snap.error.map(|e| ErrorView {
                 code: e.code,
                 message: e.message,
-                cause: e.cause.map(|c| CauseView { code: c.code, message: c.message }),
+                cause: e.cause.map(|c| CauseView {
+                    code: c.code,
+                    message: c.message,
+                }),
             }),
             attempts: attempts.iter().map(attempt_view).collect(),
             started_at: at(rec.started_at),
@@ -104,7 +105,10 @@ impl<S: Store> Runtime<S> {
     /// The instance's history (the audit journal).
     pub async fn history(&self, id: &str) -> RuntimeResult<HistoryView> {
         if self.inner.store.load_instance(id).await?.is_none() {
-            return Err(RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}")));
+            return Err(RuntimeError::new(
+                Code::InstanceNotFound,
+                format!("no instance {id}"),
+            ));
         }
         if !self.inner.config.audit_sql {
             return Ok(HistoryView {
@@ -129,6 +133,11 @@ impl<S: Store> Runtime<S> {
                 })
             })
             .collect();
-        Ok(HistoryView { instance: id.to_string(), audit: true, entries, note: None })
+        Ok(HistoryView {
+            instance: id.to_string(),
+            audit: true,
+            entries,
+            note: None,
+        })
     }
 }

@@ -15,12 +15,12 @@
 
 pub mod any;
 pub mod postgres;
+mod postgres_tenancy;
 mod rows;
 pub mod sqlite;
-mod sqlite_tenancy;
-mod postgres_tenancy;
-pub mod tenancy;
 mod sqlite_group;
+mod sqlite_tenancy;
+pub mod tenancy;
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -256,33 +256,78 @@ pub trait Store: tenancy::TenancyStore + Send + Sync + Clone + 'static {
     fn backend(&self) -> &'static str;
 
     // ---- modules (content-addressed) ----
-    fn put_module(&self, tenant: &str, digest: &str, bytes: &[u8]) -> impl Future<Output = StoreResult<()>> + Send;
-    fn get_module(&self, tenant: &str, digest: &str) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
+    fn put_module(
+        &self,
+        tenant: &str,
+        digest: &str,
+        bytes: &[u8],
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn get_module(
+        &self,
+        tenant: &str,
+        digest: &str,
+    ) -> impl Future<Output = StoreResult<Option<Vec<u8>>>> + Send;
 
     // ---- deployments ----
     /// Inserts with version = previous max + 1 for (tenant, process_id), ACTIVE;
     /// the previously ACTIVE deployment of that process becomes DRAINING in the
     /// same transaction.
-    fn insert_deployment(&self, d: &NewDeployment) -> impl Future<Output = StoreResult<DeploymentRecord>> + Send;
-    fn get_deployment(&self, id: &str) -> impl Future<Output = StoreResult<Option<DeploymentRecord>>> + Send;
-    fn list_deployments(&self, tenant: Option<&str>) -> impl Future<Output = StoreResult<Vec<DeploymentRecord>>> + Send;
-    fn active_deployment(&self, tenant: &str, process_id: &str) -> impl Future<Output = StoreResult<Option<DeploymentRecord>>> + Send;
-    fn set_deployment_state(&self, id: &str, state: DeploymentState) -> impl Future<Output = StoreResult<()>> + Send;
-    fn deployment_load(&self, id: &str) -> impl Future<Output = StoreResult<DeploymentLoad>> + Send;
+    fn insert_deployment(
+        &self,
+        d: &NewDeployment,
+    ) -> impl Future<Output = StoreResult<DeploymentRecord>> + Send;
+    fn get_deployment(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = StoreResult<Option<DeploymentRecord>>> + Send;
+    fn list_deployments(
+        &self,
+        tenant: Option<&str>,
+    ) -> impl Future<Output = StoreResult<Vec<DeploymentRecord>>> + Send;
+    fn active_deployment(
+        &self,
+        tenant: &str,
+        process_id: &str,
+    ) -> impl Future<Output = StoreResult<Option<DeploymentRecord>>> + Send;
+    fn set_deployment_state(
+        &self,
+        id: &str,
+        state: DeploymentState,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn deployment_load(&self, id: &str)
+        -> impl Future<Output = StoreResult<DeploymentLoad>> + Send;
 
     // ---- instances ----
     /// Inserts the instance (version 1) and applies its first step, in one
     /// transaction. A reused (tenant, idempotency_key) writes nothing and
     /// answers `Created::Existing(id)`.
-    fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> impl Future<Output = StoreResult<Created>> + Send;
-    fn load_instance(&self, id: &str) -> impl Future<Output = StoreResult<Option<InstanceRecord>>> + Send;
+    fn create_instance(
+        &self,
+        inst: &NewInstance,
+        step: &StepWrite,
+    ) -> impl Future<Output = StoreResult<Created>> + Send;
+    fn load_instance(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = StoreResult<Option<InstanceRecord>>> + Send;
     /// Applies a step if the stored version is `expected_version` (then it is
     /// `expected_version + 1`); otherwise `StoreError::Conflict`.
-    fn commit_step(&self, id: &str, expected_version: i64, step: &StepWrite) -> impl Future<Output = StoreResult<()>> + Send;
+    fn commit_step(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: &StepWrite,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
     /// Several steps of different instances in one transaction (group commit);
     /// all or nothing: one conflict fails the batch.
-    fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> impl Future<Output = StoreResult<()>> + Send;
-    fn list_instances(&self, filter: &InstanceFilter) -> impl Future<Output = StoreResult<Vec<InstanceRecord>>> + Send;
+    fn commit_steps(
+        &self,
+        steps: &[(String, i64, StepWrite)],
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn list_instances(
+        &self,
+        filter: &InstanceFilter,
+    ) -> impl Future<Output = StoreResult<Vec<InstanceRecord>>> + Send;
     /// Ids of every live (RUNNING/WAITING) instance.
     fn live_instances(&self) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
 
@@ -292,30 +337,66 @@ pub trait Store: tenancy::TenancyStore + Send + Sync + Clone + 'static {
     /// Claims up to `limit` parks due at or before `now`, for `owner` until
     /// `now + lease_ms`: each due park is handed to exactly one caller (across
     /// replicas); a claim whose holder died is claimable again after its lease.
-    fn claim_due(&self, now: i64, limit: i64, owner: &str, lease_ms: i64) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
+    fn claim_due(
+        &self,
+        now: i64,
+        limit: i64,
+        owner: &str,
+        lease_ms: i64,
+    ) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
     /// Releases `owner`'s claims on `(instance, seq)` without firing them.
-    fn release_claim(&self, instance_id: &str, seq: i64, owner: &str) -> impl Future<Output = StoreResult<()>> + Send;
+    fn release_claim(
+        &self,
+        instance_id: &str,
+        seq: i64,
+        owner: &str,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
     /// Message waits matching (tenant, name, key): key `None` matches waits armed without a key.
-    fn find_message_parks(&self, tenant: &str, name: &str, correlation_key: Option<&str>) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
-    fn parks_of(&self, instance_id: &str) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
+    fn find_message_parks(
+        &self,
+        tenant: &str,
+        name: &str,
+        correlation_key: Option<&str>,
+    ) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
+    fn parks_of(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
     /// Count of parks by kind.
     fn park_counts(&self) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
 
     // ---- attempts and journal ----
-    fn attempts(&self, instance_id: &str) -> impl Future<Output = StoreResult<Vec<AttemptRow>>> + Send;
-    fn journal(&self, instance_id: &str) -> impl Future<Output = StoreResult<Vec<JournalRow>>> + Send;
+    fn attempts(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = StoreResult<Vec<AttemptRow>>> + Send;
+    fn journal(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = StoreResult<Vec<JournalRow>>> + Send;
 
     // ---- retention ----
     /// Deletes COMPLETED and TERMINATED instances (and their attempts and
     /// journal) that ended at or before `ended_before`, up to `limit`; never a
     /// FAILED one, never one with a park. Returns how many were deleted.
-    fn sweep(&self, ended_before: i64, limit: i64) -> impl Future<Output = StoreResult<u64>> + Send;
+    fn sweep(&self, ended_before: i64, limit: i64)
+        -> impl Future<Output = StoreResult<u64>> + Send;
 
     // ---- leases (singletons: the sweeper, schedule arming) ----
     /// Takes or renews lease `name` for `holder` until `now + ttl_ms` if it is
     /// free, expired, or already `holder`'s. Returns whether `holder` holds it.
-    fn try_lease(&self, name: &str, holder: &str, now: i64, ttl_ms: i64) -> impl Future<Output = StoreResult<bool>> + Send;
-    fn release_lease(&self, name: &str, holder: &str) -> impl Future<Output = StoreResult<()>> + Send;
+    fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn release_lease(
+        &self,
+        name: &str,
+        holder: &str,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
 
     // ---- wake-ups across processes ----
     /// Wake `notify` whenever any process arms a timed park, so a poller
