@@ -14,6 +14,16 @@ fn sutra() -> Command {
     Command::new(env!("CARGO_BIN_EXE_sutra"))
 }
 
+/// `sutra run <def> --task chaos=<chaos.wasm>` (more arguments follow).
+fn sutra_run(def: &Path) -> Command {
+    let mut cmd = sutra();
+    cmd.arg("run")
+        .arg(def)
+        .arg("--task")
+        .arg(format!("chaos={}", common::guest("chaos").display()));
+    cmd
+}
+
 const FLAKY: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
     xmlns:q="https://sutra.dev/bpmn/q/1.0" id="d" targetNamespace="https://example.com">
@@ -62,13 +72,8 @@ async fn a_run_killed_during_a_backoff_is_completed_by_serve_with_every_attempt_
     let dir = tempfile::tempdir().unwrap();
     let def = write_definition(dir.path());
     let db = format!("sqlite://{}", dir.path().join("f.db").display());
-    let chaos = common::guest("chaos");
 
-    let mut run = sutra()
-        .arg("run")
-        .arg(&def)
-        .arg("--task")
-        .arg(format!("chaos={}", chaos.display()))
+    let mut run = sutra_run(&def)
         .args([
             "--input",
             r#"{"do": "fail", "until": 2, "code": "FLAKY"}"#,
@@ -172,12 +177,7 @@ async fn a_run_killed_during_a_backoff_is_completed_by_serve_with_every_attempt_
 fn run_prints_the_instance_shape_on_the_virtual_clock() {
     let dir = tempfile::tempdir().unwrap();
     let def = write_definition(dir.path());
-    let chaos = common::guest("chaos");
-    let out = sutra()
-        .arg("run")
-        .arg(&def)
-        .arg("--task")
-        .arg(format!("chaos={}", chaos.display()))
+    let out = sutra_run(&def)
         .args([
             "--input",
             r#"{"do": "fail", "until": 3}"#,
@@ -216,12 +216,7 @@ fn run_prints_the_instance_shape_on_the_virtual_clock() {
 fn a_failed_run_exits_1_with_the_error_and_its_cause() {
     let dir = tempfile::tempdir().unwrap();
     let def = write_definition(dir.path());
-    let chaos = common::guest("chaos");
-    let out = sutra()
-        .arg("run")
-        .arg(&def)
-        .arg("--task")
-        .arg(format!("chaos={}", chaos.display()))
+    let out = sutra_run(&def)
         .args([
             "--input",
             r#"{"do": "fail", "code": "DOWN"}"#,
@@ -242,12 +237,7 @@ fn a_failed_run_exits_1_with_the_error_and_its_cause() {
 fn an_ephemeral_run_of_a_stateful_process_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let def = write_definition(dir.path());
-    let chaos = common::guest("chaos");
-    let out = sutra()
-        .arg("run")
-        .arg(&def)
-        .arg("--task")
-        .arg(format!("chaos={}", chaos.display()))
+    let out = sutra_run(&def)
         .args(["--db", "sqlite::memory:"])
         .output()
         .unwrap();
