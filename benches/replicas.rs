@@ -127,6 +127,20 @@ fn process_jiffies(pid: u32) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
+/// User + system jiffies of every `postgres` process (the server's backends).
+fn postgres_jiffies() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .filter_map(process_jiffies)
+        .sum()
+}
+
 /// One `sutra serve` replica; killed on drop.
 struct Replica {
     child: Child,
@@ -244,6 +258,8 @@ struct Run {
     per_sec: f64,
     machine_busy: f64,
     replica_cpu_s: Vec<f64>,
+    /// CPU seconds of the PostgreSQL server's processes (0 if not local).
+    postgres_cpu_s: f64,
 }
 
 async fn run_once(url: &str, replicas: usize, n: usize, chaos: &[u8]) -> Result<Run> {
@@ -337,6 +353,7 @@ async fn run_in(url: &str, schema: &str, replicas: usize, n: usize, chaos: &[u8]
         .map(|p| process_jiffies(*p).unwrap_or(0))
         .collect();
     let m0 = machine_jiffies();
+    let pg0 = postgres_jiffies();
     let t0 = Instant::now();
     make_due(&sql, None).await?;
     let total = (n + WARM) as i64;
@@ -349,6 +366,7 @@ async fn run_in(url: &str, schema: &str, replicas: usize, n: usize, chaos: &[u8]
     .await?;
     let secs = t0.elapsed().as_secs_f64();
     let m1 = machine_jiffies();
+    let pg1 = postgres_jiffies();
     let hz = 100.0; // USER_HZ on Linux
     let replica_cpu_s: Vec<f64> = pids
         .iter()
@@ -377,11 +395,13 @@ async fn run_in(url: &str, schema: &str, replicas: usize, n: usize, chaos: &[u8]
     sql.close().await;
     drop(rt);
     store.close().await;
+    let postgres_cpu_s = pg1.saturating_sub(pg0) as f64 / hz;
     Ok(Run {
         secs,
         per_sec: n as f64 / secs,
         machine_busy,
         replica_cpu_s,
+        postgres_cpu_s,
     })
 }
 
@@ -400,11 +420,12 @@ async fn run() -> Result<()> {
             let r = run_once(&url, replicas, n, &chaos).await?;
             let cpu: Vec<String> = r.replica_cpu_s.iter().map(|c| format!("{c:.2}")).collect();
             println!(
-                "  N={replicas}  {:>7.0} instances/s  ({:.2} s)  machine CPU busy {:>5.1}%  replica CPU s [{}]",
+                "  N={replicas}  {:>7.0} instances/s  ({:.2} s)  machine CPU busy {:>5.1}%  CPU s: replicas [{}] postgres {:.2}",
                 r.per_sec,
                 r.secs,
                 r.machine_busy * 100.0,
-                cpu.join(", ")
+                cpu.join(", "),
+                r.postgres_cpu_s
             );
             runs.push(r.per_sec);
         }
