@@ -12,12 +12,16 @@ use sutra::codes::Code;
 use sutra::diag::Severity;
 use sutra::dialect::bpmn::{self, Loaded};
 use sutra::model::{
-    Backoff, BoundaryTrigger, CatchTrigger, EndKind, Jitter, NodeKind, OnTimeout, Process, StartTrigger, TaskImpl,
+    Backoff, BoundaryTrigger, CatchTrigger, EndKind, Jitter, NodeKind, OnTimeout, Process,
+    StartTrigger, TaskImpl,
 };
 use sutra::time::{IsoDuration, TimerSpec};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bpmn");
-const MIWG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/corpora/bpmn-miwg-reference");
+const MIWG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/corpora/bpmn-miwg-reference"
+);
 
 fn files(dir: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -46,7 +50,12 @@ fn fixture(name: &str) -> Loaded {
 }
 
 fn process<'a>(loaded: &'a Loaded, id: &str) -> &'a Process {
-    loaded.definitions.processes.iter().find(|p| p.id == id).unwrap_or_else(|| panic!("no process {id}"))
+    loaded
+        .definitions
+        .processes
+        .iter()
+        .find(|p| p.id == id)
+        .unwrap_or_else(|| panic!("no process {id}"))
 }
 
 fn kind<'a>(p: &'a Process, id: &str) -> &'a NodeKind {
@@ -59,7 +68,11 @@ fn assert_invariants(p: &Process) {
     for (i, node) in p.nodes.iter().enumerate() {
         assert_eq!(node.ix.0 as usize, i);
         if let Some(s) = node.scope {
-            assert!(s.0 < n && matches!(p.node(s).kind, NodeKind::SubProcess), "{}: bad scope", node.id);
+            assert!(
+                s.0 < n && matches!(p.node(s).kind, NodeKind::SubProcess),
+                "{}: bad scope",
+                node.id
+            );
         }
         for &f in &node.incoming {
             assert_eq!(p.flow(f).target, node.ix, "{}: incoming", node.id);
@@ -75,7 +88,10 @@ fn assert_invariants(p: &Process) {
         }
         if let NodeKind::Boundary(be) = &node.kind {
             let host = p.node(be.attached_to);
-            assert!(matches!(host.kind, NodeKind::ServiceTask(_) | NodeKind::SubProcess));
+            assert!(matches!(
+                host.kind,
+                NodeKind::ServiceTask(_) | NodeKind::SubProcess
+            ));
             assert_eq!(host.scope, node.scope);
             assert!(host.boundaries.contains(&node.ix));
         }
@@ -88,7 +104,12 @@ fn assert_invariants(p: &Process) {
         assert!(f.source.0 < n && f.target.0 < n);
         assert!(p.node(f.source).outgoing.contains(&f.ix));
         assert!(p.node(f.target).incoming.contains(&f.ix));
-        assert_eq!(p.node(f.source).scope, p.node(f.target).scope, "flow {} crosses scopes", f.id);
+        assert_eq!(
+            p.node(f.source).scope,
+            p.node(f.target).scope,
+            "flow {} crosses scopes",
+            f.id
+        );
     }
 }
 
@@ -161,8 +182,15 @@ fn every_valid_fixture_loads_without_errors() {
         let loaded = load_file(&path);
         let errors: Vec<String> = loaded.errors().map(|d| d.to_string()).collect();
         assert!(errors.is_empty(), "{}: {errors:#?}", path.display());
-        assert!(!loaded.definitions.processes.is_empty(), "{}", path.display());
-        insta::assert_json_snapshot!(format!("valid__{}", stem(&path)), (summary(&loaded), &loaded.diagnostics));
+        assert!(
+            !loaded.definitions.processes.is_empty(),
+            "{}",
+            path.display()
+        );
+        insta::assert_json_snapshot!(
+            format!("valid__{}", stem(&path)),
+            (summary(&loaded), &loaded.diagnostics)
+        );
     }
 }
 
@@ -173,18 +201,35 @@ fn every_invalid_fixture_reports_exactly_its_expected_errors() {
     for path in all {
         let source = std::fs::read_to_string(&path).unwrap();
         let expected = expectations(&source);
-        assert!(!expected.is_empty(), "{} has no expectations", path.display());
+        assert!(
+            !expected.is_empty(),
+            "{} has no expectations",
+            path.display()
+        );
         let loaded = load_file(&path);
-        let mut got: Vec<(String, u32, u32)> =
-            loaded.errors().map(|d| (d.code.as_str().to_string(), d.line, d.column)).collect();
+        let mut got: Vec<(String, u32, u32)> = loaded
+            .errors()
+            .map(|d| (d.code.as_str().to_string(), d.line, d.column))
+            .collect();
         got.sort();
         let listing: Vec<String> = loaded.diagnostics.iter().map(|d| d.to_string()).collect();
         assert_eq!(got, expected, "{}:\n{listing:#?}", path.display());
         for d in loaded.errors() {
             assert!(Code::parse(d.code.as_str()).is_some());
-            let whole_document = matches!(d.code, Code::XmlMalformed | Code::XmlDtdForbidden | Code::XmlLimitExceeded);
-            assert!(whole_document || d.element.is_some(), "{}: {d} names no element", path.display());
-            assert!(!d.message.contains('\n'), "{}: multi-line message {d}", path.display());
+            let whole_document = matches!(
+                d.code,
+                Code::XmlMalformed | Code::XmlDtdForbidden | Code::XmlLimitExceeded
+            );
+            assert!(
+                whole_document || d.element.is_some(),
+                "{}: {d} names no element",
+                path.display()
+            );
+            assert!(
+                !d.message.contains('\n'),
+                "{}: multi-line message {d}",
+                path.display()
+            );
         }
         insta::assert_json_snapshot!(format!("invalid__{}", stem(&path)), &loaded.diagnostics);
     }
@@ -194,7 +239,9 @@ fn every_invalid_fixture_reports_exactly_its_expected_errors() {
 fn the_seed_retry_example_becomes_one_exponential_policy() {
     let loaded = fixture("valid/seed_retry.bpmn");
     let p = process(&loaded, "Scoring");
-    let NodeKind::ServiceTask(t) = kind(p, "Score") else { panic!() };
+    let NodeKind::ServiceTask(t) = kind(p, "Score") else {
+        panic!()
+    };
     assert_eq!(t.implementation, TaskImpl::Registered("score".into()));
     assert_eq!(t.retries.len(), 1);
     let r = &t.retries[0];
@@ -203,7 +250,10 @@ fn the_seed_retry_example_becomes_one_exponential_policy() {
     assert_eq!(r.backoff, Backoff::Exponential { coefficient: 2.0 });
     assert_eq!(r.max_delay, Some(IsoDuration::from_millis(300_000)));
     assert_eq!(r.jitter, Jitter::None);
-    assert_eq!(r.non_retryable_codes, vec!["SUTRA.TASK.VALIDATION".to_string()]);
+    assert_eq!(
+        r.non_retryable_codes,
+        vec!["SUTRA.TASK.VALIDATION".to_string()]
+    );
     assert_eq!((r.error_equals.as_ref(), r.retry_on.as_ref()), (None, None));
     assert!(t.timeout.is_none());
     // "waits 1 s, then 2 s" between its attempts.
@@ -216,19 +266,32 @@ fn the_seed_retry_example_becomes_one_exponential_policy() {
 fn a_channel_call_keeps_its_timeout_io_and_retry_knobs() {
     let loaded = fixture("valid/channel_call_retry.bpmn");
     let p = process(&loaded, "Payment");
-    let NodeKind::ServiceTask(t) = kind(p, "Charge") else { panic!() };
+    let NodeKind::ServiceTask(t) = kind(p, "Charge") else {
+        panic!()
+    };
     assert_eq!(t.implementation, TaskImpl::Channel("payments".into()));
     let r = &t.retries[0];
     assert_eq!((r.max_attempts, r.jitter), (4, Jitter::Full));
     assert_eq!(r.backoff, Backoff::Exponential { coefficient: 3.0 });
     assert_eq!(r.initial_delay, IsoDuration::from_millis(2000));
     assert_eq!(r.max_delay, None);
-    assert_eq!(r.non_retryable_codes, vec!["SUTRA.OUTBOUND.DELIVERY_ATTEMPTS_EXHAUSTED", "Card.Declined"]);
+    assert_eq!(
+        r.non_retryable_codes,
+        vec![
+            "SUTRA.OUTBOUND.DELIVERY_ATTEMPTS_EXHAUSTED",
+            "Card.Declined"
+        ]
+    );
     let timeout = t.timeout.as_ref().unwrap();
-    assert_eq!((timeout.duration, timeout.on_timeout), (IsoDuration::from_millis(30_000), OnTimeout::Retry));
+    assert_eq!(
+        (timeout.duration, timeout.on_timeout),
+        (IsoDuration::from_millis(30_000), OnTimeout::Retry)
+    );
     assert_eq!(t.io.input_path.as_deref(), Some("$.order"));
     assert_eq!(t.io.result_path.as_deref(), Some("$.charge"));
-    let NodeKind::Boundary(b) = kind(p, "Reminder") else { panic!() };
+    let NodeKind::Boundary(b) = kind(p, "Reminder") else {
+        panic!()
+    };
     assert!(!b.interrupting);
     assert_eq!(p.node(b.attached_to).id, "Charge");
     assert!(p.stateful());
@@ -259,10 +322,19 @@ fn every_timer_kind_loads_on_every_host() {
     }
     assert_eq!(seen.len(), 9, "{seen:?}");
     let p = process(&loaded, "TimersA");
-    assert!(matches!(kind(p, "A_Start"), NodeKind::Start(StartTrigger::Timer(TimerSpec::Duration(d))) if *d == IsoDuration::from_millis(900_000)));
-    let NodeKind::Boundary(b) = kind(process(&loaded, "TimersA"), "A_Tick") else { panic!() };
-    let BoundaryTrigger::Timer(TimerSpec::Cycle(c)) = &b.trigger else { panic!() };
-    assert_eq!((c.repetitions, c.interval), (Some(3), IsoDuration::from_millis(600_000)));
+    assert!(
+        matches!(kind(p, "A_Start"), NodeKind::Start(StartTrigger::Timer(TimerSpec::Duration(d))) if *d == IsoDuration::from_millis(900_000))
+    );
+    let NodeKind::Boundary(b) = kind(process(&loaded, "TimersA"), "A_Tick") else {
+        panic!()
+    };
+    let BoundaryTrigger::Timer(TimerSpec::Cycle(c)) = &b.trigger else {
+        panic!()
+    };
+    assert_eq!(
+        (c.repetitions, c.interval),
+        (Some(3), IsoDuration::from_millis(600_000))
+    );
 }
 
 #[test]
@@ -271,11 +343,23 @@ fn any_bpmn_prefix_or_the_default_namespace_loads_the_same_process() {
         let loaded = fixture(name);
         assert!(loaded.ok(), "{name}: {:?}", loaded.diagnostics);
         let p = process(&loaded, "Orders").clone();
-        let nodes: Vec<String> = p.nodes.iter().map(|n| format!("{} {}", n.id, serde_json::to_string(&n.kind).unwrap())).collect();
+        let nodes: Vec<String> = p
+            .nodes
+            .iter()
+            .map(|n| format!("{} {}", n.id, serde_json::to_string(&n.kind).unwrap()))
+            .collect();
         let flows: Vec<String> = p
             .flows
             .iter()
-            .map(|f| format!("{} {}->{} {:?}", f.id, p.node(f.source).id, p.node(f.target).id, f.condition.as_ref().map(|c| c.source().to_string())))
+            .map(|f| {
+                format!(
+                    "{} {}->{} {:?}",
+                    f.id,
+                    p.node(f.source).id,
+                    p.node(f.target).id,
+                    f.condition.as_ref().map(|c| c.source().to_string())
+                )
+            })
             .collect();
         (nodes, flows)
     };
@@ -284,11 +368,18 @@ fn any_bpmn_prefix_or_the_default_namespace_loads_the_same_process() {
     assert_eq!(bpmn2, shape("valid/default_namespace.bpmn"));
     let loaded = fixture("valid/prefix_bpmn2.bpmn");
     let p = process(&loaded, "Orders");
-    let NodeKind::ExclusiveGateway { default: Some(d) } = kind(p, "Amount") else { panic!() };
+    let NodeKind::ExclusiveGateway { default: Some(d) } = kind(p, "Amount") else {
+        panic!()
+    };
     assert_eq!(p.flow(*d).id, "F_Small");
     let big = p.flows.iter().find(|f| f.id == "F_Big").unwrap();
     let vars = serde_json::json!({"amount": 2000, "customer": {"tier": "silver"}});
-    assert!(big.condition.as_ref().unwrap().eval_bool(vars.as_object().unwrap()).unwrap());
+    assert!(big
+        .condition
+        .as_ref()
+        .unwrap()
+        .eval_bool(vars.as_object().unwrap())
+        .unwrap());
     assert!(matches!(kind(p, "Done"), NodeKind::Pass { set: None }));
     assert!(matches!(kind(p, "Join"), NodeKind::ParallelGateway));
 }
@@ -302,18 +393,42 @@ fn sub_processes_scope_their_children_and_boundaries_attach() {
         assert_eq!(p.find(id).unwrap().scope, Some(sub), "{id}");
     }
     assert_eq!(p.find("NoStock").unwrap().scope, None);
-    assert!(matches!(kind(p, "Pick_Empty"), NodeKind::End(EndKind::Error { code, message }) if code == "Stock.Empty" && message.as_deref() == Some("Out of stock")));
-    assert!(matches!(kind(p, "Abort"), NodeKind::End(EndKind::Terminate)));
-    let NodeKind::Boundary(no_stock) = kind(p, "NoStock") else { panic!() };
-    assert!(matches!(&no_stock.trigger, BoundaryTrigger::Error { codes: Some(c), catch_failures: false, .. } if c == &["Stock.Empty"]));
-    let NodeKind::Boundary(any) = kind(p, "ShipFailed") else { panic!() };
-    assert!(matches!(&any.trigger, BoundaryTrigger::Error { codes: None, .. }));
-    let NodeKind::Boundary(cancel) = kind(p, "CancelAsked") else { panic!() };
+    assert!(
+        matches!(kind(p, "Pick_Empty"), NodeKind::End(EndKind::Error { code, message }) if code == "Stock.Empty" && message.as_deref() == Some("Out of stock"))
+    );
+    assert!(matches!(
+        kind(p, "Abort"),
+        NodeKind::End(EndKind::Terminate)
+    ));
+    let NodeKind::Boundary(no_stock) = kind(p, "NoStock") else {
+        panic!()
+    };
+    assert!(
+        matches!(&no_stock.trigger, BoundaryTrigger::Error { codes: Some(c), catch_failures: false, .. } if c == &["Stock.Empty"])
+    );
+    let NodeKind::Boundary(any) = kind(p, "ShipFailed") else {
+        panic!()
+    };
+    assert!(matches!(
+        &any.trigger,
+        BoundaryTrigger::Error { codes: None, .. }
+    ));
+    let NodeKind::Boundary(cancel) = kind(p, "CancelAsked") else {
+        panic!()
+    };
     assert!(!cancel.interrupting);
-    let BoundaryTrigger::Message(m) = &cancel.trigger else { panic!() };
+    let BoundaryTrigger::Message(m) = &cancel.trigger else {
+        panic!()
+    };
     assert_eq!(m.name, "order-cancelled");
     assert_eq!(m.correlation_key.as_ref().unwrap().source(), "orderId");
-    let boundaries: Vec<&str> = p.find("Pick").unwrap().boundaries.iter().map(|&b| p.node(b).id.as_str()).collect();
+    let boundaries: Vec<&str> = p
+        .find("Pick")
+        .unwrap()
+        .boundaries
+        .iter()
+        .map(|&b| p.node(b).id.as_str())
+        .collect();
     assert_eq!(boundaries, vec!["NoStock", "CancelAsked"]);
 }
 
@@ -321,39 +436,82 @@ fn sub_processes_scope_their_children_and_boundaries_attach() {
 fn message_and_source_starts_and_correlated_catches() {
     let loaded = fixture("valid/messages_and_sources.bpmn");
     let p = process(&loaded, "ByMessage");
-    assert!(matches!(kind(p, "M_Start"), NodeKind::Start(StartTrigger::Message { name }) if name == "order-placed"));
-    let NodeKind::Catch(CatchTrigger::Message(m)) = kind(p, "M_Paid") else { panic!() };
-    assert_eq!((m.name.as_str(), m.correlation_key.as_ref().map(|k| k.source())), ("order-paid", Some("order.id")));
+    assert!(
+        matches!(kind(p, "M_Start"), NodeKind::Start(StartTrigger::Message { name }) if name == "order-placed")
+    );
+    let NodeKind::Catch(CatchTrigger::Message(m)) = kind(p, "M_Paid") else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            m.name.as_str(),
+            m.correlation_key.as_ref().map(|k| k.source())
+        ),
+        ("order-paid", Some("order.id"))
+    );
     let q = process(&loaded, "BySource");
-    assert!(matches!(kind(q, "S_Start"), NodeKind::Start(StartTrigger::Source { name }) if name == "orders-http"));
-    assert!(!q.stateful(), "a source start with a registered task runs to completion");
+    assert!(
+        matches!(kind(q, "S_Start"), NodeKind::Start(StartTrigger::Source { name }) if name == "orders-http")
+    );
+    assert!(
+        !q.stateful(),
+        "a source start with a registered task runs to completion"
+    );
 }
 
 #[test]
 fn foreign_extensions_are_infos_naming_what_is_ignored() {
     let loaded = fixture("valid/foreign_extensions.bpmn");
     assert!(loaded.ok());
-    let infos: Vec<_> = loaded.diagnostics.iter().filter(|d| d.code == Code::BpmnForeignExtension).collect();
+    let infos: Vec<_> = loaded
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == Code::BpmnForeignExtension)
+        .collect();
     assert_eq!(infos.len(), 2, "{infos:?}");
     assert!(infos.iter().all(|d| d.severity == Severity::Info));
-    let work = infos.iter().find(|d| d.element.as_deref() == Some("Work")).unwrap();
-    assert!(work.message.contains("camunda:asyncBefore") && work.message.contains("zeebe:taskDefinition"), "{}", work.message);
-    assert_eq!(process(&loaded, "Foreign").nodes.len(), 3, "lanes, data and annotations are not nodes");
+    let work = infos
+        .iter()
+        .find(|d| d.element.as_deref() == Some("Work"))
+        .unwrap();
+    assert!(
+        work.message.contains("camunda:asyncBefore")
+            && work.message.contains("zeebe:taskDefinition"),
+        "{}",
+        work.message
+    );
+    assert_eq!(
+        process(&loaded, "Foreign").nodes.len(),
+        3,
+        "lanes, data and annotations are not nodes"
+    );
 }
 
 #[test]
 fn non_executable_processes_load_for_inspection_with_one_info_each() {
     let loaded = fixture("valid/not_executable.bpmn");
     assert!(loaded.ok());
-    let codes: Vec<(Code, Option<&str>)> =
-        loaded.diagnostics.iter().map(|d| (d.code, d.element.as_deref())).collect();
-    assert_eq!(codes, vec![(Code::BpmnNotExecutable, Some("Sketch")), (Code::BpmnNotExecutable, Some("NoFlag"))]);
+    let codes: Vec<(Code, Option<&str>)> = loaded
+        .diagnostics
+        .iter()
+        .map(|d| (d.code, d.element.as_deref()))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            (Code::BpmnNotExecutable, Some("Sketch")),
+            (Code::BpmnNotExecutable, Some("NoFlag"))
+        ]
+    );
     let sketch = process(&loaded, "Sketch");
     assert!(!sketch.executable);
     // The user task and the inclusive gateway stand in the graph as placeholders.
     assert_eq!(sketch.nodes.len(), 3);
     assert_eq!(sketch.flows.len(), 2);
-    assert!(!process(&loaded, "NoFlag").executable, "isExecutable absent means not executable");
+    assert!(
+        !process(&loaded, "NoFlag").executable,
+        "isExecutable absent means not executable"
+    );
 }
 
 #[test]
@@ -384,21 +542,40 @@ fn the_miwg_reference_models_load_without_panic_and_every_refusal_names_its_elem
                 assert!(d.message.contains(d.element.as_deref().unwrap()), "{d}");
             }
         }
-        assert!(!loaded.definitions.processes.is_empty(), "{}", path.display());
+        assert!(
+            !loaded.definitions.processes.is_empty(),
+            "{}",
+            path.display()
+        );
         verdicts.insert(stem(path), loaded.ok());
     }
     // The ones that fail hold executable processes with user tasks, send tasks,
     // event sub-processes, FEEL or XPath conditions, or tool-specific implementations.
-    let refused: Vec<&str> = verdicts.iter().filter(|(_, ok)| !**ok).map(|(f, _)| f.as_str()).collect();
-    assert_eq!(refused, vec!["C.1.0", "C.1.1", "C.3.0", "C.8.1", "C.9.0", "C.9.1", "C.9.2"]);
+    let refused: Vec<&str> = verdicts
+        .iter()
+        .filter(|(_, ok)| !**ok)
+        .map(|(f, _)| f.as_str())
+        .collect();
+    assert_eq!(
+        refused,
+        vec!["C.1.0", "C.1.1", "C.3.0", "C.8.1", "C.9.0", "C.9.1", "C.9.2"]
+    );
 }
 
 #[test]
 fn copied_miwg_models_marked_executable_load_as_the_supported_subset() {
-    for name in ["miwg_A.1.0_executable", "miwg_A.2.0_executable", "miwg_A.4.0_executable"] {
+    for name in [
+        "miwg_A.1.0_executable",
+        "miwg_A.2.0_executable",
+        "miwg_A.4.0_executable",
+    ] {
         let loaded = fixture(&format!("valid/{name}.bpmn"));
         assert!(loaded.ok(), "{name}: {:#?}", loaded.diagnostics);
-        assert!(loaded.definitions.processes.iter().all(|p| p.executable && !p.registered_tasks().is_empty()));
+        assert!(loaded
+            .definitions
+            .processes
+            .iter()
+            .all(|p| p.executable && !p.registered_tasks().is_empty()));
     }
 }
 
@@ -409,33 +586,62 @@ fn codes(loaded: &Loaded) -> Vec<Code> {
 #[test]
 fn hostile_documents_are_refused_within_the_limits() {
     let defs = |inner: &str| {
-        format!(r#"<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"><process id="P">{inner}</process></definitions>"#)
+        format!(
+            r#"<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"><process id="P">{inner}</process></definitions>"#
+        )
     };
-    let huge_attribute = defs(&format!(r#"<task id="T" name="{}"/>"#, "x".repeat(70 * 1024)));
-    assert_eq!(codes(&bpmn::load(&huge_attribute)), vec![Code::XmlLimitExceeded]);
-    let huge_text = defs(&format!("<documentation>{}</documentation>", "y".repeat(70 * 1024)));
+    let huge_attribute = defs(&format!(
+        r#"<task id="T" name="{}"/>"#,
+        "x".repeat(70 * 1024)
+    ));
+    assert_eq!(
+        codes(&bpmn::load(&huge_attribute)),
+        vec![Code::XmlLimitExceeded]
+    );
+    let huge_text = defs(&format!(
+        "<documentation>{}</documentation>",
+        "y".repeat(70 * 1024)
+    ));
     assert_eq!(codes(&bpmn::load(&huge_text)), vec![Code::XmlLimitExceeded]);
     let many = defs(&"<task/>".repeat(100_001));
     assert_eq!(codes(&bpmn::load(&many)), vec![Code::XmlLimitExceeded]);
     let oversized = " ".repeat(16 * 1024 * 1024 + 1);
     assert_eq!(codes(&bpmn::load(&oversized)), vec![Code::XmlLimitExceeded]);
-    assert_eq!(codes(&bpmn::load_bytes(oversized.as_bytes())), vec![Code::XmlLimitExceeded]);
+    assert_eq!(
+        codes(&bpmn::load_bytes(oversized.as_bytes())),
+        vec![Code::XmlLimitExceeded]
+    );
     let undeclared = defs(r#"<task id="T" name="&lol9;"/>"#);
     assert_eq!(codes(&bpmn::load(&undeclared)), vec![Code::XmlMalformed]);
-    let prefixes = |r: std::ops::Range<u32>| r.map(|i| format!(" xmlns:p{i}=\"urn:{i}\"")).collect::<String>();
+    let prefixes = |r: std::ops::Range<u32>| {
+        r.map(|i| format!(" xmlns:p{i}=\"urn:{i}\""))
+            .collect::<String>()
+    };
     let nested = format!("<a{}><b{}/></a>", prefixes(0..150), prefixes(150..300));
     assert_eq!(codes(&bpmn::load(&nested)), vec![Code::XmlLimitExceeded]);
 }
 
 #[test]
 fn a_non_bpmn_or_non_text_document_is_refused_with_a_code() {
-    assert_eq!(codes(&bpmn::load(r#"{"StartAt": "x"}"#)), vec![Code::XmlMalformed]);
-    assert_eq!(codes(&bpmn::load("<workflow xmlns='urn:hx'/>")), vec![Code::BpmnNotDefinitions]);
-    assert_eq!(codes(&bpmn::load_bytes(b"<a>\xff\xfe</a>")), vec![Code::XmlMalformed]);
+    assert_eq!(
+        codes(&bpmn::load(r#"{"StartAt": "x"}"#)),
+        vec![Code::XmlMalformed]
+    );
+    assert_eq!(
+        codes(&bpmn::load("<workflow xmlns='urn:hx'/>")),
+        vec![Code::BpmnNotDefinitions]
+    );
+    assert_eq!(
+        codes(&bpmn::load_bytes(b"<a>\xff\xfe</a>")),
+        vec![Code::XmlMalformed]
+    );
     // ISO-8859-1, as the MIWG files declare, is decoded.
     let latin1 = b"<?xml version=\"1.0\" encoding=\"ISO-8859-1\"?>\n<definitions xmlns=\"http://www.omg.org/spec/BPMN/20100524/MODEL\"><process id=\"P\" name=\"Caf\xe9\"/></definitions>";
     let loaded = bpmn::load_bytes(latin1);
-    assert_eq!(loaded.definitions.processes[0].name.as_deref(), Some("Café"));
+    assert_eq!(
+        loaded.definitions.processes[0].name.as_deref(),
+        Some("Café")
+    );
 }
 
 mod mangled {
@@ -445,7 +651,10 @@ mod mangled {
     use proptest::prelude::*;
 
     fn sources() -> Vec<String> {
-        files(&format!("{FIXTURES}/valid")).iter().map(|p| std::fs::read_to_string(p).unwrap()).collect()
+        files(&format!("{FIXTURES}/valid"))
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .collect()
     }
 
     fn check(text: &str) {

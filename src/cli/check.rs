@@ -64,7 +64,12 @@ pub fn check_file(path: &std::path::Path) -> FileReport {
         Ok(bytes) => bpmn::load_bytes(&bytes),
         Err(e) => {
             let d = Diagnostic::error(Code::FileUnreadable, format!("cannot read {file}: {e}"));
-            return FileReport { file, ok: false, processes: Vec::new(), diagnostics: vec![d] };
+            return FileReport {
+                file,
+                ok: false,
+                processes: Vec::new(),
+                diagnostics: vec![d],
+            };
         }
     };
     let processes = loaded
@@ -78,7 +83,12 @@ pub fn check_file(path: &std::path::Path) -> FileReport {
             nodes: p.nodes.len(),
         })
         .collect();
-    FileReport { file, ok: loaded.ok(), processes, diagnostics: loaded.diagnostics }
+    FileReport {
+        file,
+        ok: loaded.ok(),
+        processes,
+        diagnostics: loaded.diagnostics,
+    }
 }
 
 pub fn exec(args: CheckArgs) -> ExitCode {
@@ -107,13 +117,26 @@ pub fn exec(args: CheckArgs) -> ExitCode {
 pub fn write_human(out: &mut impl Write, r: &FileReport) -> std::io::Result<()> {
     for d in &r.diagnostics {
         if d.line == 0 {
-            writeln!(out, "{}: {}[{}]: {}", r.file, d.severity.as_str(), d.code, d.message)?;
+            writeln!(
+                out,
+                "{}: {}[{}]: {}",
+                r.file,
+                d.severity.as_str(),
+                d.code,
+                d.message
+            )?;
         } else {
             writeln!(out, "{}:{d}", r.file)?;
         }
     }
     let count = |s: Severity| r.diagnostics.iter().filter(|d| d.severity == s).count();
-    let plural = |n: usize, one: &str, many: &str| if n == 1 { format!("1 {one}") } else { format!("{n} {many}") };
+    let plural = |n: usize, one: &str, many: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
     let executable = r.processes.iter().filter(|p| p.executable).count();
     let verdict = if r.ok { "ok" } else { "invalid" };
     writeln!(
@@ -122,6 +145,10 @@ pub fn write_human(out: &mut impl Write, r: &FileReport) -> std::io::Result<()> 
         r.file,
         plural(r.processes.len(), "process", "processes"),
         plural(count(Severity::Error), "error", "errors"),
-        plural(count(Severity::Info) + count(Severity::Warning), "note", "notes"),
+        plural(
+            count(Severity::Info) + count(Severity::Warning),
+            "note",
+            "notes"
+        ),
     )
 }

@@ -13,42 +13,82 @@ use super::xml::{Document, Element, Ns, BPMN_NS};
 use crate::codes::Code;
 use crate::diag::Diagnostic;
 use crate::model::{
-    BoundaryEvent, BoundaryTrigger, CatchTrigger, Definitions, Dialect, EndKind, Expr, Flow, FlowIx, FlowKind, Node,
-    NodeIx, NodeKind, Process, ServiceTask, StartTrigger, TaskImpl,
+    BoundaryTrigger, CatchTrigger, Definitions, Dialect, EndKind, Flow, Node, NodeIx, NodeKind,
+    Process, ServiceTask, StartTrigger, TaskImpl,
 };
 use crate::time::{IsoDuration, TimerSpec};
 use std::collections::{HashMap, HashSet};
 
+mod resolve;
+
 /// Flow-node-like BPMN elements Sutra does not execute, with a hint.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("task", "use a serviceTask with implementation=\"registered:<name>\" or \"channel:<name>\""),
-    ("userTask", "Sutra has no human tasks; use a channel-call serviceTask"),
+    (
+        "task",
+        "use a serviceTask with implementation=\"registered:<name>\" or \"channel:<name>\"",
+    ),
+    (
+        "userTask",
+        "Sutra has no human tasks; use a channel-call serviceTask",
+    ),
     ("manualTask", "Sutra has no manual tasks"),
     ("scriptTask", "use a registered serviceTask"),
     ("businessRuleTask", "use a registered serviceTask"),
     ("sendTask", "use a channel-call serviceTask"),
     ("receiveTask", "use a message intermediateCatchEvent"),
-    ("callActivity", "call activities are not supported; use an embedded subProcess"),
+    (
+        "callActivity",
+        "call activities are not supported; use an embedded subProcess",
+    ),
     ("inclusiveGateway", "use exclusive and parallel gateways"),
-    ("eventBasedGateway", "event-based gateways are not supported"),
+    (
+        "eventBasedGateway",
+        "event-based gateways are not supported",
+    ),
     ("complexGateway", "complex gateways are not supported"),
     ("transaction", "transactions are not supported"),
     ("adHocSubProcess", "ad-hoc sub-processes are not supported"),
     ("callChoreography", "choreographies are not executable"),
     ("choreographyTask", "choreographies are not executable"),
     ("subChoreography", "choreographies are not executable"),
-    ("implicitThrowEvent", "implicit throw events are not supported"),
+    (
+        "implicitThrowEvent",
+        "implicit throw events are not supported",
+    ),
 ];
 
 /// BPMN elements inside a process that do not execute: ignored.
 const IGNORED: &[&str] = &[
-    "laneSet", "lane", "textAnnotation", "association", "group", "dataObject", "dataObjectReference",
-    "dataStoreReference", "dataInput", "dataOutput", "dataInputAssociation", "dataOutputAssociation",
-    "documentation", "extensionElements", "ioSpecification", "property", "category", "categoryValue",
-    "auditing", "monitoring", "resourceRole", "performer", "humanPerformer", "potentialOwner",
+    "laneSet",
+    "lane",
+    "textAnnotation",
+    "association",
+    "group",
+    "dataObject",
+    "dataObjectReference",
+    "dataStoreReference",
+    "dataInput",
+    "dataOutput",
+    "dataInputAssociation",
+    "dataOutputAssociation",
+    "documentation",
+    "extensionElements",
+    "ioSpecification",
+    "property",
+    "category",
+    "categoryValue",
+    "auditing",
+    "monitoring",
+    "resourceRole",
+    "performer",
+    "humanPerformer",
+    "potentialOwner",
     "supportedInterfaceRef",
     // A sub-process's own children that are not part of its content:
-    "incoming", "outgoing", "standardLoopCharacteristics", "multiInstanceLoopCharacteristics",
+    "incoming",
+    "outgoing",
+    "standardLoopCharacteristics",
+    "multiInstanceLoopCharacteristics",
 ];
 
 /// Load every process of a parsed document.
@@ -58,7 +98,11 @@ pub fn definitions(doc: &Document) -> (Definitions, Vec<Diagnostic>) {
     let mut processes = Vec::new();
     if !root.is(Ns::Bpmn, "definitions") {
         let uri = doc.namespace_uri(root.ns);
-        let ns = if uri.is_empty() { "no namespace".to_string() } else { format!("namespace `{uri}`") };
+        let ns = if uri.is_empty() {
+            "no namespace".to_string()
+        } else {
+            format!("namespace `{uri}`")
+        };
         diags.push(
             Diagnostic::error(
                 Code::BpmnNotDefinitions,
@@ -82,7 +126,10 @@ pub fn definitions(doc: &Document) -> (Definitions, Vec<Diagnostic>) {
                 diags.push(
                     Diagnostic::error(
                         Code::BpmnInvalidAttribute,
-                        format!("isExecutable=\"{v}\" on {}: must be `true` or `false`", describe(el)),
+                        format!(
+                            "isExecutable=\"{v}\" on {}: must be `true` or `false`",
+                            describe(el)
+                        ),
                     )
                     .at(el.pos)
                     .element(el.label()),
@@ -96,7 +143,11 @@ pub fn definitions(doc: &Document) -> (Definitions, Vec<Diagnostic>) {
             diags.extend(b.diags);
             diags.extend(validate::structure(&process, &b.opaque));
         } else {
-            let why = if el.attr("isExecutable").is_some() { "isExecutable=\"false\"" } else { "no isExecutable=\"true\"" };
+            let why = if el.attr("isExecutable").is_some() {
+                "isExecutable=\"false\""
+            } else {
+                "no isExecutable=\"true\""
+            };
             diags.push(
                 Diagnostic::info(
                     Code::BpmnNotExecutable,
@@ -136,7 +187,10 @@ fn duplicate_ids(root: &Element, diags: &mut Vec<Diagnostic>) {
             diags.push(
                 Diagnostic::error(
                     Code::BpmnDuplicateId,
-                    format!("id `{id}` of {} is already used at {line}:{column}", el.local),
+                    format!(
+                        "id `{id}` of {} is already used at {line}:{column}",
+                        el.local
+                    ),
                 )
                 .at(el.pos)
                 .element(id),
@@ -173,7 +227,9 @@ struct Builder<'d> {
 }
 
 fn err(code: Code, el: &Element, message: String) -> Diagnostic {
-    Diagnostic::error(code, message).at(el.pos).element(el.label())
+    Diagnostic::error(code, message)
+        .at(el.pos)
+        .element(el.label())
 }
 
 fn attr_ref<'e>(el: &'e Element, attr: &str) -> Option<&'e str> {
@@ -201,17 +257,17 @@ impl<'d> Builder<'d> {
 
     fn process(&mut self, el: &'d Element) -> Process {
         if el.id().is_none() {
-            self.diags.push(err(Code::BpmnInvalidAttribute, el, "a <process> needs an `id`".into()));
+            self.diags.push(err(
+                Code::BpmnInvalidAttribute,
+                el,
+                "a <process> needs an `id`".into(),
+            ));
         }
         self.foreign(el);
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &[], el, &mut self.diags);
         self.scope(el, None);
-        self.resolve_boundaries();
-        self.resolve_flows();
-        self.resolve_defaults();
-        self.check_routed_timers();
-        self.check_flow_refs();
+        self.resolve();
         let mut p = Process {
             id: el.id().unwrap_or_default().to_string(),
             name: el.attr("name").map(str::to_string),
@@ -240,7 +296,10 @@ impl<'d> Builder<'d> {
                 Ns::Q => self.diags.push(err(
                     Code::BpmnUnsupportedElement,
                     child,
-                    format!("q:{} must be written inside <extensionElements>", child.local),
+                    format!(
+                        "q:{} must be written inside <extensionElements>",
+                        child.local
+                    ),
                 )),
                 // Foreign children were reported with their container.
                 _ => {}
@@ -325,15 +384,26 @@ impl<'d> Builder<'d> {
     /// A supported node: appended, with the checks every flow node gets.
     fn node(&mut self, el: &'d Element, scope: Option<NodeIx>, kind: NodeKind) -> NodeIx {
         if el.id().is_none() {
-            self.diags.push(err(Code::BpmnInvalidAttribute, el, format!("{} needs an `id`", describe(el))));
+            self.diags.push(err(
+                Code::BpmnInvalidAttribute,
+                el,
+                format!("{} needs an `id`", describe(el)),
+            ));
         }
         self.foreign(el);
         for c in el.bpmn_children() {
-            if matches!(c.local.as_str(), "standardLoopCharacteristics" | "multiInstanceLoopCharacteristics") {
+            if matches!(
+                c.local.as_str(),
+                "standardLoopCharacteristics" | "multiInstanceLoopCharacteristics"
+            ) {
                 self.diags.push(err(
                     Code::BpmnUnsupportedElement,
                     c,
-                    format!("{} on {} is not supported (loops and multi-instance)", c.local, describe(el)),
+                    format!(
+                        "{} on {} is not supported (loops and multi-instance)",
+                        c.local,
+                        describe(el)
+                    ),
                 ));
             }
         }
@@ -372,16 +442,33 @@ impl<'d> Builder<'d> {
     }
 
     /// An event whose definition Sutra does not support here.
-    fn unsupported_def(&mut self, el: &'d Element, scope: Option<NodeIx>, def: Def<'_>, what: &str) {
+    fn unsupported_def(
+        &mut self,
+        el: &'d Element,
+        scope: Option<NodeIx>,
+        def: Def<'_>,
+        what: &str,
+    ) {
         let at = match def {
-            Def::Timer(d) | Def::Message(d) | Def::Error(d) | Def::Terminate(d) | Def::Unsupported(d, _) => d,
+            Def::Timer(d)
+            | Def::Message(d)
+            | Def::Error(d)
+            | Def::Terminate(d)
+            | Def::Unsupported(d, _) => d,
             Def::None => el,
         };
-        self.diags.push(err(
-            Code::BpmnUnsupportedElement,
-            at,
-            format!("{} with {} is not supported: {what}", describe(el), def.label()),
-        ).element(el.label()));
+        self.diags.push(
+            err(
+                Code::BpmnUnsupportedElement,
+                at,
+                format!(
+                    "{} with {} is not supported: {what}",
+                    describe(el),
+                    def.label()
+                ),
+            )
+            .element(el.label()),
+        );
         self.placeholder(el, scope);
     }
 
@@ -400,16 +487,26 @@ impl<'d> Builder<'d> {
                 self.diags.push(err(
                     Code::BpmnUnsupportedElement,
                     q,
-                    format!("q:source on {}: only a process-level start event has a source", describe(el)),
+                    format!(
+                        "q:source on {}: only a process-level start event has a source",
+                        describe(el)
+                    ),
                 ));
             }
             match def {
                 Def::None => {
                     self.node(el, scope, NodeKind::Start(StartTrigger::None));
                 }
-                def @ (Def::Timer(..) | Def::Message(..) | Def::Error(..) | Def::Terminate(..) | Def::Unsupported(..)) => {
-                    self.unsupported_def(el, scope, def, "the start event of an embedded sub-process has no trigger")
-                }
+                def @ (Def::Timer(..)
+                | Def::Message(..)
+                | Def::Error(..)
+                | Def::Terminate(..)
+                | Def::Unsupported(..)) => self.unsupported_def(
+                    el,
+                    scope,
+                    def,
+                    "the start event of an embedded sub-process has no trigger",
+                ),
             }
             return;
         }
@@ -453,7 +550,12 @@ impl<'d> Builder<'d> {
                 }
             }
             def @ (Def::Error(..) | Def::Terminate(..) | Def::Unsupported(..)) => {
-                return self.unsupported_def(el, scope, def, "a process starts by none, timer, message or q:source")
+                return self.unsupported_def(
+                    el,
+                    scope,
+                    def,
+                    "a process starts by none, timer, message or q:source",
+                )
             }
         };
         self.node(el, scope, NodeKind::Start(trigger));
@@ -464,29 +566,41 @@ impl<'d> Builder<'d> {
         let kind = match events::definition(el) {
             Def::None => EndKind::None,
             Def::Terminate(_) => EndKind::Terminate,
-            Def::Error(d) => match events::error_code(d, el, self.globals) {
-                Ok(Some((code, message))) => EndKind::Error { code, message },
-                Ok(None) => {
-                    self.diags.push(err(
+            Def::Error(d) => {
+                match events::error_code(d, el, self.globals) {
+                    Ok(Some((code, message))) => EndKind::Error { code, message },
+                    Ok(None) => {
+                        self.diags.push(err(
                         Code::BpmnInvalidAttribute,
                         d,
                         format!("error end event {} needs an errorRef naming an <error errorCode=…>", describe(el)),
                     ));
-                    EndKind::None
+                        EndKind::None
+                    }
+                    Err(e) => {
+                        self.diags.push(e);
+                        EndKind::None
+                    }
                 }
-                Err(e) => {
-                    self.diags.push(e);
-                    EndKind::None
-                }
-            },
+            }
             def @ (Def::Timer(..) | Def::Message(..) | Def::Unsupported(..)) => {
-                return self.unsupported_def(el, scope, def, "an end event is none, error or terminate")
+                return self.unsupported_def(
+                    el,
+                    scope,
+                    def,
+                    "an end event is none, error or terminate",
+                )
             }
         };
         self.node(el, scope, NodeKind::End(kind));
     }
 
-    fn message_ref(&mut self, el: &Element, def: &Element, qs: &[&Element]) -> crate::model::MessageRef {
+    fn message_ref(
+        &mut self,
+        el: &Element,
+        def: &Element,
+        qs: &[&Element],
+    ) -> crate::model::MessageRef {
         let name = match events::message_name(def, el, self.globals) {
             Ok(n) => n,
             Err(e) => {
@@ -496,7 +610,10 @@ impl<'d> Builder<'d> {
         };
         let correlation_key = ext::single(qs, "correlation", el, &mut self.diags)
             .and_then(|q| ext::correlation(q, el, &mut self.diags));
-        crate::model::MessageRef { name, correlation_key }
+        crate::model::MessageRef {
+            name,
+            correlation_key,
+        }
     }
 
     fn timer(&mut self, def: &Element, el: &Element) -> TimerSpec {
@@ -509,16 +626,29 @@ impl<'d> Builder<'d> {
     fn catch(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let qs = ext::q_elements(el);
         let def = events::definition(el);
-        let allowed: &[&str] = if matches!(def, Def::Message(_)) { &["correlation"] } else { &[] };
+        let allowed: &[&str] = if matches!(def, Def::Message(_)) {
+            &["correlation"]
+        } else {
+            &[]
+        };
         ext::misplaced(&qs, allowed, el, &mut self.diags);
         let trigger = match def {
             Def::Timer(d) => CatchTrigger::Timer(self.timer(d, el)),
             Def::Message(d) => CatchTrigger::Message(self.message_ref(el, d, &qs)),
             Def::None => {
-                return self.unsupported(el, scope, "an intermediate catch event needs a timer or message definition".into())
+                return self.unsupported(
+                    el,
+                    scope,
+                    "an intermediate catch event needs a timer or message definition".into(),
+                )
             }
             def @ (Def::Error(..) | Def::Terminate(..) | Def::Unsupported(..)) => {
-                return self.unsupported_def(el, scope, def, "an intermediate catch event waits for a timer or a message")
+                return self.unsupported_def(
+                    el,
+                    scope,
+                    def,
+                    "an intermediate catch event waits for a timer or a message",
+                )
             }
         };
         self.node(el, scope, NodeKind::Catch(trigger));
@@ -530,16 +660,27 @@ impl<'d> Builder<'d> {
             Def::None => {
                 self.node(el, scope, NodeKind::Pass { set: None });
             }
-            def @ (Def::Timer(..) | Def::Message(..) | Def::Error(..) | Def::Terminate(..) | Def::Unsupported(..)) => {
-                self.unsupported_def(el, scope, def, "only the none intermediate throw event is supported")
-            }
+            def @ (Def::Timer(..)
+            | Def::Message(..)
+            | Def::Error(..)
+            | Def::Terminate(..)
+            | Def::Unsupported(..)) => self.unsupported_def(
+                el,
+                scope,
+                def,
+                "only the none intermediate throw event is supported",
+            ),
         }
     }
 
     fn boundary(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let qs = ext::q_elements(el);
         let def = events::definition(el);
-        let allowed: &[&str] = if matches!(def, Def::Message(_)) { &["correlation"] } else { &[] };
+        let allowed: &[&str] = if matches!(def, Def::Message(_)) {
+            &["correlation"]
+        } else {
+            &[]
+        };
         ext::misplaced(&qs, allowed, el, &mut self.diags);
         let interrupting = match el.attr("cancelActivity").map(str::trim) {
             None | Some("true") | Some("1") => true,
@@ -548,7 +689,10 @@ impl<'d> Builder<'d> {
                 self.diags.push(err(
                     Code::BpmnInvalidAttribute,
                     el,
-                    format!("cancelActivity=\"{v}\" on {}: must be `true` or `false`", describe(el)),
+                    format!(
+                        "cancelActivity=\"{v}\" on {}: must be `true` or `false`",
+                        describe(el)
+                    ),
                 ));
                 true
             }
@@ -569,28 +713,52 @@ impl<'d> Builder<'d> {
                         None
                     }
                 };
-                BoundaryTrigger::Error { codes, result_path: None, catch_failures: false }
+                BoundaryTrigger::Error {
+                    codes,
+                    result_path: None,
+                    catch_failures: false,
+                }
             }
             Def::Timer(d) => BoundaryTrigger::Timer(self.timer(d, el)),
             Def::Message(d) => BoundaryTrigger::Message(self.message_ref(el, d, &qs)),
             Def::None => {
-                return self.unsupported(el, scope, "a boundary event needs an error, timer or message definition".into())
+                return self.unsupported(
+                    el,
+                    scope,
+                    "a boundary event needs an error, timer or message definition".into(),
+                )
             }
             def @ (Def::Terminate(..) | Def::Unsupported(..)) => {
-                return self.unsupported_def(el, scope, def, "a boundary event catches an error, a timer or a message")
+                return self.unsupported_def(
+                    el,
+                    scope,
+                    def,
+                    "a boundary event catches an error, a timer or a message",
+                )
             }
         };
         // The kind is set once the activity is resolved (see `resolve_boundaries`).
         let ix = self.node(el, scope, NodeKind::Pass { set: None });
-        self.pending_boundaries.push(PendingBoundary { ix, el, interrupting, trigger });
+        self.pending_boundaries.push(PendingBoundary {
+            ix,
+            el,
+            interrupting,
+            trigger,
+        });
     }
 
     fn service_task(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let implementation = match el.attr("implementation").map(str::trim) {
-            Some(v) if v.strip_prefix("registered:").is_some_and(|n| !n.trim().is_empty()) => {
+            Some(v)
+                if v.strip_prefix("registered:")
+                    .is_some_and(|n| !n.trim().is_empty()) =>
+            {
                 TaskImpl::Registered(v["registered:".len()..].trim().to_string())
             }
-            Some(v) if v.strip_prefix("channel:").is_some_and(|n| !n.trim().is_empty()) => {
+            Some(v)
+                if v.strip_prefix("channel:")
+                    .is_some_and(|n| !n.trim().is_empty()) =>
+            {
                 TaskImpl::Channel(v["channel:".len()..].trim().to_string())
             }
             other => {
@@ -615,8 +783,11 @@ impl<'d> Builder<'d> {
         let timeout_el = ext::single(&qs, "timeout", el, &mut self.diags);
         let io_el = ext::single(&qs, "io", el, &mut self.diags);
         let retry = retry_el.and_then(|q| ext::retry(q, el, &mut self.diags));
-        let timeout = timeout_el.and_then(|q| ext::timeout(q, el, retry_el.is_some(), &mut self.diags));
-        let io = io_el.map(|q| ext::io(q, el, &mut self.diags)).unwrap_or_default();
+        let timeout =
+            timeout_el.and_then(|q| ext::timeout(q, el, retry_el.is_some(), &mut self.diags));
+        let io = io_el
+            .map(|q| ext::io(q, el, &mut self.diags))
+            .unwrap_or_default();
         if let (Some(q), None, TaskImpl::Channel(_)) = (retry_el, timeout_el, &implementation) {
             self.diags.push(err(
                 Code::BpmnRetryNotApplicable,
@@ -628,253 +799,13 @@ impl<'d> Builder<'d> {
                 ),
             ).element(el.label()));
         }
-        let task = ServiceTask { implementation, retries: retry.into_iter().collect(), timeout, idempotent: true, io };
-        self.node(el, scope, NodeKind::ServiceTask(task));
-    }
-
-    fn resolve_boundaries(&mut self) {
-        for pb in std::mem::take(&mut self.pending_boundaries) {
-            let el = pb.el;
-            let attached = match attr_ref(el, "attachedToRef") {
-                None => {
-                    self.diags.push(err(
-                        Code::BpmnBoundaryUnattached,
-                        el,
-                        format!("{} has no attachedToRef", describe(el)),
-                    ));
-                    None
-                }
-                Some(r) => match self.node_of.get(events::strip_qname(r)) {
-                    Some(&ix) => Some(ix),
-                    None => {
-                        self.diags.push(err(
-                            Code::BpmnDanglingReference,
-                            el,
-                            format!("attachedToRef `{r}` of {} names no flow node of this process", describe(el)),
-                        ));
-                        None
-                    }
-                },
-            };
-            let Some(a) = attached else {
-                self.opaque.insert(pb.ix);
-                continue;
-            };
-            if self.opaque.contains(&a) {
-                // Attached to something already reported: say nothing more.
-                self.opaque.insert(pb.ix);
-                continue;
-            }
-            let target = &self.nodes[a.0 as usize];
-            let problem = if !matches!(target.kind, NodeKind::ServiceTask(_) | NodeKind::SubProcess) {
-                Some("which is not an activity (a service task or sub-process)")
-            } else if target.scope != self.nodes[pb.ix.0 as usize].scope {
-                Some("which is in another scope")
-            } else {
-                None
-            };
-            if let Some(problem) = problem {
-                let target_el = self.elements[a.0 as usize];
-                self.diags.push(err(
-                    Code::BpmnBoundaryUnattached,
-                    el,
-                    format!("{} is attached to {}, {problem}", describe(el), describe(target_el)),
-                ));
-                self.opaque.insert(pb.ix);
-                continue;
-            }
-            self.nodes[pb.ix.0 as usize].kind =
-                NodeKind::Boundary(BoundaryEvent { attached_to: a, interrupting: pb.interrupting, trigger: pb.trigger });
-            self.nodes[a.0 as usize].boundaries.push(pb.ix);
-        }
-    }
-
-    /// `sourceRef`/`targetRef` → a node, or a diagnostic.
-    fn endpoint(&mut self, el: &Element, attr: &str) -> Option<NodeIx> {
-        let Some(r) = attr_ref(el, attr) else {
-            self.diags.push(err(
-                Code::BpmnInvalidAttribute,
-                el,
-                format!("{} needs a `{attr}`", describe(el)),
-            ));
-            return None;
+        let task = ServiceTask {
+            implementation,
+            retries: retry.into_iter().collect(),
+            timeout,
+            idempotent: true,
+            io,
         };
-        let found = self.node_of.get(events::strip_qname(r)).copied();
-        if found.is_none() {
-            self.diags.push(err(
-                Code::BpmnDanglingReference,
-                el,
-                format!("{attr} `{r}` of {} names no flow node of this process", describe(el)),
-            ));
-        }
-        found
-    }
-
-    fn resolve_flows(&mut self) {
-        for (el, scope) in std::mem::take(&mut self.pending_flows) {
-            if el.id().is_none() {
-                self.diags.push(err(Code::BpmnInvalidAttribute, el, "a sequenceFlow needs an `id`".into()));
-            }
-            self.foreign(el);
-            let source = self.endpoint(el, "sourceRef");
-            let target = self.endpoint(el, "targetRef");
-            let (Some(source), Some(target)) = (source, target) else { continue };
-            let (s, t) = (&self.nodes[source.0 as usize], &self.nodes[target.0 as usize]);
-            let from_xor = matches!(s.kind, NodeKind::ExclusiveGateway { .. });
-            if s.scope != scope || t.scope != scope {
-                self.diags.push(err(
-                    Code::BpmnInvalidFlow,
-                    el,
-                    format!(
-                        "{} connects `{}` and `{}` across a sub-process boundary",
-                        describe(el),
-                        s.id,
-                        t.id
-                    ),
-                ));
-                continue;
-            }
-            let mut condition = el.bpmn_child("conditionExpression").and_then(|c| self.condition(el, c));
-            if el.bpmn_child("conditionExpression").is_some() && !from_xor && !self.opaque.contains(&source) {
-                let source_el = self.elements[source.0 as usize];
-                self.diags.push(err(
-                    Code::BpmnUnsupportedElement,
-                    el,
-                    format!(
-                        "conditional {} out of {} is not supported: only flows out of an exclusive gateway carry conditions",
-                        describe(el),
-                        describe(source_el)
-                    ),
-                ));
-                condition = None;
-            }
-            let ix = FlowIx(self.flows.len() as u32);
-            self.flows.push(Flow {
-                ix,
-                id: el.id().unwrap_or_default().to_string(),
-                pos: el.pos,
-                source,
-                target,
-                condition,
-                kind: FlowKind::Sequence,
-            });
-            self.flow_elements.push(el);
-            self.nodes[source.0 as usize].outgoing.push(ix);
-            self.nodes[target.0 as usize].incoming.push(ix);
-        }
-    }
-
-    fn condition(&mut self, flow: &Element, c: &Element) -> Option<Expr> {
-        if let Some(lang) = c.attr("language").map(str::trim).filter(|l| !l.is_empty()) {
-            if !lang.eq_ignore_ascii_case("cel") {
-                self.diags.push(err(
-                    Code::BpmnInvalidAttribute,
-                    c,
-                    format!(
-                        "language=\"{lang}\" on the condition of {}: Sutra conditions are CEL (omit `language` or write `cel`)",
-                        describe(flow)
-                    ),
-                ).element(flow.label()));
-                return None;
-            }
-        }
-        let text = c.text.trim();
-        match super::guard::parse_expr(text) {
-            Ok(e) => Some(e),
-            Err(e) => {
-                self.diags.push(err(
-                    Code::ConditionSyntax,
-                    flow,
-                    format!("condition `{}` of {}: {}", ext::one_line(text), describe(flow), ext::one_line(&e.to_string())),
-                ));
-                None
-            }
-        }
-    }
-
-    fn resolve_defaults(&mut self) {
-        let flow_of: HashMap<&str, FlowIx> = self.flows.iter().map(|f| (f.id.as_str(), f.ix)).collect();
-        let mut set = Vec::new();
-        for gw in std::mem::take(&mut self.pending_defaults) {
-            let el = self.elements[gw.0 as usize];
-            let Some(r) = attr_ref(el, "default") else { continue };
-            let Some(&f) = flow_of.get(events::strip_qname(r)) else {
-                // A flow that exists but was dropped has been reported already.
-                if !self.flow_ids.contains(events::strip_qname(r)) {
-                    self.diags.push(err(
-                        Code::BpmnDanglingReference,
-                        el,
-                        format!("default `{r}` of {} names no sequence flow", describe(el)),
-                    ));
-                }
-                continue;
-            };
-            let flow = &self.flows[f.0 as usize];
-            if flow.source != gw {
-                self.diags.push(err(
-                    Code::BpmnInvalidAttribute,
-                    el,
-                    format!("default flow `{r}` of {} does not leave it", describe(el)),
-                ));
-            } else if self.flow_elements[f.0 as usize].bpmn_child("conditionExpression").is_some() {
-                self.diags.push(err(
-                    Code::BpmnInvalidAttribute,
-                    self.flow_elements[f.0 as usize],
-                    format!("default flow `{r}` of {} must not carry a condition", describe(el)),
-                ));
-            } else {
-                set.push((gw, f));
-            }
-        }
-        for (gw, f) in set {
-            self.nodes[gw.0 as usize].kind = NodeKind::ExclusiveGateway { default: Some(f) };
-        }
-    }
-
-    /// A timer boundary with outgoing flows (a modelled timeout) on a task with a retry policy.
-    fn check_routed_timers(&mut self) {
-        for n in &self.nodes {
-            let NodeKind::Boundary(b) = &n.kind else { continue };
-            if !matches!(b.trigger, BoundaryTrigger::Timer(_)) || !b.interrupting || n.outgoing.is_empty() {
-                continue;
-            }
-            let task = &self.nodes[b.attached_to.0 as usize];
-            if let NodeKind::ServiceTask(t) = &task.kind {
-                if !t.retries.is_empty() {
-                    self.diags.push(
-                        Diagnostic::error(
-                            Code::BpmnRetryNotApplicable,
-                            format!(
-                                "timer boundary event `{}` has outgoing flows (a modelled timeout) on service task `{}`, \
-                                 which has a q:retry policy: the modelled outcome always wins, so the policy could \
-                                 never apply; remove the flows or the q:retry",
-                                n.id, task.id
-                            ),
-                        )
-                        .at(n.pos)
-                        .element(n.id.clone()),
-                    );
-                }
-            }
-        }
-    }
-
-    /// `<incoming>`/`<outgoing>` children must name sequence flows of the process.
-    fn check_flow_refs(&mut self) {
-        let known = &self.flow_ids;
-        let mut found = Vec::new();
-        for el in &self.elements {
-            for c in el.bpmn_children().filter(|c| c.local == "incoming" || c.local == "outgoing") {
-                let r = c.text.trim();
-                if !r.is_empty() && !known.contains(events::strip_qname(r)) {
-                    found.push(err(
-                        Code::BpmnDanglingReference,
-                        c,
-                        format!("<{}> `{r}` of {} names no sequence flow", c.local, describe(el)),
-                    ).element(el.label()));
-                }
-            }
-        }
-        self.diags.extend(found);
+        self.node(el, scope, NodeKind::ServiceTask(task));
     }
 }

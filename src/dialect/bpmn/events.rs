@@ -28,13 +28,22 @@ impl Globals {
         let mut g = Globals::default();
         for el in definitions.bpmn_children() {
             let Some(id) = el.id() else { continue };
-            let text = |a: &str| el.attr(a).map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
+            let text = |a: &str| {
+                el.attr(a)
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+            };
             match el.local.as_str() {
                 "message" => {
-                    g.messages.entry(id.to_string()).or_insert_with(|| text("name"));
+                    g.messages
+                        .entry(id.to_string())
+                        .or_insert_with(|| text("name"));
                 }
                 "error" => {
-                    g.errors.entry(id.to_string()).or_insert_with(|| (text("errorCode"), text("name")));
+                    g.errors
+                        .entry(id.to_string())
+                        .or_insert_with(|| (text("errorCode"), text("name")));
                 }
                 _ => {}
             }
@@ -68,7 +77,9 @@ pub fn definition(event: &Element) -> Def<'_> {
             "messageEventDefinition" => Def::Message(d),
             "errorEventDefinition" => Def::Error(d),
             "terminateEventDefinition" => Def::Terminate(d),
-            "eventDefinitionRef" => Def::Unsupported(d, "a shared event definition (eventDefinitionRef)"),
+            "eventDefinitionRef" => {
+                Def::Unsupported(d, "a shared event definition (eventDefinitionRef)")
+            }
             _ => Def::Unsupported(d, ""),
         },
         [_, second, ..] => Def::Unsupported(second, "several event definitions"),
@@ -81,9 +92,17 @@ impl Def<'_> {
         match self {
             Def::None => "no definition".to_string(),
             Def::Unsupported(_, reason) if !reason.is_empty() => reason.to_string(),
-            Def::Timer(d) | Def::Message(d) | Def::Error(d) | Def::Terminate(d) | Def::Unsupported(d, _) => {
+            Def::Timer(d)
+            | Def::Message(d)
+            | Def::Error(d)
+            | Def::Terminate(d)
+            | Def::Unsupported(d, _) => {
                 let name = def_name(d);
-                let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+                let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                };
                 format!("{article} {name} definition")
             }
         }
@@ -92,7 +111,9 @@ impl Def<'_> {
 
 /// A short name for a definition element, for messages: `signalEventDefinition` → `signal`.
 pub fn def_name(def: &Element) -> &str {
-    def.local.strip_suffix("EventDefinition").unwrap_or(&def.local)
+    def.local
+        .strip_suffix("EventDefinition")
+        .unwrap_or(&def.local)
 }
 
 /// The timer of a `timerEventDefinition`: exactly one of `timeDuration`, `timeDate`, `timeCycle`.
@@ -130,11 +151,22 @@ pub fn timer(def: &Element, host: &Element) -> Result<TimerSpec, Diagnostic> {
 }
 
 /// The message name a `messageEventDefinition` refers to (`messageRef` → `<message name>`).
-pub fn message_name(def: &Element, host: &Element, globals: &Globals) -> Result<String, Diagnostic> {
-    let Some(r) = def.attr("messageRef").map(str::trim).filter(|s| !s.is_empty()) else {
+pub fn message_name(
+    def: &Element,
+    host: &Element,
+    globals: &Globals,
+) -> Result<String, Diagnostic> {
+    let Some(r) = def
+        .attr("messageRef")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    else {
         return Err(Diagnostic::error(
             Code::BpmnInvalidAttribute,
-            format!("the message definition of {} needs a `messageRef`", describe(host)),
+            format!(
+                "the message definition of {} needs a `messageRef`",
+                describe(host)
+            ),
         )
         .at(def.pos)
         .element(host.label()));
@@ -143,7 +175,10 @@ pub fn message_name(def: &Element, host: &Element, globals: &Globals) -> Result<
         Some(Some(name)) => Ok(name.clone()),
         Some(None) => Err(Diagnostic::error(
             Code::BpmnInvalidAttribute,
-            format!("message `{r}` referred to by {} has no `name`", describe(host)),
+            format!(
+                "message `{r}` referred to by {} has no `name`",
+                describe(host)
+            ),
         )
         .at(def.pos)
         .element(host.label())),
@@ -158,15 +193,26 @@ pub fn message_name(def: &Element, host: &Element, globals: &Globals) -> Result<
 
 /// The error code an `errorEventDefinition` refers to: `None` when it has no
 /// `errorRef` (a catch-all on a boundary; an error end event requires one).
-pub fn error_code(def: &Element, host: &Element, globals: &Globals) -> Result<Option<(String, Option<String>)>, Diagnostic> {
-    let Some(r) = def.attr("errorRef").map(str::trim).filter(|s| !s.is_empty()) else {
+pub fn error_code(
+    def: &Element,
+    host: &Element,
+    globals: &Globals,
+) -> Result<Option<(String, Option<String>)>, Diagnostic> {
+    let Some(r) = def
+        .attr("errorRef")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    else {
         return Ok(None);
     };
     match globals.errors.get(strip_qname(r)) {
         Some((Some(code), name)) => Ok(Some((code.clone(), name.clone()))),
         Some((None, _)) => Err(Diagnostic::error(
             Code::BpmnInvalidAttribute,
-            format!("error `{r}` referred to by {} has no `errorCode`", describe(host)),
+            format!(
+                "error `{r}` referred to by {} has no `errorCode`",
+                describe(host)
+            ),
         )
         .at(def.pos)
         .element(host.label())),

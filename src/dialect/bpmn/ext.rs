@@ -26,7 +26,11 @@ pub fn describe(el: &Element) -> String {
 
 /// A parser's message on one line, bounded (CEL errors span several lines).
 pub fn one_line(message: &str) -> String {
-    let first = message.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let first = message
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     match first.char_indices().nth(240) {
         Some((cut, _)) => format!("{}…", &first[..cut]),
         None => first.to_string(),
@@ -43,7 +47,12 @@ pub fn q_elements(el: &Element) -> Vec<&Element> {
 }
 
 /// The one `q:<local>` of an element, reporting a repeated one.
-pub fn single<'d>(qs: &[&'d Element], local: &str, host: &Element, diags: &mut Vec<Diagnostic>) -> Option<&'d Element> {
+pub fn single<'d>(
+    qs: &[&'d Element],
+    local: &str,
+    host: &Element,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<&'d Element> {
     let mut found = qs.iter().filter(|q| q.local == local);
     let first = found.next().copied();
     if let Some(second) = found.next() {
@@ -68,7 +77,11 @@ pub fn misplaced(qs: &[&Element], allowed: &[&str], host: &Element, diags: &mut 
         let message = if Q_ELEMENTS.contains(&q.local.as_str()) {
             format!("q:{} is not allowed on {}", q.local, describe(host))
         } else {
-            format!("unknown Sutra extension q:{} on {}", q.local, describe(host))
+            format!(
+                "unknown Sutra extension q:{} on {}",
+                q.local,
+                describe(host)
+            )
         };
         diags.push(
             Diagnostic::error(Code::BpmnUnsupportedElement, message)
@@ -83,10 +96,21 @@ pub fn misplaced(qs: &[&Element], allowed: &[&str], host: &Element, diags: &mut 
 /// foreign direct children.
 pub fn foreign(el: &Element) -> Option<Diagnostic> {
     let is_foreign = |ns: Ns| matches!(ns, Ns::Other(_));
-    let mut names: Vec<String> = el.attrs.iter().filter(|a| is_foreign(a.ns)).map(|a| a.qname.clone()).collect();
+    let mut names: Vec<String> = el
+        .attrs
+        .iter()
+        .filter(|a| is_foreign(a.ns))
+        .map(|a| a.qname.clone())
+        .collect();
     for child in &el.children {
         if child.is(Ns::Bpmn, "extensionElements") {
-            names.extend(child.children.iter().filter(|c| c.ns != Ns::Q).map(|c| c.qname.clone()));
+            names.extend(
+                child
+                    .children
+                    .iter()
+                    .filter(|c| c.ns != Ns::Q)
+                    .map(|c| c.qname.clone()),
+            );
         } else if is_foreign(child.ns) || child.ns == Ns::None {
             names.push(child.qname.clone());
         }
@@ -97,11 +121,19 @@ pub fn foreign(el: &Element) -> Option<Diagnostic> {
     names.sort();
     names.dedup();
     let shown: Vec<&str> = names.iter().take(6).map(String::as_str).collect();
-    let more = if names.len() > shown.len() { format!(" and {} more", names.len() - shown.len()) } else { String::new() };
+    let more = if names.len() > shown.len() {
+        format!(" and {} more", names.len() - shown.len())
+    } else {
+        String::new()
+    };
     Some(
         Diagnostic::info(
             Code::BpmnForeignExtension,
-            format!("foreign extensions on {} are ignored: {}{more}", describe(el), shown.join(", ")),
+            format!(
+                "foreign extensions on {} are ignored: {}{more}",
+                describe(el),
+                shown.join(", ")
+            ),
         )
         .at(el.pos)
         .element(el.label()),
@@ -109,7 +141,9 @@ pub fn foreign(el: &Element) -> Option<Diagnostic> {
 }
 
 fn invalid(q: &Element, host: &Element, message: String) -> Diagnostic {
-    Diagnostic::error(Code::BpmnInvalidAttribute, message).at(q.pos).element(host.label())
+    Diagnostic::error(Code::BpmnInvalidAttribute, message)
+        .at(q.pos)
+        .element(host.label())
 }
 
 /// Report attributes on a `q:` element that are not in `allowed`.
@@ -135,14 +169,23 @@ fn unknown_attrs(q: &Element, host: &Element, allowed: &[&str], diags: &mut Vec<
     }
 }
 
-fn required<'e>(q: &'e Element, host: &Element, attr: &str, diags: &mut Vec<Diagnostic>) -> Option<&'e str> {
+fn required<'e>(
+    q: &'e Element,
+    host: &Element,
+    attr: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<&'e str> {
     match q.attr(attr).map(str::trim) {
         Some(v) if !v.is_empty() => Some(v),
         _ => {
             diags.push(invalid(
                 q,
                 host,
-                format!("q:{} on {} needs a non-empty `{attr}` attribute", q.local, describe(host)),
+                format!(
+                    "q:{} on {} needs a non-empty `{attr}` attribute",
+                    q.local,
+                    describe(host)
+                ),
             ));
             None
         }
@@ -150,14 +193,25 @@ fn required<'e>(q: &'e Element, host: &Element, attr: &str, diags: &mut Vec<Diag
 }
 
 /// A duration attribute; a bad one keeps the time module's code.
-fn duration(q: &Element, host: &Element, attr: &str, value: &str, diags: &mut Vec<Diagnostic>) -> Option<IsoDuration> {
+fn duration(
+    q: &Element,
+    host: &Element,
+    attr: &str,
+    value: &str,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<IsoDuration> {
     match IsoDuration::parse(value) {
         Ok(d) => Some(d),
         Err(e) => {
             diags.push(
                 Diagnostic::error(
                     e.code,
-                    format!("{attr} on q:{} of {}: {}", q.local, describe(host), e.message),
+                    format!(
+                        "{attr} on q:{} of {}: {}",
+                        q.local,
+                        describe(host),
+                        e.message
+                    ),
                 )
                 .at(q.pos)
                 .element(host.label()),
@@ -169,20 +223,31 @@ fn duration(q: &Element, host: &Element, attr: &str, value: &str, diags: &mut Ve
 
 /// `<q:retry maxAttempts initialDelay backoffCoefficient maxDelay nonRetryableCodes jitter>`.
 pub fn retry(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> Option<RetryPolicy> {
-    const ATTRS: &[&str] = &["maxAttempts", "initialDelay", "backoffCoefficient", "maxDelay", "nonRetryableCodes", "jitter"];
+    const ATTRS: &[&str] = &[
+        "maxAttempts",
+        "initialDelay",
+        "backoffCoefficient",
+        "maxDelay",
+        "nonRetryableCodes",
+        "jitter",
+    ];
     let before = diags.len();
     unknown_attrs(q, host, ATTRS, diags);
-    let max_attempts = required(q, host, "maxAttempts", diags).and_then(|v| match v.parse::<u32>() {
-        Ok(n) if n >= 1 => Some(n),
-        _ => {
-            diags.push(invalid(
-                q,
-                host,
-                format!("maxAttempts=\"{v}\" on q:retry of {}: must be an integer ≥ 1", describe(host)),
-            ));
-            None
-        }
-    });
+    let max_attempts =
+        required(q, host, "maxAttempts", diags).and_then(|v| match v.parse::<u32>() {
+            Ok(n) if n >= 1 => Some(n),
+            _ => {
+                diags.push(invalid(
+                    q,
+                    host,
+                    format!(
+                        "maxAttempts=\"{v}\" on q:retry of {}: must be an integer ≥ 1",
+                        describe(host)
+                    ),
+                ));
+                None
+            }
+        });
     let initial_delay = match q.attr("initialDelay").map(str::trim) {
         Some(v) => duration(q, host, "initialDelay", v, diags),
         None => Some(IsoDuration::from_millis(1000)),
@@ -215,7 +280,10 @@ pub fn retry(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> Option
             diags.push(invalid(
                 q,
                 host,
-                format!("jitter=\"{v}\" on q:retry of {}: must be `none` or `full`", describe(host)),
+                format!(
+                    "jitter=\"{v}\" on q:retry of {}: must be `none` or `full`",
+                    describe(host)
+                ),
             ));
             None
         }
@@ -234,7 +302,9 @@ pub fn retry(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> Option
         error_equals: None,
         max_attempts: max_attempts?,
         initial_delay: initial_delay?,
-        backoff: Backoff::Exponential { coefficient: coefficient? },
+        backoff: Backoff::Exponential {
+            coefficient: coefficient?,
+        },
         max_delay: max_delay?,
         jitter: jitter?,
         non_retryable_codes,
@@ -243,12 +313,24 @@ pub fn retry(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> Option
 }
 
 /// `<q:timeout duration="PT30S"/>`.
-pub fn timeout(q: &Element, host: &Element, has_retry: bool, diags: &mut Vec<Diagnostic>) -> Option<TaskTimeout> {
+pub fn timeout(
+    q: &Element,
+    host: &Element,
+    has_retry: bool,
+    diags: &mut Vec<Diagnostic>,
+) -> Option<TaskTimeout> {
     unknown_attrs(q, host, &["duration"], diags);
     let value = required(q, host, "duration", diags)?;
     let duration = duration(q, host, "duration", value, diags)?;
-    let on_timeout = if has_retry { OnTimeout::Retry } else { OnTimeout::Fail };
-    Some(TaskTimeout { duration, on_timeout })
+    let on_timeout = if has_retry {
+        OnTimeout::Retry
+    } else {
+        OnTimeout::Fail
+    };
+    Some(TaskTimeout {
+        duration,
+        on_timeout,
+    })
 }
 
 /// `<q:io inputPath="$.x" resultPath="$.y"/>`.
@@ -262,14 +344,20 @@ pub fn io(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> IoMapping
             diags.push(invalid(
                 q,
                 host,
-                format!("{attr}=\"{v}\" on q:io of {}: a JSONPath starting with `$`", describe(host)),
+                format!(
+                    "{attr}=\"{v}\" on q:io of {}: a JSONPath starting with `$`",
+                    describe(host)
+                ),
             ));
             None
         }
     };
     let input_path = path("inputPath");
     let result_path = path("resultPath");
-    IoMapping { input_path, result_path }
+    IoMapping {
+        input_path,
+        result_path,
+    }
 }
 
 /// `<q:source name="..."/>`: the inbound channel that starts the process.
@@ -282,13 +370,17 @@ pub fn source(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> Optio
 pub fn correlation(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> Option<Expr> {
     unknown_attrs(q, host, &["key"], diags);
     let key = required(q, host, "key", diags)?;
-    match super::guard::parse_expr(key) {
+    match crate::model::Expr::parse(key) {
         Ok(e) => Some(e),
         Err(e) => {
             diags.push(
                 Diagnostic::error(
                     Code::ConditionSyntax,
-                    format!("correlation key `{key}` on {}: {}", describe(host), one_line(&e.to_string())),
+                    format!(
+                        "correlation key `{key}` on {}: {}",
+                        describe(host),
+                        one_line(&e.to_string())
+                    ),
                 )
                 .at(q.pos)
                 .element(host.label()),

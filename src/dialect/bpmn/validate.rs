@@ -21,7 +21,8 @@
 //!      (A model that feeds the same split with several concurrent tokens to
 //!      satisfy such a join is refused too: Sutra treats it as a bug.)
 //!
-//! Invariant: nodes in `opaque` stand for elements already reported (e.g.
+//! The process given must satisfy the `model` invariants (every loader's
+//! output does). Nodes in `opaque` stand for elements already reported (e.g.
 //! unsupported ones). They count as reached (they are roots), and nothing is
 //! reported about them, so one mistake yields one diagnostic. Work is linear in
 //! the size of the process, except shape 2, bounded to [`MAX_SPLITS_ANALYSED`]
@@ -64,7 +65,9 @@ pub fn describe(n: &Node) -> String {
 }
 
 fn at(n: &Node, code: Code, message: String) -> Diagnostic {
-    Diagnostic::error(code, message).at(n.pos).element(n.id.clone())
+    Diagnostic::error(code, message)
+        .at(n.pos)
+        .element(n.id.clone())
 }
 
 /// Forward edges: flows, activity → its boundaries, sub-process → its start
@@ -150,20 +153,30 @@ fn no_start(p: &Process, opaque: &HashSet<NodeIx>, out: &mut Vec<Diagnostic>) {
         );
     }
     for n in &p.nodes {
-        if matches!(n.kind, NodeKind::SubProcess) && !opaque.contains(&n.ix) && p.starts_in(Some(n.ix)).next().is_none() {
-            out.push(at(n, Code::BpmnNoStartEvent, format!("{} has no start event", describe(n))));
+        if matches!(n.kind, NodeKind::SubProcess)
+            && !opaque.contains(&n.ix)
+            && p.starts_in(Some(n.ix)).next().is_none()
+        {
+            out.push(at(
+                n,
+                Code::BpmnNoStartEvent,
+                format!("{} has no start event", describe(n)),
+            ));
         }
     }
 }
 
 fn flow_shapes(p: &Process, opaque: &HashSet<NodeIx>, out: &mut Vec<Diagnostic>) {
     for f in &p.flows {
-        let (Some(src), Some(tgt)) = (p.nodes.get(f.source.0 as usize), p.nodes.get(f.target.0 as usize)) else {
+        let (Some(src), Some(tgt)) = (
+            p.nodes.get(f.source.0 as usize),
+            p.nodes.get(f.target.0 as usize),
+        ) else {
             continue;
         };
-        let problem = if !opaque.contains(&f.target) && matches!(tgt.kind, NodeKind::Start(_)) {
-            Some(format!("enters {}", describe(tgt)))
-        } else if !opaque.contains(&f.target) && matches!(tgt.kind, NodeKind::Boundary(_)) {
+        let problem = if !opaque.contains(&f.target)
+            && matches!(tgt.kind, NodeKind::Start(_) | NodeKind::Boundary(_))
+        {
             Some(format!("enters {}", describe(tgt)))
         } else if !opaque.contains(&f.source) && matches!(src.kind, NodeKind::End(_)) {
             Some(format!("leaves {}", describe(src)))
@@ -172,9 +185,12 @@ fn flow_shapes(p: &Process, opaque: &HashSet<NodeIx>, out: &mut Vec<Diagnostic>)
         };
         if let Some(problem) = problem {
             out.push(
-                Diagnostic::error(Code::BpmnInvalidFlow, format!("sequence flow `{}` {problem}", f.id))
-                    .at(f.pos)
-                    .element(f.id.clone()),
+                Diagnostic::error(
+                    Code::BpmnInvalidFlow,
+                    format!("sequence flow `{}` {problem}", f.id),
+                )
+                .at(f.pos)
+                .element(f.id.clone()),
             );
         }
     }
@@ -186,7 +202,12 @@ fn unreachable(p: &Process, g: &Graph, opaque: &HashSet<NodeIx>, out: &mut Vec<D
     // A scope without a start event was reported already (`NO_START_EVENT`):
     // its entry nodes count as roots rather than as unreachable.
     let startless: HashSet<Option<NodeIx>> = std::iter::once(None)
-        .chain(p.nodes.iter().filter(|x| matches!(x.kind, NodeKind::SubProcess)).map(|x| Some(x.ix)))
+        .chain(
+            p.nodes
+                .iter()
+                .filter(|x| matches!(x.kind, NodeKind::SubProcess))
+                .map(|x| Some(x.ix)),
+        )
         .filter(|&s| p.starts_in(s).next().is_none())
         .collect();
     let roots = p
@@ -195,7 +216,9 @@ fn unreachable(p: &Process, g: &Graph, opaque: &HashSet<NodeIx>, out: &mut Vec<D
         .filter(|x| {
             (x.scope.is_none() && matches!(x.kind, NodeKind::Start(_)))
                 || opaque.contains(&x.ix)
-                || (startless.contains(&x.scope) && x.incoming.is_empty() && !matches!(x.kind, NodeKind::Boundary(_)))
+                || (startless.contains(&x.scope)
+                    && x.incoming.is_empty()
+                    && !matches!(x.kind, NodeKind::Boundary(_)))
         })
         .map(|x| x.ix.0);
     Graph::flood(&g.succ, roots, &mut reached);
@@ -230,7 +253,10 @@ fn unreachable(p: &Process, g: &Graph, opaque: &HashSet<NodeIx>, out: &mut Vec<D
             out.push(at(
                 node,
                 Code::BpmnUnreachableNode,
-                format!("{} is not reachable from any start event{more}", describe(node)),
+                format!(
+                    "{} is not reachable from any start event{more}",
+                    describe(node)
+                ),
             ));
         }
     }
@@ -240,13 +266,20 @@ fn dead_ends(p: &Process, opaque: &HashSet<NodeIx>, out: &mut Vec<Diagnostic>) {
     for n in &p.nodes {
         let needs_out = matches!(
             n.kind,
-            NodeKind::Start(_) | NodeKind::ServiceTask(_) | NodeKind::Catch(_) | NodeKind::SubProcess | NodeKind::Pass { .. }
+            NodeKind::Start(_)
+                | NodeKind::ServiceTask(_)
+                | NodeKind::Catch(_)
+                | NodeKind::SubProcess
+                | NodeKind::Pass { .. }
         );
         if needs_out && n.outgoing.is_empty() && !opaque.contains(&n.ix) {
             out.push(at(
                 n,
                 Code::BpmnDeadEnd,
-                format!("{} has no outgoing sequence flow: only end events may end a path", describe(n)),
+                format!(
+                    "{} has no outgoing sequence flow: only end events may end a path",
+                    describe(n)
+                ),
             ));
         }
     }
@@ -254,23 +287,40 @@ fn dead_ends(p: &Process, opaque: &HashSet<NodeIx>, out: &mut Vec<Diagnostic>) {
 
 fn gateways(p: &Process, g: &Graph, opaque: &HashSet<NodeIx>, out: &mut Vec<Diagnostic>) {
     for n in &p.nodes {
-        let gateway = matches!(n.kind, NodeKind::ExclusiveGateway { .. } | NodeKind::ParallelGateway);
+        let gateway = matches!(
+            n.kind,
+            NodeKind::ExclusiveGateway { .. } | NodeKind::ParallelGateway
+        );
         if gateway && n.outgoing.is_empty() && !opaque.contains(&n.ix) {
             out.push(at(
                 n,
                 Code::BpmnGatewayStuck,
-                format!("{} has no outgoing sequence flow: a token reaching it stays there forever", describe(n)),
+                format!(
+                    "{} has no outgoing sequence flow: a token reaching it stays there forever",
+                    describe(n)
+                ),
             ));
         }
     }
-    let mut splits = Splits { p, g, cache: HashMap::new() };
+    let mut splits = Splits {
+        p,
+        g,
+        cache: HashMap::new(),
+    };
     for join in &p.nodes {
-        if !matches!(join.kind, NodeKind::ParallelGateway) || join.incoming.len() < 2 || opaque.contains(&join.ix) {
+        if !matches!(join.kind, NodeKind::ParallelGateway)
+            || join.incoming.len() < 2
+            || opaque.contains(&join.ix)
+        {
             continue;
         }
         for &f in &join.incoming {
-            let Some((x, taken)) = trace_to_split(p, f, opaque) else { continue };
-            let Some(other) = splits.escape(x, taken, join.ix) else { continue };
+            let Some((x, taken)) = trace_to_split(p, f, opaque) else {
+                continue;
+            };
+            let Some(other) = splits.escape(x, taken, join.ix) else {
+                continue;
+            };
             let (xn, fl) = (p.node(x), p.flow(f));
             out.push(at(
                 join,
@@ -306,7 +356,10 @@ fn trace_to_split(p: &Process, f: FlowIx, opaque: &HashSet<NodeIx>) -> Option<(N
         let chain = node.incoming.len() == 1
             && node.outgoing.len() == 1
             && node.boundaries.is_empty()
-            && !matches!(node.kind, NodeKind::Start(_) | NodeKind::Boundary(_) | NodeKind::SubProcess);
+            && !matches!(
+                node.kind,
+                NodeKind::Start(_) | NodeKind::Boundary(_) | NodeKind::SubProcess
+            );
         if !chain {
             return None;
         }
@@ -339,7 +392,12 @@ impl Splits<'_> {
                     .p
                     .nodes
                     .iter()
-                    .filter(|m| matches!(m.kind, NodeKind::End(EndKind::Terminate | EndKind::Error { .. })))
+                    .filter(|m| {
+                        matches!(
+                            m.kind,
+                            NodeKind::End(EndKind::Terminate | EndKind::Error { .. })
+                        )
+                    })
                     .map(|m| m.ix.0);
                 Graph::flood(&self.g.pred, abrupt.chain([x.0]), &mut harmless);
                 harmless[join.0 as usize] = false;
@@ -354,5 +412,177 @@ impl Splits<'_> {
                 t < n && !harmless[t]
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::codes::Code;
+    use crate::dialect::bpmn::load;
+
+    /// A process from `(id, tag)` nodes and `(source, target)` flows; an
+    /// exclusive gateway's first outgoing flow gets a condition, its last is the default.
+    fn codes(nodes: &[(&str, &str)], flows: &[(&str, &str)]) -> Vec<Code> {
+        let mut xml = String::from(
+            r#"<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL"><process id="P" isExecutable="true">"#,
+        );
+        for (id, tag) in nodes {
+            let attrs = match *tag {
+                "serviceTask" => r#" implementation="registered:t""#.to_string(),
+                "exclusiveGateway" if flows.iter().filter(|(s, _)| s == id).count() > 1 => {
+                    let last = flows.iter().rposition(|(s, _)| s == id);
+                    last.map(|i| format!(r#" default="f{i}""#))
+                        .unwrap_or_default()
+                }
+                _ => String::new(),
+            };
+            let body = if *tag == "terminate" {
+                "<terminateEventDefinition/>"
+            } else {
+                ""
+            };
+            let tag = if *tag == "terminate" { "endEvent" } else { tag };
+            xml.push_str(&format!(r#"<{tag} id="{id}"{attrs}>{body}</{tag}>"#));
+        }
+        for (i, (s, t)) in flows.iter().enumerate() {
+            let first_out = flows.iter().position(|(x, _)| x == s) == Some(i);
+            let split = flows.iter().filter(|(x, _)| x == s).count() > 1;
+            let xor = split
+                && nodes
+                    .iter()
+                    .any(|(id, tag)| id == s && *tag == "exclusiveGateway");
+            let cond = if xor && first_out {
+                "<conditionExpression>c</conditionExpression>"
+            } else {
+                ""
+            };
+            xml.push_str(&format!(
+                r#"<sequenceFlow id="f{i}" sourceRef="{s}" targetRef="{t}">{cond}</sequenceFlow>"#
+            ));
+        }
+        xml.push_str("</process></definitions>");
+        let loaded = load(&xml);
+        loaded.errors().map(|d| d.code).collect()
+    }
+
+    const DIAMOND: &[(&str, &str)] = &[
+        ("s", "startEvent"),
+        ("x", "exclusiveGateway"),
+        ("a", "serviceTask"),
+        ("b", "serviceTask"),
+        ("j", "parallelGateway"),
+        ("e", "endEvent"),
+    ];
+
+    #[test]
+    fn an_exclusive_split_into_a_parallel_join_is_stuck() {
+        let flows = [
+            ("s", "x"),
+            ("x", "a"),
+            ("x", "b"),
+            ("a", "j"),
+            ("b", "j"),
+            ("j", "e"),
+        ];
+        assert_eq!(codes(DIAMOND, &flows), vec![Code::BpmnGatewayStuck]);
+        // Even when one branch goes straight to the join.
+        let flows = [
+            ("s", "x"),
+            ("x", "a"),
+            ("x", "j"),
+            ("a", "j"),
+            ("j", "e"),
+            ("b", "e"),
+        ];
+        let got = codes(DIAMOND, &flows);
+        assert!(got.contains(&Code::BpmnGatewayStuck), "{got:?}");
+    }
+
+    #[test]
+    fn a_parallel_split_into_a_parallel_join_is_fine() {
+        let mut nodes = DIAMOND.to_vec();
+        nodes[1] = ("x", "parallelGateway");
+        let flows = [
+            ("s", "x"),
+            ("x", "a"),
+            ("x", "b"),
+            ("a", "j"),
+            ("b", "j"),
+            ("j", "e"),
+        ];
+        assert_eq!(codes(&nodes, &flows), vec![]);
+    }
+
+    #[test]
+    fn an_exclusive_split_merged_by_an_exclusive_gateway_is_fine() {
+        let mut nodes = DIAMOND.to_vec();
+        nodes[4] = ("j", "exclusiveGateway");
+        let flows = [
+            ("s", "x"),
+            ("x", "a"),
+            ("x", "b"),
+            ("a", "j"),
+            ("b", "j"),
+            ("j", "e"),
+        ];
+        assert_eq!(codes(&nodes, &flows), vec![]);
+    }
+
+    #[test]
+    fn a_retry_loop_or_a_terminating_branch_does_not_make_a_join_stuck() {
+        let nodes = [
+            ("s", "startEvent"),
+            ("f", "parallelGateway"),
+            ("a", "serviceTask"),
+            ("x", "exclusiveGateway"),
+            ("fix", "serviceTask"),
+            ("b", "serviceTask"),
+            ("y", "exclusiveGateway"),
+            ("stop", "terminate"),
+            ("j", "parallelGateway"),
+            ("e", "endEvent"),
+        ];
+        // x: fix loops back to a; y: its other branch terminates the instance.
+        let flows = [
+            ("s", "f"),
+            ("f", "a"),
+            ("a", "x"),
+            ("x", "fix"),
+            ("fix", "a"),
+            ("x", "j"),
+            ("f", "b"),
+            ("b", "y"),
+            ("y", "stop"),
+            ("y", "j"),
+            ("j", "e"),
+        ];
+        assert_eq!(codes(&nodes, &flows), vec![]);
+    }
+
+    #[test]
+    fn a_terminate_after_the_stuck_join_does_not_excuse_it() {
+        let mut nodes = DIAMOND.to_vec();
+        nodes[5] = ("e", "terminate");
+        let flows = [
+            ("s", "x"),
+            ("x", "a"),
+            ("x", "b"),
+            ("a", "j"),
+            ("b", "j"),
+            ("j", "e"),
+        ];
+        assert_eq!(codes(&nodes, &flows), vec![Code::BpmnGatewayStuck]);
+    }
+
+    #[test]
+    fn an_unsupported_element_is_reported_once_not_as_unreachable_or_dead_end() {
+        let nodes = [
+            ("s", "startEvent"),
+            ("u", "userTask"),
+            ("t", "serviceTask"),
+            ("e", "endEvent"),
+        ];
+        let flows = [("s", "t"), ("t", "e"), ("u", "e")];
+        assert_eq!(codes(&nodes, &flows), vec![Code::BpmnUnsupportedElement]);
     }
 }

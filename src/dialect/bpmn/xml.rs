@@ -131,7 +131,11 @@ impl Document {
             Ns::Q => Q_NS,
             Ns::Xsi => XSI_NS,
             Ns::Xml => XML_NS,
-            Ns::Other(i) => self.namespaces.get(i as usize).map(String::as_str).unwrap_or(""),
+            Ns::Other(i) => self
+                .namespaces
+                .get(i as usize)
+                .map(String::as_str)
+                .unwrap_or(""),
         }
     }
 }
@@ -146,11 +150,18 @@ struct Locator<'a> {
 
 impl<'a> Locator<'a> {
     fn new(src: &'a str) -> Self {
-        Locator { src: src.as_bytes(), offset: 0, line: 1, column: 1 }
+        Locator {
+            src: src.as_bytes(),
+            offset: 0,
+            line: 1,
+            column: 1,
+        }
     }
 
     fn pos(&mut self, offset: u64) -> Pos {
-        let target = usize::try_from(offset).unwrap_or(usize::MAX).min(self.src.len());
+        let target = usize::try_from(offset)
+            .unwrap_or(usize::MAX)
+            .min(self.src.len());
         if target < self.offset {
             // Only error positions go backwards, and only once: start over.
             self.offset = 0;
@@ -167,7 +178,10 @@ impl<'a> Locator<'a> {
             }
         }
         self.offset = target;
-        Pos { line: self.line, column: self.column }
+        Pos {
+            line: self.line,
+            column: self.column,
+        }
     }
 }
 
@@ -259,8 +273,14 @@ pub fn parse(source: &str) -> Result<Document, Diagnostic> {
     };
     parser.run()?;
     match parser.root {
-        Some(root) => Ok(Document { root, namespaces: parser.namespaces.uris }),
-        None => Err(Diagnostic::error(Code::XmlMalformed, "document has no root element")),
+        Some(root) => Ok(Document {
+            root,
+            namespaces: parser.namespaces.uris,
+        }),
+        None => Err(Diagnostic::error(
+            Code::XmlMalformed,
+            "document has no root element",
+        )),
     }
 }
 
@@ -324,9 +344,9 @@ impl<'a> Parser<'a> {
                     let resolved = match r.resolve_char_ref() {
                         Ok(Some(c)) => c.to_string(),
                         Ok(None) => {
-                            let name = r
-                                .decode()
-                                .map_err(|e| malformed(format!("bad entity reference: {e}"), pos))?;
+                            let name = r.decode().map_err(|e| {
+                                malformed(format!("bad entity reference: {e}"), pos)
+                            })?;
                             match quick_xml::escape::resolve_predefined_entity(&name) {
                                 Some(s) => s.to_string(),
                                 None => {
@@ -337,7 +357,9 @@ impl<'a> Parser<'a> {
                                 }
                             }
                         }
-                        Err(e) => return Err(malformed(format!("bad character reference: {e}"), pos)),
+                        Err(e) => {
+                            return Err(malformed(format!("bad character reference: {e}"), pos))
+                        }
                     };
                     self.text(&resolved, pos)?;
                 }
@@ -368,7 +390,12 @@ impl<'a> Parser<'a> {
     }
 
     /// Build an element from a start tag; returns it and its count of namespace declarations.
-    fn open(&mut self, ns: Ns, e: &BytesStart<'_>, pos: Pos) -> Result<(Element, usize), Diagnostic> {
+    fn open(
+        &mut self,
+        ns: Ns,
+        e: &BytesStart<'_>,
+        pos: Pos,
+    ) -> Result<(Element, usize), Diagnostic> {
         self.elements += 1;
         if self.elements > MAX_ELEMENTS {
             return Err(limit(format!("more than {MAX_ELEMENTS} elements"), pos));
@@ -387,7 +414,8 @@ impl<'a> Parser<'a> {
                     pos,
                 ));
             }
-            let a = a.map_err(|err| malformed(format!("bad attribute on `<{qname}>`: {err}"), pos))?;
+            let a =
+                a.map_err(|err| malformed(format!("bad attribute on `<{qname}>`: {err}"), pos))?;
             let key = String::from_utf8_lossy(a.key.as_ref()).into_owned();
             if a.value.len() > MAX_VALUE_BYTES {
                 return Err(limit(
@@ -399,7 +427,10 @@ impl<'a> Parser<'a> {
                 ));
             }
             if !seen.insert(key.clone()) {
-                return Err(malformed(format!("attribute `{key}` repeated on `<{qname}>`"), pos));
+                return Err(malformed(
+                    format!("attribute `{key}` repeated on `<{qname}>`"),
+                    pos,
+                ));
             }
             if a.key.as_namespace_binding().is_some() {
                 ns_decls += 1;
@@ -410,9 +441,19 @@ impl<'a> Parser<'a> {
             let attr_ns = self.namespaces.resolve(res, &key, pos)?;
             let value = a
                 .unescape_value()
-                .map_err(|err| malformed(format!("bad value of attribute `{key}` on `<{qname}>`: {err}"), pos))?
+                .map_err(|err| {
+                    malformed(
+                        format!("bad value of attribute `{key}` on `<{qname}>`: {err}"),
+                        pos,
+                    )
+                })?
                 .into_owned();
-            attrs.push(Attr { ns: attr_ns, qname: key, local: attr_local, value });
+            attrs.push(Attr {
+                ns: attr_ns,
+                qname: key,
+                local: attr_local,
+                value,
+            });
         }
         if self.ns_in_scope + ns_decls > MAX_NS_IN_SCOPE {
             return Err(limit(
@@ -421,7 +462,15 @@ impl<'a> Parser<'a> {
             ));
         }
         self.ns_in_scope += ns_decls;
-        let element = Element { ns, qname, local, attrs, children: Vec::new(), text: String::new(), pos };
+        let element = Element {
+            ns,
+            qname,
+            local,
+            attrs,
+            children: Vec::new(),
+            text: String::new(),
+            pos,
+        };
         Ok((element, ns_decls))
     }
 
@@ -431,7 +480,10 @@ impl<'a> Parser<'a> {
 
     fn push(&mut self, (element, ns_decls): (Element, usize), pos: Pos) -> Result<(), Diagnostic> {
         if self.stack.len() >= MAX_DEPTH {
-            return Err(limit(format!("elements nested deeper than {MAX_DEPTH} levels"), pos));
+            return Err(limit(
+                format!("elements nested deeper than {MAX_DEPTH} levels"),
+                pos,
+            ));
         }
         if self.stack.is_empty() && self.root.is_some() {
             return Err(malformed("a second root element", pos));
@@ -452,7 +504,10 @@ impl<'a> Parser<'a> {
     fn text(&mut self, text: &str, pos: Pos) -> Result<(), Diagnostic> {
         if text.len() > MAX_VALUE_BYTES {
             return Err(limit(
-                format!("a text run of {} bytes, over the {MAX_VALUE_BYTES} byte limit", text.len()),
+                format!(
+                    "a text run of {} bytes, over the {MAX_VALUE_BYTES} byte limit",
+                    text.len()
+                ),
                 pos,
             ));
         }
@@ -465,7 +520,10 @@ impl<'a> Parser<'a> {
                 let el = &mut open.element;
                 if el.text.len() + text.len() > MAX_VALUE_BYTES {
                     return Err(limit(
-                        format!("text of `<{}>` over the {MAX_VALUE_BYTES} byte limit", el.qname),
+                        format!(
+                            "text of `<{}>` over the {MAX_VALUE_BYTES} byte limit",
+                            el.qname
+                        ),
                         pos,
                     ));
                 }
@@ -499,7 +557,12 @@ mod tests {
     #[test]
     fn positions_are_line_and_character_column() {
         let doc = parse("<a>\n  <b/>\n\t<é/><c/>\n</a>").unwrap();
-        let pos: Vec<(u32, u32)> = doc.root.children.iter().map(|c| (c.pos.line, c.pos.column)).collect();
+        let pos: Vec<(u32, u32)> = doc
+            .root
+            .children
+            .iter()
+            .map(|c| (c.pos.line, c.pos.column))
+            .collect();
         assert_eq!(pos, vec![(2, 3), (3, 2), (3, 6)]);
         assert_eq!((doc.root.pos.line, doc.root.pos.column), (1, 1));
     }
@@ -514,14 +577,27 @@ mod tests {
     #[test]
     fn undeclared_entities_and_dtds_are_refused() {
         assert_eq!(parse("<a>&lol;</a>").unwrap_err().code, Code::XmlMalformed);
-        assert_eq!(parse(r#"<a v="&lol;"/>"#).unwrap_err().code, Code::XmlMalformed);
-        let d = parse("<?xml version=\"1.0\"?>\n<!DOCTYPE a [<!ENTITY x \"y\">]>\n<a>&x;</a>").unwrap_err();
+        assert_eq!(
+            parse(r#"<a v="&lol;"/>"#).unwrap_err().code,
+            Code::XmlMalformed
+        );
+        let d = parse("<?xml version=\"1.0\"?>\n<!DOCTYPE a [<!ENTITY x \"y\">]>\n<a>&x;</a>")
+            .unwrap_err();
         assert_eq!((d.code, d.line), (Code::XmlDtdForbidden, 2));
     }
 
     #[test]
     fn malformed_documents_are_refused_with_a_position() {
-        for bad in ["", "<a>", "<a></b>", "<a/><b/>", "text", "<a x='1' x='2'/>", "<p:a/>", "<a>\n<b></a>"] {
+        for bad in [
+            "",
+            "<a>",
+            "<a></b>",
+            "<a/><b/>",
+            "text",
+            "<a x='1' x='2'/>",
+            "<p:a/>",
+            "<a>\n<b></a>",
+        ] {
             let d = parse(bad).unwrap_err();
             assert_eq!(d.code, Code::XmlMalformed, "{bad:?}: {d}");
         }
@@ -537,8 +613,13 @@ mod tests {
         assert_eq!(parse(&long).unwrap_err().code, Code::XmlLimitExceeded);
         let many = format!("<a>{}</a>", "<b/>".repeat(MAX_ELEMENTS));
         assert_eq!(parse(&many).unwrap_err().code, Code::XmlLimitExceeded);
-        let attrs: String = (0..=MAX_ATTRIBUTES).map(|i| format!(" a{i}=\"\"")).collect();
-        assert_eq!(parse(&format!("<a{attrs}/>")).unwrap_err().code, Code::XmlLimitExceeded);
+        let attrs: String = (0..=MAX_ATTRIBUTES)
+            .map(|i| format!(" a{i}=\"\""))
+            .collect();
+        assert_eq!(
+            parse(&format!("<a{attrs}/>")).unwrap_err().code,
+            Code::XmlLimitExceeded
+        );
     }
 
     #[test]
