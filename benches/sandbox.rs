@@ -1,1 +1,193 @@
-fn main() {}
+//! Sandbox benchmarks: per-attempt overhead, two-lane throughput, and load
+//! time (disk cache vs fresh compile). Run with `cargo bench --bench sandbox`;
+//! results and what was tried are in `benches/README.md` ("Sandbox").
+//!
+//! Needs `target/guests/chaos.wasm` (built by `guest-examples/build.sh`, which
+//! the shared test helper runs once).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use divan::counter::ItemsCount;
+use divan::Bencher;
+use std::sync::OnceLock;
+use sutra::sandbox::{Limits, LoadedComponent, Sandbox, SandboxConfig, TaskContext};
+
+fn main() {
+    divan::main();
+}
+
+const ECHO: &str = r#"{"do":"echo","order":{"id":42,"lines":[1,2,3]}}"#;
+
+fn ctx() -> TaskContext {
+    TaskContext {
+        tenant: "bench".into(),
+        instance_id: "i".into(),
+        task_id: "t".into(),
+        attempt: 1,
+        idempotency_key: "k".into(),
+    }
+}
+
+fn chaos_bytes() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| common::guest_bytes("chaos"))
+}
+
+fn sandbox() -> &'static Sandbox {
+    static SB: OnceLock<Sandbox> = OnceLock::new();
+    SB.get_or_init(|| {
+        Sandbox::new(SandboxConfig {
+            pool_size: 8,
+            ..SandboxConfig::default()
+        })
+        .unwrap()
+    })
+}
+
+fn chaos() -> LoadedComponent {
+    sandbox().load(chaos_bytes()).unwrap()
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One `chaos` echo attempt: new store + instantiate + call + drop.
+#[divan::bench]
+fn attempt_chaos_echo(bencher: Bencher) {
+    let rt = current_thread();
+    let (sb, c, ctx, limits) = (sandbox(), chaos(), ctx(), Limits::default());
+    let r = rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits));
+    assert!(r.outcome.is_completed(), "{:?}", r.outcome);
+    bencher.bench_local(|| rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits)));
+}
+
+/// The floor: a WAT echo with no WASI imports at all.
+#[divan::bench]
+fn attempt_wat_echo(bencher: Bencher) {
+    let rt = current_thread();
+    let sb = sandbox();
+    let c = sb.load(&common::wat_component("echo")).unwrap();
+    let (ctx, limits) = (ctx(), Limits::default());
+    bencher.bench_local(|| rt.block_on(sb.attempt(&c, &ctx, "{}", &limits)));
+}
+
+const PER_LANE: usize = 100;
+
+/// Attempts per second with two lanes (two tasks, each running attempts back
+/// to back) on a 2-worker runtime.
+#[divan::bench(sample_count = 20)]
+fn two_lanes_chaos_echo(bencher: Bencher) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (sb, c) = (sandbox().clone(), chaos());
+    bencher
+        .counter(ItemsCount::new(2 * PER_LANE))
+        .bench_local(|| {
+            rt.block_on(async {
+                let lanes: Vec<_> = (0..2)
+                    .map(|_| {
+                        let (sb, c) = (sb.clone(), c.clone());
+                        tokio::spawn(async move {
+                            let (ctx, limits) = (ctx(), Limits::default());
+                            for _ in 0..PER_LANE {
+                                let r = sb.attempt(&c, &ctx, ECHO, &limits).await;
+                                debug_assert!(r.outcome.is_completed());
+                            }
+                        })
+                    })
+                    .collect();
+                for lane in lanes {
+                    lane.await.unwrap();
+                }
+            })
+        });
+}
+
+fn cache_dir() -> &'static std::path::Path {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        // Fill the cache once.
+        let sb = Sandbox::new(SandboxConfig {
+            pool_size: 1,
+            cache_dir: Some(dir.path().to_path_buf()),
+            ..SandboxConfig::default()
+        })
+        .unwrap();
+        sb.load(chaos_bytes()).unwrap();
+        dir
+    })
+    .path()
+}
+
+/// Loading `chaos` into a fresh sandbox from the disk cache (deserialize +
+/// import check + link).
+#[divan::bench(sample_count = 30, sample_size = 1)]
+fn load_chaos_from_disk_cache(bencher: Bencher) {
+    let dir = cache_dir().to_path_buf();
+    bencher
+        .with_inputs(|| {
+            Sandbox::new(SandboxConfig {
+                pool_size: 1,
+                cache_dir: Some(dir.clone()),
+                ..SandboxConfig::default()
+            })
+            .unwrap()
+        })
+        .bench_local_values(|sb| {
+            sb.load(chaos_bytes()).unwrap();
+            assert_eq!(sb.stats().compiled, 0);
+            sb
+        });
+}
+
+/// Loading `chaos` into a fresh sandbox with no cache: a full compile.
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn load_chaos_fresh_compile(bencher: Bencher) {
+    bencher
+        .with_inputs(|| {
+            Sandbox::new(SandboxConfig {
+                pool_size: 1,
+                ..SandboxConfig::default()
+            })
+            .unwrap()
+        })
+        .bench_local_values(|sb| {
+            sb.load(chaos_bytes()).unwrap();
+            sb
+        });
+}
+
+/// Loading bytes already loaded: the in-memory map (a sha256 of the bytes).
+#[divan::bench]
+fn load_chaos_from_memory(bencher: Bencher) {
+    let sb = sandbox();
+    sb.load(chaos_bytes()).unwrap();
+    bencher.bench_local(|| sb.load(chaos_bytes()).unwrap());
+}
+
+/// What slot reuse costs: per-attempt overhead with (memory keep-resident
+/// bytes, table keep-resident bytes, PAGEMAP_SCAN). The last is the default.
+#[divan::bench(args = [(0, 0, false), (1 << 20, 64 << 10, false), (0, 0, true), (4 << 20, 64 << 10, true)])]
+fn slot_reuse_chaos_echo(bencher: Bencher, (mem, table, scan): (usize, usize, bool)) {
+    let rt = current_thread();
+    let sb = Sandbox::new(SandboxConfig {
+        pool_size: 8,
+        keep_resident_bytes: mem,
+        table_keep_resident_bytes: table,
+        pagemap_scan: scan,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let c = sb.load(chaos_bytes()).unwrap();
+    let (ctx, limits) = (ctx(), Limits::default());
+    bencher.bench_local(|| rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits)));
+}

@@ -9,15 +9,25 @@ use serde_json::json;
 use std::sync::OnceLock;
 use std::time::Duration;
 use sutra::codes::{Code, ErrorClass};
-use sutra::sandbox::{Limits, LoadedComponent, LogLevel, Outcome, Sandbox, SandboxConfig, TaskContext};
+use sutra::sandbox::{
+    Limits, LoadedComponent, LogLevel, Outcome, Sandbox, SandboxConfig, TaskContext,
+};
 
 fn sandbox() -> &'static Sandbox {
     static SB: OnceLock<Sandbox> = OnceLock::new();
-    SB.get_or_init(|| Sandbox::new(SandboxConfig { pool_size: 8, ..SandboxConfig::default() }).unwrap())
+    SB.get_or_init(|| {
+        Sandbox::new(SandboxConfig {
+            pool_size: 8,
+            ..SandboxConfig::default()
+        })
+        .unwrap()
+    })
 }
 
 fn load(name: &str) -> LoadedComponent {
-    sandbox().load(&wat_component(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    sandbox()
+        .load(&wat_component(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn ctx() -> TaskContext {
@@ -41,13 +51,23 @@ fn code_of(outcome: &Outcome) -> &str {
 /// The sandbox still runs a plain attempt to completion.
 async fn assert_healthy() {
     let r = run("echo", r#"{"still":"fine"}"#, &Limits::default()).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"still": "fine"}) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"still": "fine"})
+        }
+    );
 }
 
 #[tokio::test]
 async fn a_completed_attempt_returns_its_json_and_keeps_its_logs() {
     let r = run("ok", "{}", &Limits::default()).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"ok": true}) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"ok": true})
+        }
+    );
     assert_eq!(r.logs.len(), 1);
     assert_eq!(r.logs[0].level, LogLevel::Warn);
     assert_eq!(r.logs[0].message, "hello from wat");
@@ -57,7 +77,12 @@ async fn a_completed_attempt_returns_its_json_and_keeps_its_logs() {
 #[tokio::test]
 async fn echo_passes_the_input_through() {
     let r = run("echo", r#"{"a":[1,2,3]}"#, &Limits::default()).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"a": [1, 2, 3]}) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"a": [1, 2, 3]})
+        }
+    );
 }
 
 #[tokio::test]
@@ -70,7 +95,10 @@ async fn output_that_is_not_json_is_output_invalid() {
 #[tokio::test]
 async fn output_over_the_cap_is_output_invalid() {
     let big = format!("\"{}\"", "x".repeat(4096));
-    let limits = Limits { output_bytes: 1024, ..Limits::default() };
+    let limits = Limits {
+        output_bytes: 1024,
+        ..Limits::default()
+    };
     let r = run("echo", &big, &limits).await;
     assert_eq!(code_of(&r.outcome), Code::TaskOutputInvalid.as_str());
     assert_healthy().await;
@@ -80,7 +108,13 @@ async fn output_over_the_cap_is_output_invalid() {
 async fn a_failure_with_an_empty_code_is_task_failed_with_the_guests_class() {
     let r = run("failure", "{}", &Limits::default()).await;
     match r.outcome {
-        Outcome::Failed { code, class, retryable, message, details } => {
+        Outcome::Failed {
+            code,
+            class,
+            retryable,
+            message,
+            details,
+        } => {
             assert_eq!(code, Code::TaskFailed.as_str());
             assert_eq!(class, ErrorClass::RateLimit);
             assert!(retryable);
@@ -108,7 +142,13 @@ async fn a_business_error_keeps_the_guests_code() {
 async fn unreachable_is_a_trap_naming_its_kind() {
     let r = run("unreachable", "{}", &Limits::default()).await;
     match &r.outcome {
-        Outcome::Failed { code, class, retryable, details, .. } => {
+        Outcome::Failed {
+            code,
+            class,
+            retryable,
+            details,
+            ..
+        } => {
             assert_eq!(code, Code::TaskTrap.as_str());
             assert_eq!(*class, ErrorClass::Transient);
             assert!(*retryable);
@@ -141,11 +181,16 @@ async fn unbounded_recursion_is_stack_overflow() {
 
 #[tokio::test]
 async fn a_spinning_guest_ends_at_its_deadline() {
-    let limits = Limits { deadline: Duration::from_millis(100), ..Limits::default() };
+    let limits = Limits {
+        deadline: Duration::from_millis(100),
+        ..Limits::default()
+    };
     let r = run("spin", "{}", &limits).await;
     assert_eq!(code_of(&r.outcome), Code::TaskDeadlineExceeded.as_str());
     match r.outcome {
-        Outcome::Failed { class, retryable, .. } => {
+        Outcome::Failed {
+            class, retryable, ..
+        } => {
             assert_eq!(class, ErrorClass::Timeout);
             assert!(retryable);
         }
@@ -157,7 +202,10 @@ async fn a_spinning_guest_ends_at_its_deadline() {
 
 #[tokio::test]
 async fn a_spinning_guest_runs_out_of_fuel() {
-    let limits = Limits { fuel: 1_000_000, ..Limits::default() };
+    let limits = Limits {
+        fuel: 1_000_000,
+        ..Limits::default()
+    };
     let r = run("spin", "{}", &limits).await;
     assert_eq!(code_of(&r.outcome), Code::TaskFuelExhausted.as_str());
     assert_eq!(r.fuel_used, 1_000_000);
@@ -166,7 +214,10 @@ async fn a_spinning_guest_runs_out_of_fuel() {
 
 #[tokio::test]
 async fn growing_past_the_memory_cap_is_memory_limit() {
-    let limits = Limits { memory_bytes: 64 << 20, ..Limits::default() };
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        ..Limits::default()
+    };
     let r = run("grow", "{}", &limits).await;
     match &r.outcome {
         Outcome::Failed { code, class, .. } => {
@@ -180,16 +231,28 @@ async fn growing_past_the_memory_cap_is_memory_limit() {
 
 #[tokio::test]
 async fn growing_within_the_memory_cap_is_allowed() {
-    let limits = Limits { memory_bytes: 2 << 30, ..Limits::default() };
+    let limits = Limits {
+        memory_bytes: 2 << 30,
+        ..Limits::default()
+    };
     let r = run("grow", "{}", &limits).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"ok": true}) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"ok": true})
+        }
+    );
 }
 
 #[tokio::test]
 async fn a_component_importing_a_forbidden_interface_is_refused_at_load() {
     let err = sandbox().load(&wat_component("forbidden")).unwrap_err();
     assert_eq!(err.code, Code::TaskModuleInvalid);
-    assert!(err.message.contains("wasi:http/outgoing-handler@0.2.0"), "{}", err.message);
+    assert!(
+        err.message.contains("wasi:http/outgoing-handler@0.2.0"),
+        "{}",
+        err.message
+    );
 }
 
 #[tokio::test]
@@ -204,7 +267,11 @@ async fn a_core_module_or_garbage_is_refused_at_load() {
 
 #[tokio::test]
 async fn loading_the_same_bytes_twice_is_answered_from_memory() {
-    let sb = Sandbox::new(SandboxConfig { pool_size: 1, ..SandboxConfig::default() }).unwrap();
+    let sb = Sandbox::new(SandboxConfig {
+        pool_size: 1,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
     let bytes = wat_component("ok");
     let a = sb.load(&bytes).unwrap();
     let b = sb.load(&bytes).unwrap();
@@ -217,7 +284,11 @@ async fn loading_the_same_bytes_twice_is_answered_from_memory() {
 #[tokio::test]
 async fn a_fresh_sandbox_loads_from_the_disk_cache_without_compiling() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = SandboxConfig { pool_size: 1, cache_dir: Some(dir.path().to_path_buf()), ..SandboxConfig::default() };
+    let cfg = SandboxConfig {
+        pool_size: 1,
+        cache_dir: Some(dir.path().to_path_buf()),
+        ..SandboxConfig::default()
+    };
     let bytes = wat_component("ok");
 
     let first = Sandbox::new(cfg.clone()).unwrap();
@@ -229,8 +300,15 @@ async fn a_fresh_sandbox_loads_from_the_disk_cache_without_compiling() {
     let loaded = second.load(&bytes).unwrap();
     assert_eq!(second.stats().compiled, 0);
     assert_eq!(second.stats().disk_hits, 1);
-    let r = second.attempt(&loaded, &ctx(), "{}", &Limits::default()).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"ok": true}) });
+    let r = second
+        .attempt(&loaded, &ctx(), "{}", &Limits::default())
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"ok": true})
+        }
+    );
 
     drop((loaded, second));
 
@@ -254,7 +332,11 @@ async fn a_fresh_sandbox_loads_from_the_disk_cache_without_compiling() {
 #[tokio::test]
 async fn refused_components_are_not_cached_on_disk() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = SandboxConfig { pool_size: 1, cache_dir: Some(dir.path().to_path_buf()), ..SandboxConfig::default() };
+    let cfg = SandboxConfig {
+        pool_size: 1,
+        cache_dir: Some(dir.path().to_path_buf()),
+        ..SandboxConfig::default()
+    };
     let sb = Sandbox::new(cfg).unwrap();
     assert!(sb.load(&wat_component("forbidden")).is_err());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -264,13 +346,20 @@ async fn refused_components_are_not_cached_on_disk() {
 /// the spinner yields to tokio at every epoch tick.
 #[tokio::test(flavor = "current_thread")]
 async fn a_spinning_guest_does_not_block_the_lane() {
-    let sb = Sandbox::new(SandboxConfig { pool_size: 2, ..SandboxConfig::default() }).unwrap();
+    let sb = Sandbox::new(SandboxConfig {
+        pool_size: 2,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
     let spin = sb.load(&wat_component("spin")).unwrap();
     let echo = sb.load(&wat_component("echo")).unwrap();
     let spinner = {
         let sb = sb.clone();
         tokio::spawn(async move {
-            let limits = Limits { deadline: Duration::from_secs(20), ..Limits::default() };
+            let limits = Limits {
+                deadline: Duration::from_secs(20),
+                ..Limits::default()
+            };
             sb.attempt(&spin, &ctx(), "{}", &limits).await
         })
     };
@@ -284,9 +373,19 @@ async fn a_spinning_guest_does_not_block_the_lane() {
         tokio::task::yield_now().await;
     }
     assert_eq!(sb.running(), 1, "the spinner should hold a slot");
-    let r = sb.attempt(&echo, &ctx(), r#"{"lane":"free"}"#, &Limits::default()).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"lane": "free"}) });
-    assert!(!spinner.is_finished(), "the spinner should still be spinning");
+    let r = sb
+        .attempt(&echo, &ctx(), r#"{"lane":"free"}"#, &Limits::default())
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"lane": "free"})
+        }
+    );
+    assert!(
+        !spinner.is_finished(),
+        "the spinner should still be spinning"
+    );
     assert_eq!(sb.running(), 1);
 
     // Cancelling a running attempt frees its slot and leaves the sandbox healthy.
@@ -306,4 +405,30 @@ fn attempt_futures_are_send() {
     let ctx = ctx();
     let fut = sb.attempt(&c, &ctx, "{}", &limits);
     assert_send(&fut);
+}
+
+#[tokio::test]
+async fn extreme_limits_do_not_panic() {
+    let limits = Limits {
+        deadline: Duration::MAX,
+        fuel: u64::MAX,
+        memory_bytes: u64::MAX,
+        ..Limits::default()
+    };
+    let r = run("echo", "{}", &limits).await;
+    assert_eq!(r.outcome, Outcome::Completed { output: json!({}) });
+    let limits = Limits {
+        fuel: 0,
+        capture_bytes: 0,
+        output_bytes: 0,
+        ..Limits::default()
+    };
+    let r = run("ok", "{}", &limits).await;
+    assert_eq!(code_of(&r.outcome), Code::TaskFuelExhausted.as_str());
+    let limits = Limits {
+        deadline: Duration::ZERO,
+        ..Limits::default()
+    };
+    let r = run("spin", "{}", &limits).await;
+    assert_eq!(code_of(&r.outcome), Code::TaskDeadlineExceeded.as_str());
 }

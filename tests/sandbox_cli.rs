@@ -13,10 +13,18 @@ struct Run {
 }
 
 fn sutra(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_sutra")).args(args).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(args)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let json = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
-    Run { code: out.status.code(), json, stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+    Run {
+        code: out.status.code(),
+        json,
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }
 
 fn chaos() -> String {
@@ -33,15 +41,33 @@ fn keys(v: &Value) -> Vec<&str> {
 fn a_completed_attempt_prints_its_output_and_exits_0() {
     let r = sutra(&["task", "run", &chaos(), "--input", r#"{"do":"echo","n":1}"#]);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
-    assert_eq!(r.json, serde_json::json!({"outcome": "completed", "output": {"do": "echo", "n": 1}}));
-    assert_eq!(r.stdout.trim().lines().count(), 1, "one JSON object on one line");
+    assert_eq!(
+        r.json,
+        serde_json::json!({"outcome": "completed", "output": {"do": "echo", "n": 1}})
+    );
+    assert_eq!(
+        r.stdout.trim().lines().count(),
+        1,
+        "one JSON object on one line"
+    );
 }
 
 #[test]
 fn a_failed_attempt_prints_code_class_retryable_message_stderr_and_exits_1() {
-    let r = sutra(&["task", "run", &chaos(), "--input", r#"{"do":"fail","code":"Api.Down"}"#, "--attempt", "3"]);
+    let r = sutra(&[
+        "task",
+        "run",
+        &chaos(),
+        "--input",
+        r#"{"do":"fail","code":"Api.Down"}"#,
+        "--attempt",
+        "3",
+    ]);
     assert_eq!(r.code, Some(1), "{}", r.stderr);
-    assert_eq!(keys(&r.json), ["class", "code", "message", "outcome", "retryable", "stderr"]);
+    assert_eq!(
+        keys(&r.json),
+        ["class", "code", "message", "outcome", "retryable", "stderr"]
+    );
     assert_eq!(r.json["outcome"], "failed");
     assert_eq!(r.json["code"], "Api.Down");
     assert_eq!(r.json["class"], "internal");
@@ -51,7 +77,13 @@ fn a_failed_attempt_prints_code_class_retryable_message_stderr_and_exits_1() {
 
 #[test]
 fn a_business_error_exits_1() {
-    let r = sutra(&["task", "run", &chaos(), "--input", r#"{"do":"business","code":"NO"}"#]);
+    let r = sutra(&[
+        "task",
+        "run",
+        &chaos(),
+        "--input",
+        r#"{"do":"business","code":"NO"}"#,
+    ]);
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert_eq!(r.json["outcome"], "business_error");
     assert_eq!(r.json["code"], "NO");
@@ -63,13 +95,26 @@ fn a_trap_carries_the_guests_stderr() {
     let r = sutra(&["task", "run", &chaos(), "--input", r#"{"do":"panic"}"#]);
     assert_eq!(r.code, Some(1));
     assert_eq!(r.json["code"], "SUTRA.TASK.TRAP");
-    assert!(r.json["stderr"].as_str().unwrap().contains("chaos: panic requested"), "{}", r.stdout);
+    assert!(
+        r.json["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("chaos: panic requested"),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
 fn the_memory_flag_takes_binary_units() {
     let r = sutra(&[
-        "task", "run", &chaos(), "--input", r#"{"do":"alloc","bytes":1073741824}"#, "--memory", "64MiB",
+        "task",
+        "run",
+        &chaos(),
+        "--input",
+        r#"{"do":"alloc","bytes":1073741824}"#,
+        "--memory",
+        "64MiB",
     ]);
     assert_eq!(r.code, Some(1));
     assert_eq!(r.json["code"], "SUTRA.TASK.MEMORY_LIMIT");
@@ -77,14 +122,30 @@ fn the_memory_flag_takes_binary_units() {
 
 #[test]
 fn the_fuel_flag_limits_fuel() {
-    let r = sutra(&["task", "run", &chaos(), "--input", r#"{"do":"loop"}"#, "--fuel", "1000000"]);
+    let r = sutra(&[
+        "task",
+        "run",
+        &chaos(),
+        "--input",
+        r#"{"do":"loop"}"#,
+        "--fuel",
+        "1000000",
+    ]);
     assert_eq!(r.code, Some(1));
     assert_eq!(r.json["code"], "SUTRA.TASK.FUEL_EXHAUSTED");
 }
 
 #[test]
 fn the_deadline_flag_takes_an_iso_duration() {
-    let r = sutra(&["task", "run", &chaos(), "--input", r#"{"do":"loop"}"#, "--deadline", "PT0.2S"]);
+    let r = sutra(&[
+        "task",
+        "run",
+        &chaos(),
+        "--input",
+        r#"{"do":"loop"}"#,
+        "--deadline",
+        "PT0.2S",
+    ]);
     assert_eq!(r.code, Some(1), "{}", r.stderr);
     assert_eq!(r.json["code"], "SUTRA.TASK.DEADLINE_EXCEEDED");
     assert_eq!(r.json["class"], "timeout");
@@ -106,11 +167,35 @@ fn malformed_arguments_are_usage_errors() {
     let c = chaos();
     for args in [
         vec!["task", "run", c.as_str(), "--input", "{not json"],
-        vec!["task", "run", c.as_str(), "--input", "{}", "--attempt", "two"],
+        vec![
+            "task",
+            "run",
+            c.as_str(),
+            "--input",
+            "{}",
+            "--attempt",
+            "two",
+        ],
         vec!["task", "run", c.as_str(), "--input", "{}", "--attempt", "0"],
         vec!["task", "run", c.as_str(), "--input", "{}", "--fuel", "-5"],
-        vec!["task", "run", c.as_str(), "--input", "{}", "--memory", "lots"],
-        vec!["task", "run", c.as_str(), "--input", "{}", "--deadline", "5 seconds"],
+        vec![
+            "task",
+            "run",
+            c.as_str(),
+            "--input",
+            "{}",
+            "--memory",
+            "lots",
+        ],
+        vec![
+            "task",
+            "run",
+            c.as_str(),
+            "--input",
+            "{}",
+            "--deadline",
+            "5 seconds",
+        ],
         vec!["task", "run", "/no/such/component.wasm", "--input", "{}"],
         vec!["task", "run", c.as_str()],
     ] {

@@ -8,7 +8,9 @@ use serde_json::json;
 use std::sync::OnceLock;
 use std::time::Duration;
 use sutra::codes::{Code, ErrorClass};
-use sutra::sandbox::{AttemptReport, Limits, LoadedComponent, Outcome, Sandbox, SandboxConfig, TaskContext};
+use sutra::sandbox::{
+    AttemptReport, Limits, LoadedComponent, Outcome, Sandbox, SandboxConfig, TaskContext,
+};
 
 /// One sandbox for the file, caching compiled guests under `target/` so the
 /// big language guests compile once per checkout rather than once per run.
@@ -16,13 +18,19 @@ fn sandbox() -> &'static Sandbox {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     SB.get_or_init(|| {
         let cache = common::root().join("target/sutra-test-cache");
-        Sandbox::new(SandboxConfig { pool_size: 8, cache_dir: Some(cache), ..SandboxConfig::default() })
-            .unwrap()
+        Sandbox::new(SandboxConfig {
+            pool_size: 8,
+            cache_dir: Some(cache),
+            ..SandboxConfig::default()
+        })
+        .unwrap()
     })
 }
 
 fn guest(name: &str) -> LoadedComponent {
-    sandbox().load(&common::guest_bytes(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    sandbox()
+        .load(&common::guest_bytes(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn ctx(attempt: u32) -> TaskContext {
@@ -36,7 +44,9 @@ fn ctx(attempt: u32) -> TaskContext {
 }
 
 async fn chaos_with(input: serde_json::Value, attempt: u32, limits: &Limits) -> AttemptReport {
-    sandbox().attempt(&guest("chaos"), &ctx(attempt), &input.to_string(), limits).await
+    sandbox()
+        .attempt(&guest("chaos"), &ctx(attempt), &input.to_string(), limits)
+        .await
 }
 
 async fn chaos(input: serde_json::Value) -> AttemptReport {
@@ -50,12 +60,23 @@ fn code(r: &AttemptReport) -> &str {
 /// The sandbox still runs a plain chaos attempt to completion.
 async fn assert_healthy() {
     let r = chaos(json!({"do": "echo", "n": 1})).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"do": "echo", "n": 1}) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"do": "echo", "n": 1})
+        }
+    );
 }
 
 fn failed(r: &AttemptReport) -> (&str, ErrorClass, bool, &str) {
     match &r.outcome {
-        Outcome::Failed { code, class, retryable, message, .. } => (code, *class, *retryable, message),
+        Outcome::Failed {
+            code,
+            class,
+            retryable,
+            message,
+            ..
+        } => (code, *class, *retryable, message),
         o => panic!("expected a failure, got {o:?}"),
     }
 }
@@ -65,7 +86,12 @@ fn failed(r: &AttemptReport) -> (&str, ErrorClass, bool, &str) {
 #[tokio::test]
 async fn chaos_echo_completes_with_its_input() {
     let r = chaos(json!({"do": "echo", "x": [1, "two"]})).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"do": "echo", "x": [1, "two"]}) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"do": "echo", "x": [1, "two"]})
+        }
+    );
     assert!(r.fuel_used > 0);
 }
 
@@ -86,14 +112,25 @@ async fn chaos_sees_the_context() {
 #[tokio::test]
 async fn chaos_fail_keeps_the_guests_code_and_class() {
     let r = chaos(json!({"do": "fail", "code": "Api.Timeout", "class": "timeout"})).await;
-    assert_eq!(failed(&r), ("Api.Timeout", ErrorClass::Timeout, true, "failure requested on attempt 1"));
+    assert_eq!(
+        failed(&r),
+        (
+            "Api.Timeout",
+            ErrorClass::Timeout,
+            true,
+            "failure requested on attempt 1"
+        )
+    );
 }
 
 #[tokio::test]
 async fn chaos_fail_without_a_code_is_task_failed() {
     let r = chaos(json!({"do": "fail"})).await;
     let (code, class, retryable, _) = failed(&r);
-    assert_eq!((code, class, retryable), (Code::TaskFailed.as_str(), ErrorClass::Internal, true));
+    assert_eq!(
+        (code, class, retryable),
+        (Code::TaskFailed.as_str(), ErrorClass::Internal, true)
+    );
 }
 
 #[tokio::test]
@@ -102,19 +139,32 @@ async fn chaos_fail_until_completes_on_the_later_attempt() {
     let first = chaos_with(input.clone(), 1, &Limits::default()).await;
     assert_eq!(code(&first), "Flaky");
     let second = chaos_with(input, 2, &Limits::default()).await;
-    assert_eq!(second.outcome, Outcome::Completed { output: json!({"attempt": 2}) });
+    assert_eq!(
+        second.outcome,
+        Outcome::Completed {
+            output: json!({"attempt": 2})
+        }
+    );
 }
 
 #[tokio::test]
 async fn chaos_refused_input_is_validation_and_not_retryable() {
     let r = chaos(json!({"do": "dance"})).await;
     let (code, class, retryable, _) = failed(&r);
-    assert_eq!((code, class, retryable), (Code::TaskValidation.as_str(), ErrorClass::InvalidInput, false));
+    assert_eq!(
+        (code, class, retryable),
+        (
+            Code::TaskValidation.as_str(),
+            ErrorClass::InvalidInput,
+            false
+        )
+    );
 }
 
 #[tokio::test]
 async fn chaos_business_error_is_routed_not_failed() {
-    let r = chaos(json!({"do": "business", "code": "CREDIT_DENIED", "details": {"score": 300}})).await;
+    let r =
+        chaos(json!({"do": "business", "code": "CREDIT_DENIED", "details": {"score": 300}})).await;
     assert_eq!(
         r.outcome,
         Outcome::BusinessError {
@@ -129,7 +179,10 @@ async fn chaos_business_error_is_routed_not_failed() {
 async fn chaos_panic_is_a_trap_carrying_the_panic_message() {
     let r = chaos(json!({"do": "panic"})).await;
     let (code, class, retryable, message) = failed(&r);
-    assert_eq!((code, class, retryable), (Code::TaskTrap.as_str(), ErrorClass::Transient, true));
+    assert_eq!(
+        (code, class, retryable),
+        (Code::TaskTrap.as_str(), ErrorClass::Transient, true)
+    );
     assert!(message.contains("chaos: panic requested"), "{message}");
     assert!(r.stderr.contains("chaos: panic requested"), "{}", r.stderr);
     assert_healthy().await;
@@ -138,7 +191,12 @@ async fn chaos_panic_is_a_trap_carrying_the_panic_message() {
 #[tokio::test]
 async fn chaos_log_lines_and_stderr_are_kept() {
     let r = chaos(json!({"do": "log", "message": "charging card", "level": "warn"})).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"logged": true}) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"logged": true})
+        }
+    );
     assert_eq!(r.logs.len(), 1);
     assert_eq!(r.logs[0].message, "charging card");
     assert_eq!(r.logs[0].level, sutra::sandbox::LogLevel::Warn);
@@ -149,7 +207,10 @@ async fn chaos_log_lines_and_stderr_are_kept() {
 
 #[tokio::test]
 async fn chaos_loop_ends_at_the_deadline() {
-    let limits = Limits { deadline: Duration::from_millis(200), ..Limits::default() };
+    let limits = Limits {
+        deadline: Duration::from_millis(200),
+        ..Limits::default()
+    };
     let r = chaos_with(json!({"do": "loop"}), 1, &limits).await;
     assert_eq!(code(&r), Code::TaskDeadlineExceeded.as_str());
     assert_healthy().await;
@@ -157,7 +218,10 @@ async fn chaos_loop_ends_at_the_deadline() {
 
 #[tokio::test]
 async fn chaos_loop_runs_out_of_fuel() {
-    let limits = Limits { fuel: 50_000_000, ..Limits::default() };
+    let limits = Limits {
+        fuel: 50_000_000,
+        ..Limits::default()
+    };
     let r = chaos_with(json!({"do": "loop"}), 1, &limits).await;
     assert_eq!(code(&r), Code::TaskFuelExhausted.as_str());
     assert_healthy().await;
@@ -166,7 +230,10 @@ async fn chaos_loop_runs_out_of_fuel() {
 #[tokio::test]
 async fn chaos_sleeping_past_the_deadline_is_deadline_exceeded() {
     // Blocked in a host call (a WASI poll), not spinning: the timeout path.
-    let limits = Limits { deadline: Duration::from_millis(200), ..Limits::default() };
+    let limits = Limits {
+        deadline: Duration::from_millis(200),
+        ..Limits::default()
+    };
     let r = chaos_with(json!({"do": "sleep", "ms": 60_000}), 1, &limits).await;
     assert_eq!(code(&r), Code::TaskDeadlineExceeded.as_str());
     assert!(r.elapsed < Duration::from_secs(30));
@@ -175,10 +242,20 @@ async fn chaos_sleeping_past_the_deadline_is_deadline_exceeded() {
 
 #[tokio::test]
 async fn chaos_alloc_of_1_gib_under_64_mib_is_memory_limit() {
-    let limits = Limits { memory_bytes: 64 << 20, ..Limits::default() };
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        ..Limits::default()
+    };
     let r = chaos_with(json!({"do": "alloc", "bytes": 1u64 << 30}), 1, &limits).await;
     let (code, class, retryable, _) = failed(&r);
-    assert_eq!((code, class, retryable), (Code::TaskMemoryLimit.as_str(), ErrorClass::ResourceExhausted, true));
+    assert_eq!(
+        (code, class, retryable),
+        (
+            Code::TaskMemoryLimit.as_str(),
+            ErrorClass::ResourceExhausted,
+            true
+        )
+    );
     assert_healthy().await;
 }
 
@@ -207,25 +284,43 @@ async fn chaos_big_output_over_the_cap_is_output_invalid() {
 #[tokio::test]
 async fn chaos_big_output_within_the_cap_completes() {
     let r = chaos(json!({"do": "big-output", "bytes": 1000})).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!("x".repeat(998)) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!("x".repeat(998))
+        }
+    );
 }
 
 #[tokio::test]
 async fn chaos_probe_sees_no_files_no_env_no_sockets() {
     let r = chaos(json!({"do": "probe"})).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"files": [], "env": [], "socket": false}) });
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"files": [], "env": [], "socket": false})
+        }
+    );
 }
 
 /// On a single-threaded runtime, echo completes while `loop` spins.
 #[tokio::test(flavor = "current_thread")]
 async fn chaos_loop_does_not_block_the_lane() {
-    let sb = Sandbox::new(SandboxConfig { pool_size: 2, ..SandboxConfig::default() }).unwrap();
+    let sb = Sandbox::new(SandboxConfig {
+        pool_size: 2,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
     let chaos = sb.load(&common::guest_bytes("chaos")).unwrap();
     let spinner = {
         let (sb, chaos) = (sb.clone(), chaos.clone());
         tokio::spawn(async move {
-            let limits = Limits { deadline: Duration::from_secs(20), ..Limits::default() };
-            sb.attempt(&chaos, &ctx(1), r#"{"do":"loop"}"#, &limits).await
+            let limits = Limits {
+                deadline: Duration::from_secs(20),
+                ..Limits::default()
+            };
+            sb.attempt(&chaos, &ctx(1), r#"{"do":"loop"}"#, &limits)
+                .await
         })
     };
     for _ in 0..1000 {
@@ -235,9 +330,19 @@ async fn chaos_loop_does_not_block_the_lane() {
         tokio::task::yield_now().await;
     }
     assert_eq!(sb.running(), 1, "the spinner should hold a slot");
-    let r = sb.attempt(&chaos, &ctx(1), r#"{"do":"echo"}"#, &Limits::default()).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"do": "echo"}) });
-    assert!(!spinner.is_finished(), "the spinner should still be spinning");
+    let r = sb
+        .attempt(&chaos, &ctx(1), r#"{"do":"echo"}"#, &Limits::default())
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"do": "echo"})
+        }
+    );
+    assert!(
+        !spinner.is_finished(),
+        "the spinner should still be spinning"
+    );
     spinner.abort();
     assert!(spinner.await.unwrap_err().is_cancelled());
 }
@@ -245,20 +350,38 @@ async fn chaos_loop_does_not_block_the_lane() {
 /// On a 2-worker runtime, more spinners than workers still leave room for echo.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_spinners_on_every_worker_do_not_block_echo() {
-    let sb = Sandbox::new(SandboxConfig { pool_size: 4, ..SandboxConfig::default() }).unwrap();
+    let sb = Sandbox::new(SandboxConfig {
+        pool_size: 4,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
     let chaos = sb.load(&common::guest_bytes("chaos")).unwrap();
     let spinners: Vec<_> = (0..3)
         .map(|_| {
             let (sb, chaos) = (sb.clone(), chaos.clone());
             tokio::spawn(async move {
-                let limits = Limits { deadline: Duration::from_secs(20), ..Limits::default() };
-                sb.attempt(&chaos, &ctx(1), r#"{"do":"loop"}"#, &limits).await
+                let limits = Limits {
+                    deadline: Duration::from_secs(20),
+                    ..Limits::default()
+                };
+                sb.attempt(&chaos, &ctx(1), r#"{"do":"loop"}"#, &limits)
+                    .await
             })
         })
         .collect();
-    let r = sb.attempt(&chaos, &ctx(1), r#"{"do":"echo"}"#, &Limits::default()).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"do": "echo"}) });
-    assert!(spinners.iter().all(|s| !s.is_finished()), "the spinners should still be spinning");
+    let r = sb
+        .attempt(&chaos, &ctx(1), r#"{"do":"echo"}"#, &Limits::default())
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"do": "echo"})
+        }
+    );
+    assert!(
+        spinners.iter().all(|s| !s.is_finished()),
+        "the spinners should still be spinning"
+    );
     for s in spinners {
         s.abort();
         assert!(s.await.unwrap_err().is_cancelled());
@@ -269,29 +392,60 @@ async fn chaos_spinners_on_every_worker_do_not_block_echo() {
 
 #[tokio::test]
 async fn score_loads_and_answers() {
-    let r = sandbox().attempt(&guest("score"), &ctx(1), "{}", &Limits::default()).await;
+    let r = sandbox()
+        .attempt(&guest("score"), &ctx(1), "{}", &Limits::default())
+        .await;
     // Whatever it decides about an empty applicant, it ends in a modelled way.
-    assert!(!matches!(&r.outcome, Outcome::Failed { code, .. } if code == Code::TaskTrap.as_str()), "{:?}", r.outcome);
+    assert!(
+        !matches!(&r.outcome, Outcome::Failed { code, .. } if code == Code::TaskTrap.as_str()),
+        "{:?}",
+        r.outcome
+    );
 }
 
 // ---- Python and JavaScript ----------------------------------------------------
 
 async fn lang(name: &str, input: serde_json::Value) -> AttemptReport {
     // The default limits (64 MiB of memory) suffice for the language runtimes.
-    sandbox().attempt(&guest(name), &ctx(2), &input.to_string(), &Limits::default()).await
+    sandbox()
+        .attempt(
+            &guest(name),
+            &ctx(2),
+            &input.to_string(),
+            &Limits::default(),
+        )
+        .await
 }
 
 async fn language_guest_contract(name: &str) {
     let r = lang(name, json!({"do": "echo", "v": 1})).await;
-    assert_eq!(r.outcome, Outcome::Completed { output: json!({"do": "echo", "v": 1}) }, "{}", r.stderr);
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"do": "echo", "v": 1})
+        },
+        "{}",
+        r.stderr
+    );
     assert_eq!(r.logs.len(), 1, "{:?}", r.logs);
-    assert!(r.logs[0].message.contains("echo on attempt 2"), "{:?}", r.logs);
+    assert!(
+        r.logs[0].message.contains("echo on attempt 2"),
+        "{:?}",
+        r.logs
+    );
 
     let r = lang(name, json!({"do": "fail", "code": "Api.Down"})).await;
     let (code, class, retryable, _) = failed(&r);
-    assert_eq!((code, class, retryable), ("Api.Down", ErrorClass::Internal, true));
+    assert_eq!(
+        (code, class, retryable),
+        ("Api.Down", ErrorClass::Internal, true)
+    );
 
-    let r = lang(name, json!({"do": "business", "code": "NOT_ELIGIBLE", "details": {"why": "age"}})).await;
+    let r = lang(
+        name,
+        json!({"do": "business", "code": "NOT_ELIGIBLE", "details": {"why": "age"}}),
+    )
+    .await;
     assert_eq!(
         r.outcome,
         Outcome::BusinessError {

@@ -68,7 +68,11 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(x) => x,
         Err(message) => return super::usage_error(message),
     };
-    let cfg = SandboxConfig { pool_size: 1, cache_dir: args.cache_dir.clone(), ..SandboxConfig::default() };
+    let cfg = SandboxConfig {
+        pool_size: 1,
+        cache_dir: args.cache_dir.clone(),
+        ..SandboxConfig::default()
+    };
     let sandbox = match Sandbox::new(cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -87,14 +91,20 @@ fn run(args: RunArgs) -> ExitCode {
     let ctx = TaskContext {
         tenant: args.tenant.clone(),
         instance_id: args.instance_id.clone(),
-        task_id: args.task_id.clone().unwrap_or_else(|| stem(&args.component)),
+        task_id: args
+            .task_id
+            .clone()
+            .unwrap_or_else(|| stem(&args.component)),
         attempt: args.attempt,
         idempotency_key: args
             .idempotency_key
             .clone()
             .unwrap_or_else(|| format!("local-{}", &key_digest(component.digest(), &args.input))),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -135,11 +145,16 @@ fn prepare(args: &RunArgs) -> Result<(Limits, Vec<u8>), String> {
 
 /// `1048576`, `64MiB`, `1 GiB`, `512kb`.
 fn parse_bytes(s: &str) -> Result<u64, String> {
-    s.trim().parse::<bytesize::ByteSize>().map(|b| b.as_u64()).map_err(|e| e.to_string())
+    s.trim()
+        .parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| e.to_string())
 }
 
 fn stem(path: &std::path::Path) -> String {
-    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "task".into())
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "task".into())
 }
 
 /// A short key from the component digest and the input.
@@ -156,7 +171,11 @@ fn key_digest(component: &str, input: &str) -> String {
 fn render(outcome: &Outcome, stderr: &str) -> Value {
     match outcome {
         Outcome::Completed { output } => json!({ "outcome": "completed", "output": output }),
-        Outcome::BusinessError { code, message, details } => {
+        Outcome::BusinessError {
+            code,
+            message,
+            details,
+        } => {
             let mut v = json!({
                 "outcome": "business_error", "code": code, "class": null, "retryable": false,
                 "message": message, "stderr": stderr,
@@ -166,7 +185,13 @@ fn render(outcome: &Outcome, stderr: &str) -> Value {
             }
             v
         }
-        Outcome::Failed { code, class, retryable, message, details } => {
+        Outcome::Failed {
+            code,
+            class,
+            retryable,
+            message,
+            details,
+        } => {
             let mut v = json!({
                 "outcome": "failed", "code": code, "class": class, "retryable": retryable,
                 "message": message, "stderr": stderr,

@@ -25,16 +25,25 @@ pub(super) async fn run(
     limits: &Limits,
 ) -> AttemptReport {
     let Ok(_permit) = inner.slots.clone().acquire_owned().await else {
-        return report(Outcome::failed(Code::TaskTrap, "the sandbox is shutting down"), Instant::now());
+        return report(
+            Outcome::failed(Code::TaskTrap, "the sandbox is shutting down"),
+            Instant::now(),
+        );
     };
     let started = Instant::now();
     let stderr = TailCapture::new(limits.capture_bytes);
     let logs = Arc::new(Mutex::new(LogCapture::new(limits.capture_bytes)));
     let limiter = MemoryLimiter::new(limits.memory_bytes, inner.cfg.max_table_elements);
-    let mut store = Store::new(&inner.engine, HostState::new(limiter, stderr.clone(), logs.clone()));
+    let mut store = Store::new(
+        &inner.engine,
+        HostState::new(limiter, stderr.clone(), logs.clone()),
+    );
     store.limiter(|s| &mut s.limiter);
     if let Err(e) = store.set_fuel(limits.fuel) {
-        return report(Outcome::failed(Code::TaskTrap, format!("cannot set fuel: {e}")), started);
+        return report(
+            Outcome::failed(Code::TaskTrap, format!("cannot set fuel: {e}")),
+            started,
+        );
     }
     let deadline_hit = Arc::new(AtomicBool::new(false));
     let deadline_at = started.checked_add(limits.deadline);
@@ -65,13 +74,18 @@ pub(super) async fn run(
         memory_hit: store.data().limiter.hit(),
         deadline_hit: deadline_hit.load(Ordering::Relaxed),
     };
-    let fuel_used = store.get_fuel().map(|left| limits.fuel.saturating_sub(left)).unwrap_or(0);
+    let fuel_used = store
+        .get_fuel()
+        .map(|left| limits.fuel.saturating_sub(left))
+        .unwrap_or(0);
     drop(store);
     let stderr_text = stderr.text();
     let outcome = match result {
         Err(_elapsed) => outcome::deadline_exceeded(),
         Ok(Err(e)) => outcome::classify_error(&e, flags, &stderr_text),
-        Ok(Ok(returned)) => outcome::classify_return(returned.map_err(guest_error), limits.output_bytes),
+        Ok(Ok(returned)) => {
+            outcome::classify_return(returned.map_err(guest_error), limits.output_bytes)
+        }
     };
     AttemptReport {
         outcome,
@@ -84,11 +98,25 @@ pub(super) async fn run(
 
 fn guest_error(e: TaskError) -> GuestError {
     match e {
-        TaskError::Business(i) => GuestError::Business { code: i.code, message: i.message, details: i.details },
-        TaskError::Failure(i) => GuestError::Failure { code: i.code, message: i.message, details: i.details },
+        TaskError::Business(i) => GuestError::Business {
+            code: i.code,
+            message: i.message,
+            details: i.details,
+        },
+        TaskError::Failure(i) => GuestError::Failure {
+            code: i.code,
+            message: i.message,
+            details: i.details,
+        },
     }
 }
 
 fn report(outcome: Outcome, started: Instant) -> AttemptReport {
-    AttemptReport { outcome, stderr: String::new(), logs: Vec::new(), fuel_used: 0, elapsed: started.elapsed() }
+    AttemptReport {
+        outcome,
+        stderr: String::new(),
+        logs: Vec::new(),
+        fuel_used: 0,
+        elapsed: started.elapsed(),
+    }
 }

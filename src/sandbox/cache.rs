@@ -53,19 +53,26 @@ static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 impl DiskCache {
     pub(crate) fn new(dir: PathBuf, engine: &wasmtime::Engine) -> std::io::Result<DiskCache> {
         std::fs::create_dir_all(&dir)?;
-        Ok(DiskCache { dir, fingerprint: engine_fingerprint(engine) })
+        Ok(DiskCache {
+            dir,
+            fingerprint: engine_fingerprint(engine),
+        })
     }
 
     /// Where the artifact for `digest` lives (whether or not it exists).
     pub(crate) fn path(&self, digest: &str) -> PathBuf {
-        self.dir.join(format!("{digest}-{}.cwasm", self.fingerprint))
+        self.dir
+            .join(format!("{digest}-{}.cwasm", self.fingerprint))
     }
 
     /// Store an artifact atomically (write a temporary file, then rename).
     pub(crate) fn store(&self, digest: &str, artifact: &[u8]) -> std::io::Result<()> {
         let seq = TMP_SEQ.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!(".{digest}.{}.{seq}.tmp", std::process::id()));
-        let result = std::fs::write(&tmp, artifact).and_then(|()| std::fs::rename(&tmp, self.path(digest)));
+        let tmp = self
+            .dir
+            .join(format!(".{digest}.{}.{seq}.tmp", std::process::id()));
+        let result =
+            std::fs::write(&tmp, artifact).and_then(|()| std::fs::rename(&tmp, self.path(digest)));
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }

@@ -9,7 +9,7 @@
 use super::SandboxConfig;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 /// Core instances one component may hold (Rust guests use a handful; language
 /// runtimes such as componentize-py use a few dozen).
@@ -36,7 +36,12 @@ pub(crate) fn build_engine(cfg: &SandboxConfig) -> wasmtime::Result<Engine> {
         .max_memory_size(usize::try_from(cfg.max_memory_bytes).unwrap_or(usize::MAX))
         .max_unused_warm_slots(pool_size)
         .linear_memory_keep_resident(cfg.keep_resident_bytes)
-        .table_keep_resident(cfg.keep_resident_bytes);
+        .table_keep_resident(cfg.table_keep_resident_bytes)
+        .pagemap_scan(if cfg.pagemap_scan {
+            Enabled::Auto
+        } else {
+            Enabled::No
+        });
 
     let mut config = Config::new();
     config
@@ -56,20 +61,25 @@ pub(crate) struct EpochTicker {
 }
 
 impl EpochTicker {
-    pub(crate) fn start(engine: &Engine, tick: std::time::Duration) -> std::io::Result<EpochTicker> {
+    pub(crate) fn start(
+        engine: &Engine,
+        tick: std::time::Duration,
+    ) -> std::io::Result<EpochTicker> {
         let stop = Arc::new(AtomicBool::new(false));
         let weak = engine.weak();
         let flag = stop.clone();
         let tick = tick.max(std::time::Duration::from_micros(100));
-        std::thread::Builder::new().name("sutra-epoch".into()).spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(tick);
-                match weak.upgrade() {
-                    Some(engine) => engine.increment_epoch(),
-                    None => break,
+        std::thread::Builder::new()
+            .name("sutra-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
                 }
-            }
-        })?;
+            })?;
         Ok(EpochTicker { stop })
     }
 }

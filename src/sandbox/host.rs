@@ -44,7 +44,13 @@ impl HostState {
         stderr: TailCapture,
         logs: Arc<Mutex<LogCapture>>,
     ) -> HostState {
-        HostState { wasi: None, table: ResourceTable::new(), stderr, limiter, logs }
+        HostState {
+            wasi: None,
+            table: ResourceTable::new(),
+            stderr,
+            limiter,
+            logs,
+        }
     }
 }
 
@@ -63,8 +69,13 @@ fn deny_all_wasi(stderr: TailCapture) -> WasiCtx {
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         let stderr = &self.stderr;
-        let wasi = self.wasi.get_or_insert_with(|| deny_all_wasi(stderr.clone()));
-        WasiCtxView { ctx: wasi, table: &mut self.table }
+        let wasi = self
+            .wasi
+            .get_or_insert_with(|| deny_all_wasi(stderr.clone()));
+        WasiCtxView {
+            ctx: wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -105,11 +116,18 @@ pub(crate) struct LogCapture {
 
 impl LogCapture {
     pub(crate) fn new(max_bytes: usize) -> Self {
-        LogCapture { lines: Vec::new(), bytes: 0, max_bytes, dropped: 0 }
+        LogCapture {
+            lines: Vec::new(),
+            bytes: 0,
+            max_bytes,
+            dropped: 0,
+        }
     }
 
     fn push(&mut self, level: LogLevel, message: String) {
-        if self.lines.len() >= MAX_LOG_LINES || self.bytes.saturating_add(message.len()) > self.max_bytes {
+        if self.lines.len() >= MAX_LOG_LINES
+            || self.bytes.saturating_add(message.len()) > self.max_bytes
+        {
             self.dropped += 1;
             return;
         }
@@ -123,7 +141,10 @@ impl LogCapture {
         if self.dropped > 0 {
             lines.push(LogLine {
                 level: LogLevel::Warn,
-                message: format!("[{} more log lines dropped: over the capture cap]", self.dropped),
+                message: format!(
+                    "[{} more log lines dropped: over the capture cap]",
+                    self.dropped
+                ),
             });
         }
         lines
@@ -146,7 +167,13 @@ struct Tail {
 
 impl TailCapture {
     pub(crate) fn new(cap: usize) -> Self {
-        TailCapture { inner: Arc::new(Mutex::new(Tail { buf: VecDeque::new(), cap, dropped: 0 })) }
+        TailCapture {
+            inner: Arc::new(Mutex::new(Tail {
+                buf: VecDeque::new(),
+                cap,
+                dropped: 0,
+            })),
+        }
     }
 
     fn append(&self, bytes: &[u8]) {
@@ -162,7 +189,9 @@ impl TailCapture {
 
     /// The kept text (lossy UTF-8), prefixed by a marker if bytes were dropped.
     pub(crate) fn text(&self) -> String {
-        let Ok(t) = self.inner.lock() else { return String::new() };
+        let Ok(t) = self.inner.lock() else {
+            return String::new();
+        };
         let (a, b) = t.buf.as_slices();
         let mut bytes = Vec::with_capacity(a.len() + b.len());
         bytes.extend_from_slice(a);

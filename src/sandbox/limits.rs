@@ -71,7 +71,12 @@ pub(crate) struct MemoryLimiter {
 
 impl MemoryLimiter {
     pub(crate) fn new(cap: u64, max_table_elements: usize) -> Self {
-        MemoryLimiter { cap, max_table_elements, held: 0, hit: false }
+        MemoryLimiter {
+            cap,
+            max_table_elements,
+            held: 0,
+            hit: false,
+        }
     }
 
     /// Whether a growth was refused because it would have gone over the cap.

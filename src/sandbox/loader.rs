@@ -21,7 +21,10 @@ pub struct LoadError {
 
 impl LoadError {
     pub(crate) fn invalid(message: impl Into<String>) -> LoadError {
-        LoadError { code: Code::TaskModuleInvalid, message: message.into() }
+        LoadError {
+            code: Code::TaskModuleInvalid,
+            message: message.into(),
+        }
     }
 }
 
@@ -51,7 +54,9 @@ impl LoadedComponent {
 
 impl std::fmt::Debug for LoadedComponent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedComponent").field("digest", &self.inner.digest).finish_non_exhaustive()
+        f.debug_struct("LoadedComponent")
+            .field("digest", &self.inner.digest)
+            .finish_non_exhaustive()
     }
 }
 
@@ -83,12 +88,9 @@ pub fn import_policy(name: &str) -> Result<(), String> {
     let (path, version) = name.split_once('@').unwrap_or((name, ""));
     let (package, interface) = path.split_once('/').unwrap_or((path, ""));
     let ok = match package {
-        "sutra:task" => {
-            matches!(interface, "host" | "types") && version.starts_with("0.1.")
-        }
-        "wasi:cli" | "wasi:clocks" | "wasi:filesystem" | "wasi:io" | "wasi:random" | "wasi:sockets" => {
-            !interface.is_empty() && version.starts_with("0.2.")
-        }
+        "sutra:task" => matches!(interface, "host" | "types") && version.starts_with("0.1."),
+        "wasi:cli" | "wasi:clocks" | "wasi:filesystem" | "wasi:io" | "wasi:random"
+        | "wasi:sockets" => !interface.is_empty() && version.starts_with("0.2."),
         _ => false,
     };
     if ok {
@@ -120,9 +122,11 @@ pub(crate) fn link(
     linker: &wasmtime::component::Linker<HostState>,
     component: &Component,
 ) -> Result<TaskPre<HostState>, LoadError> {
-    let pre = linker
-        .instantiate_pre(component)
-        .map_err(|e| LoadError::invalid(format!("the component does not link against the task host: {e:#}")))?;
+    let pre = linker.instantiate_pre(component).map_err(|e| {
+        LoadError::invalid(format!(
+            "the component does not link against the task host: {e:#}"
+        ))
+    })?;
     TaskPre::new(pre).map_err(|e| {
         LoadError::invalid(format!(
             "the component does not export the `sutra:task/task` world's `run`: {e:#}"
@@ -172,7 +176,11 @@ mod tests {
         let module = wat::parse_str("(module)").unwrap();
         let err = check_kind(&module).unwrap_err();
         assert_eq!(err.code, Code::TaskModuleInvalid);
-        assert!(err.message.contains("core WebAssembly module"), "{}", err.message);
+        assert!(
+            err.message.contains("core WebAssembly module"),
+            "{}",
+            err.message
+        );
         assert!(check_kind(b"not wasm").is_err());
         let component = wat::parse_str("(component)").unwrap();
         assert!(check_kind(&component).is_ok());

@@ -52,9 +52,14 @@ pub struct SandboxConfig {
     pub max_memory_bytes: u64,
     /// The most elements a table may have (pool-wide ceiling; also the per-attempt cap).
     pub max_table_elements: usize,
-    /// Bytes of each memory and table slot kept resident (zeroed by memset
+    /// Bytes of each linear-memory slot kept resident (reset by memset
     /// rather than returned to the OS) when a slot is reused.
     pub keep_resident_bytes: usize,
+    /// Bytes of each table slot kept resident when a slot is reused.
+    pub table_keep_resident_bytes: usize,
+    /// Use Linux's `PAGEMAP_SCAN` (6.7+, where available) to reset only the
+    /// pages an attempt dirtied within the kept-resident bytes.
+    pub pagemap_scan: bool,
     /// Loaded components kept in memory, by digest.
     pub loaded_capacity: usize,
 }
@@ -67,7 +72,9 @@ impl Default for SandboxConfig {
             epoch_tick: Duration::from_millis(2),
             max_memory_bytes: 4 << 30,
             max_table_elements: 100_000,
-            keep_resident_bytes: 1 << 20,
+            keep_resident_bytes: 4 << 20,
+            table_keep_resident_bytes: 64 << 10,
+            pagemap_scan: true,
             loaded_capacity: 256,
         }
     }
@@ -91,7 +98,10 @@ pub enum SandboxError {
     #[error("cannot configure the WebAssembly engine: {0}")]
     Engine(String),
     #[error("cannot use the component cache directory {dir}: {source}")]
-    CacheDir { dir: PathBuf, source: std::io::Error },
+    CacheDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("cannot start the epoch ticker: {0}")]
     Ticker(std::io::Error),
 }
@@ -139,16 +149,21 @@ struct Loaded {
 impl Sandbox {
     /// Build the engine, linker, pool and epoch ticker.
     pub fn new(cfg: SandboxConfig) -> Result<Sandbox, SandboxError> {
-        let engine = engine::build_engine(&cfg).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
+        let engine =
+            engine::build_engine(&cfg).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
         let linker = host::linker(&engine).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
-        let disk = match &cfg.cache_dir {
-            Some(dir) => Some(
-                cache::DiskCache::new(dir.clone(), &engine)
-                    .map_err(|source| SandboxError::CacheDir { dir: dir.clone(), source })?,
-            ),
-            None => None,
-        };
-        let ticker = engine::EpochTicker::start(&engine, cfg.epoch_tick).map_err(SandboxError::Ticker)?;
+        let disk =
+            match &cfg.cache_dir {
+                Some(dir) => Some(cache::DiskCache::new(dir.clone(), &engine).map_err(
+                    |source| SandboxError::CacheDir {
+                        dir: dir.clone(),
+                        source,
+                    },
+                )?),
+                None => None,
+            };
+        let ticker =
+            engine::EpochTicker::start(&engine, cfg.epoch_tick).map_err(SandboxError::Ticker)?;
         let permits = usize::try_from(cfg.pool_size.max(1)).unwrap_or(1);
         Ok(Sandbox {
             inner: Arc::new(Inner {
@@ -198,7 +213,12 @@ impl Sandbox {
             return Ok(found);
         }
         loader::check_kind(bytes)?;
-        let gate = self.inner.loading.lock().ok().map(|mut m| m.entry(digest.clone()).or_default().clone());
+        let gate = self
+            .inner
+            .loading
+            .lock()
+            .ok()
+            .map(|mut m| m.entry(digest.clone()).or_default().clone());
         let result = {
             let _held = gate.as_ref().and_then(|g| g.lock().ok());
             match self.remembered(&digest) {
@@ -229,7 +249,9 @@ impl Sandbox {
                 // by `DiskCache::store` (atomically, by rename) from
                 // `Component::serialize` of bytes that compiled and passed the
                 // import policy in this same engine configuration.
-                match unsafe { wasmtime::component::Component::deserialize_file(&inner.engine, &path) } {
+                match unsafe {
+                    wasmtime::component::Component::deserialize_file(&inner.engine, &path)
+                } {
                     Ok(c) => {
                         inner.disk_hits.fetch_add(1, Ordering::Relaxed);
                         component = Some(c);
@@ -245,8 +267,9 @@ impl Sandbox {
         let component = match component {
             Some(c) => c,
             None => {
-                let c = wasmtime::component::Component::new(&inner.engine, bytes)
-                    .map_err(|e| LoadError::invalid(format!("the component does not validate: {e:#}")))?;
+                let c = wasmtime::component::Component::new(&inner.engine, bytes).map_err(|e| {
+                    LoadError::invalid(format!("the component does not validate: {e:#}"))
+                })?;
                 inner.compiled.fetch_add(1, Ordering::Relaxed);
                 c
             }
@@ -255,16 +278,21 @@ impl Sandbox {
         let pre = loader::link(&inner.linker, &component)?;
         if fresh {
             if let Some(disk) = &inner.disk {
-                let stored = component.serialize().map_err(|e| e.to_string()).and_then(|artifact| {
-                    disk.store(&digest, &artifact).map_err(|e| e.to_string())
-                });
+                let stored = component
+                    .serialize()
+                    .map_err(|e| e.to_string())
+                    .and_then(|artifact| disk.store(&digest, &artifact).map_err(|e| e.to_string()));
                 if let Err(e) = stored {
                     tracing::warn!(%digest, "cannot cache the compiled component: {e}");
                 }
             }
         }
         let loaded = LoadedComponent {
-            inner: Arc::new(loader::LoadedInner { digest: digest.clone(), pre, imports }),
+            inner: Arc::new(loader::LoadedInner {
+                digest: digest.clone(),
+                pre,
+                imports,
+            }),
         };
         self.remember(digest, loaded.clone());
         Ok(loaded)
@@ -292,10 +320,16 @@ impl Sandbox {
     }
 
     fn remember(&self, digest: String, component: LoadedComponent) {
-        let Ok(mut loaded) = self.inner.loaded.lock() else { return };
+        let Ok(mut loaded) = self.inner.loaded.lock() else {
+            return;
+        };
         let capacity = self.inner.cfg.loaded_capacity.max(1);
         while loaded.by_digest.len() >= capacity {
-            let oldest = loaded.by_digest.iter().min_by_key(|(_, (_, used))| *used).map(|(d, _)| d.clone());
+            let oldest = loaded
+                .by_digest
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(d, _)| d.clone());
             match oldest {
                 Some(d) => loaded.by_digest.remove(&d),
                 None => break,
@@ -309,6 +343,9 @@ impl Sandbox {
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sandbox").field("cfg", &self.inner.cfg).field("stats", &self.stats()).finish()
+        f.debug_struct("Sandbox")
+            .field("cfg", &self.inner.cfg)
+            .field("stats", &self.stats())
+            .finish()
     }
 }

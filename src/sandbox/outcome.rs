@@ -108,8 +108,16 @@ pub struct AttemptReport {
 /// The error half of the WIT `result`, already out of the bindings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum GuestError {
-    Business { code: String, message: String, details: Option<String> },
-    Failure { code: String, message: String, details: Option<String> },
+    Business {
+        code: String,
+        message: String,
+        details: Option<String>,
+    },
+    Failure {
+        code: String,
+        message: String,
+        details: Option<String>,
+    },
 }
 
 /// What the host knew about an attempt besides the call's result.
@@ -125,31 +133,45 @@ pub(crate) struct Flags {
 const STDERR_TAIL_IN_MESSAGE: usize = 2048;
 
 /// Classify a returned value (the call itself succeeded).
-pub(crate) fn classify_return(
-    result: Result<String, GuestError>,
-    output_cap: usize,
-) -> Outcome {
+pub(crate) fn classify_return(result: Result<String, GuestError>, output_cap: usize) -> Outcome {
     match result {
         Ok(text) => {
             if text.len() > output_cap {
                 return Outcome::failed(
                     Code::TaskOutputInvalid,
-                    format!("output is {} bytes, over the cap of {output_cap} bytes", text.len()),
+                    format!(
+                        "output is {} bytes, over the cap of {output_cap} bytes",
+                        text.len()
+                    ),
                 );
             }
             match serde_json::from_str(&text) {
                 Ok(output) => Outcome::Completed { output },
-                Err(e) => Outcome::failed(Code::TaskOutputInvalid, format!("output is not JSON: {e}")),
+                Err(e) => {
+                    Outcome::failed(Code::TaskOutputInvalid, format!("output is not JSON: {e}"))
+                }
             }
         }
-        Err(GuestError::Business { code, message, details }) => Outcome::BusinessError {
+        Err(GuestError::Business {
+            code,
+            message,
+            details,
+        }) => Outcome::BusinessError {
             code,
             message: clip(message, output_cap),
             details: parse_details(details, output_cap),
         },
-        Err(GuestError::Failure { code, message, details }) => {
+        Err(GuestError::Failure {
+            code,
+            message,
+            details,
+        }) => {
             let details = parse_details(details, output_cap);
-            let code = if code.is_empty() { Code::TaskFailed.as_str().to_string() } else { code };
+            let code = if code.is_empty() {
+                Code::TaskFailed.as_str().to_string()
+            } else {
+                code
+            };
             let ours = Code::parse(&code);
             let class = details
                 .as_ref()
@@ -174,7 +196,10 @@ pub(crate) fn classify_error(error: &wasmtime::Error, flags: Flags, stderr: &str
     if flags.memory_hit {
         return Outcome::failed(
             Code::TaskMemoryLimit,
-            with_stderr("the guest asked for more memory than its cap".to_string(), stderr),
+            with_stderr(
+                "the guest asked for more memory than its cap".to_string(),
+                stderr,
+            ),
         );
     }
     let trap = error.downcast_ref::<wasmtime::Trap>().copied();
@@ -188,21 +213,32 @@ pub(crate) fn classify_error(error: &wasmtime::Error, flags: Flags, stderr: &str
             Code::TaskStackOverflow,
             with_stderr("the guest overflowed its stack".to_string(), stderr),
         ),
-        Some(trap) => trapped(format!("the guest trapped: {trap}"), format!("{trap:?}"), stderr),
+        Some(trap) => trapped(
+            format!("the guest trapped: {trap}"),
+            format!("{trap:?}"),
+            stderr,
+        ),
         None => match error.downcast_ref::<wasmtime_wasi::I32Exit>() {
             Some(exit) => trapped(
                 format!("the guest exited with status {}", exit.0),
                 "Exit".to_string(),
                 stderr,
             ),
-            None => trapped(format!("the guest failed: {error}"), "Host".to_string(), stderr),
+            None => trapped(
+                format!("the guest failed: {error}"),
+                "Host".to_string(),
+                stderr,
+            ),
         },
     }
 }
 
 /// The outcome of an attempt whose deadline passed.
 pub(crate) fn deadline_exceeded() -> Outcome {
-    Outcome::failed(Code::TaskDeadlineExceeded, "the attempt overran its wall-clock deadline")
+    Outcome::failed(
+        Code::TaskDeadlineExceeded,
+        "the attempt overran its wall-clock deadline",
+    )
 }
 
 fn trapped(message: String, kind: String, stderr: &str) -> Outcome {
@@ -218,7 +254,10 @@ fn with_stderr(message: String, stderr: &str) -> String {
     if stderr.is_empty() {
         return message;
     }
-    format!("{message}; stderr: {}", tail(stderr, STDERR_TAIL_IN_MESSAGE))
+    format!(
+        "{message}; stderr: {}",
+        tail(stderr, STDERR_TAIL_IN_MESSAGE)
+    )
 }
 
 /// Guest details are JSON text; anything else is kept as a JSON string.
@@ -278,7 +317,12 @@ mod tests {
     #[test]
     fn ok_json_completes() {
         let o = classify_return(Ok(r#"{"a":1}"#.into()), 1024);
-        assert_eq!(o, Outcome::Completed { output: json!({"a": 1}) });
+        assert_eq!(
+            o,
+            Outcome::Completed {
+                output: json!({"a": 1})
+            }
+        );
     }
 
     #[test]
@@ -296,7 +340,12 @@ mod tests {
     #[test]
     fn empty_failure_code_becomes_task_failed_internal_retryable() {
         match failure("", None) {
-            Outcome::Failed { code, class, retryable, .. } => {
+            Outcome::Failed {
+                code,
+                class,
+                retryable,
+                ..
+            } => {
                 assert_eq!(code, "SUTRA.TASK.FAILED");
                 assert_eq!(class, ErrorClass::Internal);
                 assert!(retryable);
@@ -308,7 +357,13 @@ mod tests {
     #[test]
     fn guest_code_and_class_from_details_stand() {
         match failure("Api.Timeout", Some(r#"{"class":"rate_limit"}"#)) {
-            Outcome::Failed { code, class, retryable, details, .. } => {
+            Outcome::Failed {
+                code,
+                class,
+                retryable,
+                details,
+                ..
+            } => {
                 assert_eq!(code, "Api.Timeout");
                 assert_eq!(class, ErrorClass::RateLimit);
                 assert!(retryable);
@@ -329,7 +384,9 @@ mod tests {
     #[test]
     fn our_non_retryable_code_is_not_retryable() {
         match failure("SUTRA.TASK.VALIDATION", None) {
-            Outcome::Failed { class, retryable, .. } => {
+            Outcome::Failed {
+                class, retryable, ..
+            } => {
                 assert!(!retryable);
                 assert_eq!(class, ErrorClass::InvalidInput);
             }
@@ -368,15 +425,25 @@ mod tests {
         ];
         for (trap, code) in cases {
             let e = wasmtime::Error::from(trap);
-            assert_eq!(classify_error(&e, Flags::default(), "").code(), Some(code), "{trap:?}");
+            assert_eq!(
+                classify_error(&e, Flags::default(), "").code(),
+                Some(code),
+                "{trap:?}"
+            );
         }
     }
 
     #[test]
     fn limiter_flag_wins_over_the_trap_it_caused() {
         let e = wasmtime::Error::from(wasmtime::Trap::UnreachableCodeReached);
-        let flags = Flags { memory_hit: true, deadline_hit: false };
-        assert_eq!(classify_error(&e, flags, "").code(), Some("SUTRA.TASK.MEMORY_LIMIT"));
+        let flags = Flags {
+            memory_hit: true,
+            deadline_hit: false,
+        };
+        assert_eq!(
+            classify_error(&e, flags, "").code(),
+            Some("SUTRA.TASK.MEMORY_LIMIT")
+        );
     }
 
     #[test]
@@ -384,8 +451,13 @@ mod tests {
         let e = wasmtime::Error::from(wasmtime::Trap::UnreachableCodeReached);
         let stderr = format!("{}panicked at src/lib.rs: boom\n", "x".repeat(5000));
         match classify_error(&e, Flags::default(), &stderr) {
-            Outcome::Failed { message, details, .. } => {
-                assert!(message.ends_with("panicked at src/lib.rs: boom"), "{message}");
+            Outcome::Failed {
+                message, details, ..
+            } => {
+                assert!(
+                    message.ends_with("panicked at src/lib.rs: boom"),
+                    "{message}"
+                );
                 assert!(message.len() < 2200);
                 assert_eq!(details, Some(json!({"trap": "UnreachableCodeReached"})));
             }

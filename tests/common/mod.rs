@@ -41,7 +41,11 @@ pub fn guest(name: &str) -> PathBuf {
         panic!("{e}");
     }
     let path = root().join("target/guests").join(format!("{name}.wasm"));
-    assert!(path.is_file(), "{} was not built by guest-examples/build.sh", path.display());
+    assert!(
+        path.is_file(),
+        "{} was not built by guest-examples/build.sh",
+        path.display()
+    );
     path
 }
 
@@ -53,7 +57,8 @@ pub fn guest_bytes(name: &str) -> Vec<u8> {
 
 /// A fake `wasi:http` package, only so a fixture can import something the
 /// sandbox must refuse.
-const FAKE_HTTP: &str = "package wasi:http@0.2.0;\ninterface outgoing-handler { handle: func(); }\n";
+const FAKE_HTTP: &str =
+    "package wasi:http@0.2.0;\ninterface outgoing-handler { handle: func(); }\n";
 
 /// A world that is the task world plus the fake HTTP import.
 const FORBIDDEN_WORLD: &str = "package test:forbidden;\n\
@@ -64,22 +69,29 @@ const FORBIDDEN_WORLD: &str = "package test:forbidden;\n\
 pub fn wat_module_text(name: &str) -> String {
     let dir = root().join("tests/fixtures/wat");
     let read = |f: &str| {
-        std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("cannot read fixture {f}: {e}"))
+        std::fs::read_to_string(dir.join(f))
+            .unwrap_or_else(|e| panic!("cannot read fixture {f}: {e}"))
     };
-    read("prelude.wat").replace(";; @FIXTURE@ (first, so a fixture may add imports)", &read(&format!("{name}.wat")))
+    read("prelude.wat").replace(
+        ";; @FIXTURE@ (first, so a fixture may add imports)",
+        &read(&format!("{name}.wat")),
+    )
 }
 
 /// A task component built from a WAT fixture against the task world (the
 /// `forbidden` fixture against the task world plus a fake `wasi:http`).
 pub fn wat_component(name: &str) -> Vec<u8> {
-    let mut module = wat::parse_str(wat_module_text(name)).unwrap_or_else(|e| panic!("{name}.wat: {e}"));
+    let mut module =
+        wat::parse_str(wat_module_text(name)).unwrap_or_else(|e| panic!("{name}.wat: {e}"));
     let mut resolve = wit_parser::Resolve::default();
     let wit = std::fs::read_to_string(root().join("wit/task.wit")).unwrap();
     let task_pkg = resolve.push_str("task.wit", &wit).unwrap();
     let world = if name == "forbidden" {
         resolve.push_str("http.wit", FAKE_HTTP).unwrap();
         let pkg = resolve.push_str("forbidden.wit", FORBIDDEN_WORLD).unwrap();
-        resolve.select_world(&[pkg], Some("task-with-http")).unwrap()
+        resolve
+            .select_world(&[pkg], Some("task-with-http"))
+            .unwrap()
     } else {
         resolve.select_world(&[task_pkg], Some("task")).unwrap()
     };
