@@ -128,6 +128,25 @@ pub async fn method_not_allowed() -> ApiError {
     )
 }
 
+/// A multipart body (a deployment bundle); a non-multipart body is 400.
+pub struct ApiMultipart(pub axum::extract::Multipart);
+
+impl<S: Send + Sync> FromRequest<S> for ApiMultipart {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Multipart::from_request(req, state)
+            .await
+            .map(ApiMultipart)
+            .map_err(|e| {
+                ApiError::malformed(format!(
+                    "a bundle is multipart/form-data: {}",
+                    e.body_text()
+                ))
+            })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,24 +164,5 @@ mod tests {
         for bad in ["", "a b", "../etc", "x/y", "é", &"x".repeat(129), "a%00"] {
             assert!(check_id("instance", bad).is_err(), "{bad}");
         }
-    }
-}
-
-/// A multipart body (a deployment bundle); a non-multipart body is 400.
-pub struct ApiMultipart(pub axum::extract::Multipart);
-
-impl<S: Send + Sync> FromRequest<S> for ApiMultipart {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        axum::extract::Multipart::from_request(req, state)
-            .await
-            .map(ApiMultipart)
-            .map_err(|e| {
-                ApiError::malformed(format!(
-                    "a bundle is multipart/form-data: {}",
-                    e.body_text()
-                ))
-            })
     }
 }

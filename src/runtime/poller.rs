@@ -182,12 +182,16 @@ impl<S: Store> Runtime<S> {
     /// FAILED instances and parked ones are never purged. Returns how many went.
     pub async fn sweep_once(&self) -> RuntimeResult<u64> {
         let now = self.inner.clock.now();
+        // The holder renews once per interval; the lease lasts two, so it only
+        // changes hands when the holder missed a whole renewal (it died).
         let ttl = self
             .inner
             .config
             .retention_sweep_interval
             .as_std()
-            .as_millis() as i64;
+            .as_millis()
+            .saturating_mul(2)
+            .min(i64::MAX as u128) as i64;
         if !self
             .inner
             .store
