@@ -130,7 +130,7 @@ pub struct NewInstance {
     pub started_at: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct InstanceRecord {
     pub id: String,
     pub tenant: String,
@@ -168,7 +168,7 @@ pub struct NewPark {
     pub correlation_key: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct ParkRecord {
     pub instance_id: String,
     pub seq: i64,
@@ -183,7 +183,7 @@ pub struct ParkRecord {
 /// One finished task attempt, always recorded (inspect shows it even with the
 /// audit journal off). Unique on (instance_id, token, node, attempt): replaying
 /// a step never records an attempt twice.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct AttemptRow {
     pub token: i64,
     pub node: String,
@@ -196,7 +196,7 @@ pub struct AttemptRow {
     pub message: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct JournalRow {
     /// Unique within the instance (the engine numbers them).
     pub seq: i64,

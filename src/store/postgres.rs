@@ -442,7 +442,7 @@ impl Store for PgStore {
         .bind(id)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(row.map(InstanceRecord::from))
+        Ok(row)
     }
 
     async fn commit_step(
@@ -496,7 +496,7 @@ impl Store for PgStore {
         q.push(" ORDER BY id LIMIT ")
             .push_bind(effective_limit(filter.limit));
         let rows: Vec<InstanceRow> = q.build_query_as().fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(InstanceRecord::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn live_instances(&self) -> StoreResult<Vec<String>> {
@@ -542,9 +542,7 @@ impl Store for PgStore {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(sort_claimed(
-            rows.into_iter().map(ParkRecord::from).collect(),
-        ))
+        Ok(sort_claimed(rows.into_iter().collect()))
     }
 
     async fn release_claim(&self, instance_id: &str, seq: i64, owner: &str) -> StoreResult<()> {
@@ -580,7 +578,7 @@ impl Store for PgStore {
             q = q.bind(key);
         }
         let rows = q.fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(ParkRecord::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn parks_of(&self, instance_id: &str) -> StoreResult<Vec<ParkRecord>> {
@@ -590,7 +588,7 @@ impl Store for PgStore {
         .bind(instance_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(ParkRecord::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn park_counts(&self) -> StoreResult<Vec<(String, i64)>> {
@@ -608,7 +606,7 @@ impl Store for PgStore {
         .bind(instance_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(AttemptRow::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn journal(&self, instance_id: &str) -> StoreResult<Vec<JournalRow>> {
@@ -618,7 +616,7 @@ impl Store for PgStore {
         .bind(instance_id)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().map(JournalRow::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn sweep(&self, ended_before: i64, limit: i64) -> StoreResult<u64> {

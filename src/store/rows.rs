@@ -75,67 +75,11 @@ fn decode_modules(id: &str, text: &str) -> StoreResult<BTreeMap<String, String>>
         .map_err(|e| StoreError::Other(format!("deployment {id}: bad modules JSON: {e}")))
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct InstanceRow {
-    pub id: String,
-    pub tenant: String,
-    pub deployment_id: String,
-    pub process_id: String,
-    pub state: String,
-    pub version: i64,
-    pub snapshot: String,
-    pub idempotency_key: Option<String>,
-    pub retry_of: Option<String>,
-    pub started_at: i64,
-    pub updated_at: i64,
-    pub ended_at: Option<i64>,
-}
+/// Rows decode straight into the public record.
+pub(super) type InstanceRow = InstanceRecord;
 
-impl From<InstanceRow> for InstanceRecord {
-    fn from(r: InstanceRow) -> Self {
-        InstanceRecord {
-            id: r.id,
-            tenant: r.tenant,
-            deployment_id: r.deployment_id,
-            process_id: r.process_id,
-            state: r.state,
-            version: r.version,
-            snapshot: r.snapshot,
-            idempotency_key: r.idempotency_key,
-            retry_of: r.retry_of,
-            started_at: r.started_at,
-            updated_at: r.updated_at,
-            ended_at: r.ended_at,
-        }
-    }
-}
-
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct ParkRow {
-    pub instance_id: String,
-    pub seq: i64,
-    pub tenant: String,
-    pub deployment_id: String,
-    pub kind: String,
-    pub due_at: Option<i64>,
-    pub message_name: Option<String>,
-    pub correlation_key: Option<String>,
-}
-
-impl From<ParkRow> for ParkRecord {
-    fn from(r: ParkRow) -> Self {
-        ParkRecord {
-            instance_id: r.instance_id,
-            seq: r.seq,
-            tenant: r.tenant,
-            deployment_id: r.deployment_id,
-            kind: r.kind,
-            due_at: r.due_at,
-            message_name: r.message_name,
-            correlation_key: r.correlation_key,
-        }
-    }
-}
+/// Rows decode straight into the public record.
+pub(super) type ParkRow = ParkRecord;
 
 /// Claimed parks in the order a poller should fire them: earliest due first,
 /// then by instance and seq (RETURNING gives no order on either backend).
@@ -144,53 +88,11 @@ pub(super) fn sort_claimed(mut parks: Vec<ParkRecord>) -> Vec<ParkRecord> {
     parks
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct AttemptDbRow {
-    pub token: i64,
-    pub node: String,
-    pub attempt: i64,
-    pub started_at: i64,
-    pub ended_at: i64,
-    pub outcome: String,
-    pub code: Option<String>,
-    pub message: Option<String>,
-}
+/// Rows decode straight into the public record.
+pub(super) type AttemptDbRow = AttemptRow;
 
-impl From<AttemptDbRow> for AttemptRow {
-    fn from(r: AttemptDbRow) -> Self {
-        AttemptRow {
-            token: r.token,
-            node: r.node,
-            attempt: r.attempt,
-            started_at: r.started_at,
-            ended_at: r.ended_at,
-            outcome: r.outcome,
-            code: r.code,
-            message: r.message,
-        }
-    }
-}
-
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct JournalDbRow {
-    pub seq: i64,
-    pub at: i64,
-    pub kind: String,
-    pub node: Option<String>,
-    pub data: String,
-}
-
-impl From<JournalDbRow> for JournalRow {
-    fn from(r: JournalDbRow) -> Self {
-        JournalRow {
-            seq: r.seq,
-            at: r.at,
-            kind: r.kind,
-            node: r.node,
-            data: r.data,
-        }
-    }
-}
+/// Rows decode straight into the public record.
+pub(super) type JournalDbRow = JournalRow;
 
 /// A unique-constraint violation becomes [`StoreError::Duplicate`] (described
 /// by `what`); every other database error stays [`StoreError::Db`].

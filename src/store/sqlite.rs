@@ -467,7 +467,7 @@ impl Store for SqliteStore {
         .bind(id)
         .fetch_optional(&self.read)
         .await?;
-        Ok(row.map(InstanceRecord::from))
+        Ok(row)
     }
 
     async fn commit_step(
@@ -520,7 +520,7 @@ impl Store for SqliteStore {
         q.push(" ORDER BY id LIMIT ")
             .push_bind(effective_limit(filter.limit));
         let rows: Vec<InstanceRow> = q.build_query_as().fetch_all(&self.read).await?;
-        Ok(rows.into_iter().map(InstanceRecord::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn live_instances(&self) -> StoreResult<Vec<String>> {
@@ -562,9 +562,7 @@ impl Store for SqliteStore {
         .fetch_all(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(sort_claimed(
-            rows.into_iter().map(ParkRecord::from).collect(),
-        ))
+        Ok(sort_claimed(rows.into_iter().collect()))
     }
 
     async fn release_claim(&self, instance_id: &str, seq: i64, owner: &str) -> StoreResult<()> {
@@ -597,7 +595,7 @@ impl Store for SqliteStore {
         .bind(correlation_key)
         .fetch_all(&self.read)
         .await?;
-        Ok(rows.into_iter().map(ParkRecord::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn parks_of(&self, instance_id: &str) -> StoreResult<Vec<ParkRecord>> {
@@ -607,7 +605,7 @@ impl Store for SqliteStore {
         .bind(instance_id)
         .fetch_all(&self.read)
         .await?;
-        Ok(rows.into_iter().map(ParkRecord::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn park_counts(&self) -> StoreResult<Vec<(String, i64)>> {
@@ -625,7 +623,7 @@ impl Store for SqliteStore {
         .bind(instance_id)
         .fetch_all(&self.read)
         .await?;
-        Ok(rows.into_iter().map(AttemptRow::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn journal(&self, instance_id: &str) -> StoreResult<Vec<JournalRow>> {
@@ -635,7 +633,7 @@ impl Store for SqliteStore {
         .bind(instance_id)
         .fetch_all(&self.read)
         .await?;
-        Ok(rows.into_iter().map(JournalRow::from).collect())
+        Ok(rows.into_iter().collect())
     }
 
     async fn sweep(&self, ended_before: i64, limit: i64) -> StoreResult<u64> {
