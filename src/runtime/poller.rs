@@ -126,22 +126,14 @@ impl<S: Store> Runtime<S> {
         if let Err(e) = self.rearm_schedules().await {
             tracing::warn!(error = %e, "re-arming schedules failed");
         }
-        let mut next_sweep = self.inner.clock.now();
+        // The sweeper runs beside the poller, so a long burst of due work never
+        // starves its lease renewal (the lease would change hands while its
+        // holder lives).
+        let sweeper = {
+            let rt = self.clone();
+            tokio::spawn(async move { rt.sweeper_loop().await })
+        };
         loop {
-            if self.inner.clock.now() >= next_sweep {
-                if let Err(e) = self.sweep_once().await {
-                    tracing::warn!(error = %e, "retention sweep failed");
-                }
-                // Draining deployments whose last holder went elsewhere (lifecycle.rs).
-                if let Err(e) = self.retire_drained().await {
-                    tracing::warn!(error = %e, "retirement pass failed");
-                }
-                next_sweep = self
-                    .inner
-                    .config
-                    .retention_sweep_interval
-                    .after(self.inner.clock.now());
-            }
             if let Err(e) = self.fire_due().await {
                 tracing::warn!(error = %e, "poll failed");
             }
@@ -156,24 +148,52 @@ impl<S: Store> Runtime<S> {
                 (a, b) => a.or(b),
             };
             let now = self.inner.clock.now().timestamp_millis();
-            let sweep_ms = next_sweep.timestamp_millis();
-            let due = next.map_or(sweep_ms, |n| n.min(sweep_ms));
             let idle = match (&self.inner.virtual_clock, next) {
                 // Nothing runnable on virtual time: jump to the next due park.
-                (Some(_), Some(_)) => {
+                (Some(_), Some(due)) => {
                     self.wait_until(due).await;
                     continue;
                 }
-                _ => Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(MAX_IDLE),
+                (_, Some(due)) => {
+                    Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(MAX_IDLE)
+                }
+                (_, None) => MAX_IDLE,
             };
             tokio::select! {
                 _ = &mut shutdown => {
+                    sweeper.abort();
                     self.release_schedule_lease().await;
                     return Ok(());
                 }
                 _ = tokio::time::sleep(idle) => {}
                 _ = self.inner.wake.notified() => {}
             }
+        }
+    }
+
+    /// Every `sutra.instance.retention-sweep-interval` (read on the runtime's
+    /// clock, re-checked every second): a sweep, then a retirement pass over
+    /// draining deployments (lifecycle.rs).
+    async fn sweeper_loop(&self) {
+        let mut next_sweep = self.inner.clock.now();
+        loop {
+            if self.inner.clock.now() >= next_sweep {
+                if let Err(e) = self.sweep_once().await {
+                    tracing::warn!(error = %e, "retention sweep failed");
+                }
+                if let Err(e) = self.retire_drained().await {
+                    tracing::warn!(error = %e, "retirement pass failed");
+                }
+                next_sweep = self
+                    .inner
+                    .config
+                    .retention_sweep_interval
+                    .after(self.inner.clock.now());
+            }
+            let left = (next_sweep - self.inner.clock.now())
+                .to_std()
+                .unwrap_or_default();
+            tokio::time::sleep(left.min(Duration::from_secs(1))).await;
         }
     }
 
