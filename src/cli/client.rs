@@ -277,22 +277,30 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn deployments_table(v: &Value) -> String {
-    let rows: Vec<Vec<String>> = v["deployments"]
+/// The rows of a table: for each element of the array `v[list]`, the
+/// named fields rendered with [`s`] (`"data"` as raw JSON).
+fn rows(v: &Value, list: &str, fields: &[&str]) -> Vec<Vec<String>> {
+    v[list]
         .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|d| {
-                    vec![
-                        s(&d["id"]),
-                        s(&d["process"]),
-                        s(&d["version"]),
-                        s(&d["state"]),
-                    ]
+        .into_iter()
+        .flatten()
+        .map(|item| {
+            fields
+                .iter()
+                .map(|f| {
+                    if *f == "data" {
+                        item[*f].to_string()
+                    } else {
+                        s(&item[*f])
+                    }
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .collect()
+}
+
+fn deployments_table(v: &Value) -> String {
+    let rows = rows(v, "deployments", &["id", "process", "version", "state"]);
     table(&["ID", "PROCESS", "VERSION", "STATE"], &rows)
 }
 
@@ -430,22 +438,11 @@ pub fn exec_instances(args: InstancesArgs) -> ExitCode {
         args.server.format,
         async move { call(&opts, reqwest::Method::GET, &path, Body::None, &[]).await },
         |v| {
-            let rows: Vec<Vec<String>> = v["instances"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|i| {
-                            vec![
-                                s(&i["id"]),
-                                s(&i["process"]),
-                                s(&i["state"]),
-                                s(&i["startedAt"]),
-                                s(&i["endedAt"]),
-                            ]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let rows = rows(
+                v,
+                "instances",
+                &["id", "process", "state", "startedAt", "endedAt"],
+            );
             let mut out = table(&["ID", "PROCESS", "STATE", "STARTED", "ENDED"], &rows);
             if let Some(n) = v["next"].as_str() {
                 out.push_str(&format!("more: --after {n}\n"));
@@ -497,22 +494,7 @@ pub fn exec_history(args: IdArgs) -> ExitCode {
             if let Some(note) = v["note"].as_str() {
                 return format!("{note}\n");
             }
-            let rows: Vec<Vec<String>> = v["entries"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|e| {
-                            vec![
-                                s(&e["seq"]),
-                                s(&e["at"]),
-                                s(&e["kind"]),
-                                s(&e["node"]),
-                                e["data"].to_string(),
-                            ]
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let rows = rows(v, "entries", &["seq", "at", "kind", "node", "data"]);
             table(&["SEQ", "AT", "KIND", "NODE", "DATA"], &rows)
         },
     )
