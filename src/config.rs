@@ -9,6 +9,7 @@
 //! | `sutra.instance.retention-sweep-interval` | `SUTRA_INSTANCE_RETENTION_SWEEP_INTERVAL` | `PT1H` |
 //! | `sutra.audit.sql` | `SUTRA_AUDIT_SQL` | `false` |
 //! | `sutra.runtime.lanes` | `SUTRA_RUNTIME_LANES` | `4` |
+//! | `sutra.runtime.commit-window` | `SUTRA_RUNTIME_COMMIT_WINDOW` | `PT0.05S` |
 //! | `sutra.sandbox.fuel` | `SUTRA_SANDBOX_FUEL` | the sandbox default |
 //! | `sutra.sandbox.deadline` | `SUTRA_SANDBOX_DEADLINE` | the sandbox default |
 //! | `sutra.sandbox.memory` | `SUTRA_SANDBOX_MEMORY` | the sandbox default |
@@ -32,6 +33,11 @@ pub struct Config {
     pub audit_sql: bool,
     /// Attempts that may run at once (the sandbox pool is sized to match).
     pub lanes: u32,
+    /// How long attempts may run before their instance's step is committed:
+    /// attempts that end within it are committed together with their
+    /// outcomes (one transaction); a longer one is made durable while it
+    /// runs (an attempt park). `PT0S` commits before every attempt.
+    pub commit_window: IsoDuration,
     pub fuel: Option<u64>,
     pub deadline: Option<IsoDuration>,
     pub memory_bytes: Option<u64>,
@@ -45,6 +51,7 @@ impl Default for Config {
             retention_sweep_interval: IsoDuration(std::time::Duration::from_secs(3600)),
             audit_sql: false,
             lanes: 4,
+            commit_window: IsoDuration(std::time::Duration::from_millis(50)),
             fuel: None,
             deadline: None,
             memory_bytes: None,
@@ -68,12 +75,13 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "sutra.datasource.url",
     "sutra.instance.retention",
     "sutra.instance.retention-sweep-interval",
     "sutra.audit.sql",
     "sutra.runtime.lanes",
+    "sutra.runtime.commit-window",
     "sutra.sandbox.fuel",
     "sutra.sandbox.deadline",
     "sutra.sandbox.memory",
@@ -167,6 +175,15 @@ impl Config {
                     )
                 })?;
         }
+        if let Some(d) = duration("sutra.runtime.commit-window")? {
+            if d.as_std() > std::time::Duration::from_secs(10) {
+                return Err(bad(
+                    "sutra.runtime.commit-window",
+                    "must be at most PT10S (an attempt that runs longer is invisible until then)",
+                ));
+            }
+            c.commit_window = d;
+        }
         if let Some(v) = values.get("sutra.sandbox.fuel") {
             c.fuel = Some(v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
                 bad(
@@ -259,6 +276,10 @@ mod tests {
         assert_eq!(e.key, "sutra.audit.sql");
         let e = Config::load(None, &env(&[("SUTRA_SANDBOX_MEMORY", "lots")])).unwrap_err();
         assert_eq!(e.key, "sutra.sandbox.memory");
+        let e = Config::load(None, &env(&[("SUTRA_RUNTIME_COMMIT_WINDOW", "PT1M")])).unwrap_err();
+        assert_eq!(e.key, "sutra.runtime.commit-window");
+        let c = Config::load(None, &env(&[("SUTRA_RUNTIME_COMMIT_WINDOW", "PT0S")])).unwrap();
+        assert_eq!(c.commit_window, IsoDuration::ZERO);
     }
 
     #[test]
@@ -276,5 +297,6 @@ mod tests {
         assert_eq!(c.retention.as_std().as_secs(), 7 * 86_400);
         assert_eq!(c.retention_sweep_interval.as_std().as_secs(), 3600);
         assert!(!c.audit_sql);
+        assert_eq!(c.commit_window.as_std().as_millis(), 50);
     }
 }

@@ -272,6 +272,8 @@ async fn starter(db: &TestSchema) -> Runtime<AnyStore> {
     };
     let mut opts = RuntimeOptions::new(config);
     opts.owner = "test-starter".into();
+    // It never fires what it armed, not even from an alarm: the replicas do.
+    opts.alarms = false;
     let rt = Runtime::new(AnyStore::Postgres(db.store().await), opts).expect("runtime");
     let mut modules = BTreeMap::new();
     modules.insert("chaos".to_string(), common::guest_bytes("chaos"));
@@ -349,8 +351,13 @@ async fn assert_exactly_once(db: &TestSchema, n: usize) -> i64 {
     );
     // No step applied twice: per instance one retry fire, one timer fire,
     // attempt_started = 2 + the lost attempts re-run, no fire of a park that
-    // was already gone, and the version is the same count of steps for all
-    // (plus one step per lost attempt).
+    // was already gone, and the version counts the commits: three (the start
+    // with attempt 1 and its retry park; the retry with attempt 2 and the
+    // timer park; the timer and the end), one more for each attempt that
+    // outlived the commit window (made durable while it ran) — so at most
+    // five — plus one per lost attempt. (Before steps were committed at
+    // waits the count was the same for every instance; it now depends on how
+    // long each attempt took.)
     let rows: Vec<(String, i64, i64, i64, i64, i64)> = sqlx::query_as(
         "SELECT i.id, i.version, \
            COUNT(*) FILTER (WHERE j.kind = 'attempt_lost'), \
@@ -363,7 +370,6 @@ async fn assert_exactly_once(db: &TestSchema, n: usize) -> i64 {
     .await
     .expect("journal summary");
     assert_eq!(rows.len() as i64, n);
-    let base = rows[0].1 - rows[0].2;
     let mut lost_total = 0;
     for (id, version, lost, started, timers, ignored) in &rows {
         assert_eq!(*timers, 1, "{id}: the timer fired {timers} times");
@@ -373,9 +379,8 @@ async fn assert_exactly_once(db: &TestSchema, n: usize) -> i64 {
             2 + lost,
             "{id}: {started} attempts started, {lost} lost"
         );
-        assert_eq!(
-            version - lost,
-            base,
+        assert!(
+            (3..=5).contains(&(version - lost)),
             "{id}: version {version} with {lost} lost attempts"
         );
         lost_total += lost;
@@ -679,6 +684,7 @@ fn timer(seq: i64, due_at: i64) -> NewPark {
         due_at: Some(due_at),
         message_name: None,
         correlation_key: None,
+        claim: None,
     }
 }
 

@@ -7,7 +7,7 @@ mod backends;
 use std::collections::{BTreeMap, BTreeSet};
 use sutra::store::{
     AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
-    JournalRow, NewDeployment, NewInstance, NewPark, StepWrite, Store, StoreError,
+    JournalRow, NewDeployment, NewInstance, NewPark, ParkClaim, StepWrite, Store, StoreError,
 };
 
 const T: &str = "acme";
@@ -59,6 +59,7 @@ fn timer(seq: i64, due: i64) -> NewPark {
         due_at: Some(due),
         message_name: None,
         correlation_key: None,
+        claim: None,
     }
 }
 
@@ -69,6 +70,18 @@ fn message(seq: i64, name: &str, key: Option<&str>) -> NewPark {
         due_at: None,
         message_name: Some(name.to_string()),
         correlation_key: key.map(str::to_string),
+        claim: None,
+    }
+}
+
+/// `park` written already claimed by `owner` until `until`.
+fn pre_claimed(park: NewPark, owner: &str, until: i64) -> NewPark {
+    NewPark {
+        claim: Some(ParkClaim {
+            owner: owner.to_string(),
+            until,
+        }),
+        ..park
     }
 }
 
@@ -442,6 +455,164 @@ backends::store_tests! {
         assert_eq!(db.next_due().await.unwrap(), Some(500));
     }
 
+    async fn a_pre_claimed_park_goes_to_nobody_before_its_claim_lapses(db) {
+        let d = deploy(&*db, "d1").await;
+        // Armed by the create: due at 100, pre-claimed by "me" until 5000.
+        waiting_instance(&*db, &d, "i1", vec![pre_claimed(timer(1, 100), "me", 5_000), timer(2, 200)]).await;
+        assert_eq!(db.next_due().await.unwrap(), Some(200), "the unclaimed park comes first");
+        let seqs = |v: Vec<sutra::store::ParkRecord>| v.into_iter().map(|p| (p.instance_id, p.seq)).collect::<Vec<_>>();
+        assert_eq!(seqs(db.claim_due(1_000, 10, "other", 60_000).await.unwrap()), [("i1".to_string(), 2)]);
+        assert!(db.claim_due(1_000, 10, "me", 60_000).await.unwrap().is_empty(), "not even to its owner");
+        assert_eq!(db.next_due().await.unwrap(), Some(5_000), "next_due reports the pre-claim's until");
+        assert!(db.claim_due(4_999, 10, "other", 60_000).await.unwrap().is_empty());
+        let lapsed = db.claim_due(5_000, 10, "other", 1_000).await.unwrap();
+        assert_eq!(seqs(lapsed.clone()), [("i1".to_string(), 1)], "claimable by anyone once lapsed");
+        assert_eq!((lapsed[0].kind.as_str(), lapsed[0].due_at), ("timer", Some(100)));
+
+        // Armed by a step: released by its owner, claimable at once; by anyone else, not.
+        waiting_instance(&*db, &d, "i2", vec![]).await;
+        let arm = StepWrite { arm: vec![pre_claimed(timer(7, 300), "me", 9_000)], ..step("WAITING", "{}", 300) };
+        db.commit_step("i2", 1, &arm).await.unwrap();
+        assert_eq!(db.next_due().await.unwrap(), Some(6_000), "i1/1 is claimed by other until 6000");
+        db.release_claim("i2", 7, "other").await.unwrap();
+        assert!(db.claim_due(1_000, 10, "other", 60_000).await.unwrap().is_empty(), "only the owner releases");
+        db.release_claim("i2", 7, "me").await.unwrap();
+        assert_eq!(db.next_due().await.unwrap(), Some(300));
+        assert_eq!(seqs(db.claim_due(1_000, 10, "other", 60_000).await.unwrap()), [("i2".to_string(), 7)]);
+
+        // A pre-claim lapsing before its park is due counts from the due instant.
+        waiting_instance(&*db, &d, "i3", vec![pre_claimed(timer(1, 800), "me", 50)]).await;
+        assert_eq!(db.next_due().await.unwrap(), Some(800));
+        assert!(db.claim_due(799, 10, "other", 60_000).await.unwrap().is_empty());
+        db.release_claim("i3", 1, "me").await.unwrap();
+        assert_eq!(db.next_due().await.unwrap(), Some(800));
+        assert_eq!(seqs(db.claim_due(800, 10, "other", 60_000).await.unwrap()), [("i3".to_string(), 1)]);
+        // A message wait ignores a pre-claim: it is found, never due.
+        waiting_instance(&*db, &d, "i4", vec![pre_claimed(message(1, "m", None), "me", 50)]).await;
+        assert_eq!(db.find_message_parks(T, "m", None).await.unwrap().len(), 1);
+        assert_eq!(db.next_due().await.unwrap(), Some(6_000));
+        let lapsed = seqs(db.claim_due(i64::MAX / 2, 10, "other", 1).await.unwrap());
+        assert_eq!(lapsed.len(), 4, "every lapsed claim, never the message wait: {lapsed:?}");
+        assert!(lapsed.iter().all(|(id, _)| id != "i4"));
+    }
+
+    async fn next_due_is_the_earliest_lapse_among_many_claims(db) {
+        let d = deploy(&*db, "d1").await;
+        let parks = (1..=40).map(|s| timer(s, 10 * s)).collect();
+        waiting_instance(&*db, &d, "i1", parks).await;
+        // Claims lapsing at 1000 + 10*k, taken in order of due (k = 0..=3).
+        for k in 0..4 {
+            assert_eq!(db.claim_due(400, 10, &format!("c{k}"), 600 + 10 * k).await.unwrap().len(), 10);
+        }
+        assert_eq!(db.next_due().await.unwrap(), Some(1_000));
+        for seq in 1..=10 {
+            db.release_claim("i1", seq, "c0").await.unwrap();
+        }
+        assert_eq!(db.next_due().await.unwrap(), Some(10), "released: due again at once");
+        assert_eq!(db.claim_due(400, 100, "c0", 1_000).await.unwrap().len(), 10);
+        assert_eq!(db.next_due().await.unwrap(), Some(1_010));
+        // Pre-claims of later parks join the claimed branch.
+        waiting_instance(&*db, &d, "i2", vec![pre_claimed(timer(1, 900), "me", 1_005)]).await;
+        assert_eq!(db.next_due().await.unwrap(), Some(1_005));
+    }
+
+    async fn other_writes_interleave_with_instance_writes_and_claims(db) {
+        use sutra::store::tenancy::{TenancyStore, TenantLimits, TenantRecord};
+        let d = deploy(&*db, "base").await;
+        let mut tasks = Vec::new();
+        // Instance writers: create, then steps arming due parks.
+        for w in 0..4 {
+            let store = db.store.clone();
+            let d = d.clone();
+            tasks.push(tokio::spawn(async move {
+                for n in 0..10 {
+                    let id = format!("w{w}-{n}");
+                    let first = StepWrite { arm: vec![timer(1, 10)], ..step("WAITING", "{}", 1) };
+                    store.create_instance(&new_instance(&id, &d, None), &first).await.unwrap();
+                    for v in 1..=3 {
+                        let next = StepWrite { arm: vec![timer(v + 1, 10)], ..step("WAITING", "{}", v) };
+                        store.commit_step(&id, v, &next).await.unwrap();
+                    }
+                }
+            }));
+        }
+        // Claimers.
+        for c in 0..2 {
+            let store = db.store.clone();
+            tasks.push(tokio::spawn(async move {
+                let owner = format!("claimer-{c}");
+                for _ in 0..30 {
+                    for p in store.claim_due(1_000, 4, &owner, 60_000).await.unwrap() {
+                        if p.seq % 2 == 0 {
+                            store.release_claim(&p.instance_id, p.seq, &owner).await.unwrap();
+                        }
+                    }
+                }
+            }));
+        }
+        // The writes that stay on the other write path.
+        let store = db.store.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in 0..10 {
+                let deployment = store.insert_deployment(&new_deployment(&format!("p{n}"), T, &format!("proc{n}"))).await.unwrap();
+                store.put_module(T, &format!("digest{n}"), b"\0asm").await.unwrap();
+                assert!(store.try_lease("sweeper", "me", 1_000 + n, 500).await.unwrap());
+                store.sweep(1_000, 10).await.unwrap();
+                let tenant = TenantRecord { name: format!("t{n}"), created_at: n, limits: TenantLimits::default() };
+                store.create_tenant(&tenant).await.unwrap();
+                store.set_deployment_state(&deployment.id, DeploymentState::Draining).await.unwrap();
+            }
+        }));
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(db.live_instances().await.unwrap().len(), 40);
+        for w in 0..4 {
+            for n in 0..10 {
+                let i = db.load_instance(&format!("w{w}-{n}")).await.unwrap().unwrap();
+                assert_eq!(i.version, 4);
+                assert_eq!(db.parks_of(&i.id).await.unwrap().len(), 4);
+            }
+        }
+        assert_eq!(db.list_deployments(Some(T)).await.unwrap().len(), 11);
+        assert_eq!(db.list_tenants().await.unwrap().len(), 10);
+        assert_eq!(db.get_module(T, "digest9").await.unwrap().as_deref(), Some(&b"\0asm"[..]));
+        // Every park is claimable exactly once more in the end.
+        let mut rest = 0;
+        loop {
+            let got = db.claim_due(100_000, 64, "last", 1_000).await.unwrap().len();
+            if got == 0 {
+                break;
+            }
+            rest += got;
+        }
+        assert_eq!(rest, 160);
+    }
+
+    async fn a_thousand_concurrent_creates_each_get_their_own_answer(db) {
+        let d = deploy(&*db, "d1").await;
+        let mut tasks = Vec::new();
+        for n in 0..1_000 {
+            let store = db.store.clone();
+            // Every 100th start reuses the id of the one before it: a duplicate.
+            let id = if n % 100 == 99 { format!("i{:04}", n - 1) } else { format!("i{n:04}") };
+            let inst = new_instance(&id, &d, None);
+            let first = StepWrite { arm: vec![timer(1, 10)], ..step("WAITING", "{}", 1) };
+            tasks.push(tokio::spawn(async move { store.create_instance(&inst, &first).await }));
+        }
+        let (mut new, mut duplicates) = (0, 0);
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(Created::New) => new += 1,
+                Err(StoreError::Duplicate(_)) => duplicates += 1,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!((new, duplicates), (990, 10));
+        assert_eq!(db.live_instances().await.unwrap().len(), 990);
+        assert_eq!(db.park_counts().await.unwrap(), [("timer".to_string(), 990)]);
+    }
+
     async fn message_parks_are_found_by_tenant_name_and_key(db) {
         let d = deploy(&*db, "d1").await;
         waiting_instance(&*db, &d, "i1", vec![message(1, "paid", Some("o-1")), timer(2, 100)]).await;
@@ -570,6 +741,131 @@ backends::store_tests! {
     }
 }
 
+/// SQLite only: while another connection holds the file's write lock, the
+/// writer thread's writes and claims and the sqlx pool's writes wait for it
+/// (busy timeout) instead of failing, and all succeed once it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writes_wait_for_a_lock_held_elsewhere() {
+    use sqlx::{Connection, Executor};
+    use std::str::FromStr;
+    use std::time::Duration;
+    use sutra::store::SqliteStore;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("lock.db").display());
+    let store = SqliteStore::open(&url).await.unwrap();
+    let d = deploy(&store, "d1").await;
+    waiting_instance(&store, &d, "i1", vec![timer(1, 10)]).await;
+
+    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(&url).unwrap();
+    let mut other = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+    other.execute("BEGIN IMMEDIATE").await.unwrap();
+    let writes = {
+        let store = store.clone();
+        let d = d.clone();
+        tokio::spawn(async move {
+            let next = StepWrite {
+                arm: vec![timer(2, 20)],
+                ..step("WAITING", "{}", 2)
+            };
+            let commit = store.commit_step("i1", 1, &next);
+            let (inst, running) = (new_instance("i2", &d, None), step("RUNNING", "{}", 1));
+            let create = store.create_instance(&inst, &running);
+            let claim = store.claim_due(100, 10, "me", 1_000);
+            let lease = store.try_lease("sweeper", "me", 1, 1_000);
+            let refund = new_deployment("d2", T, "refund");
+            let deploy = store.insert_deployment(&refund);
+            let (commit, create, claim, lease, deploy) =
+                tokio::join!(commit, create, claim, lease, deploy);
+            commit.unwrap();
+            assert_eq!(create.unwrap(), Created::New);
+            assert_eq!(claim.unwrap().len(), 2);
+            assert!(lease.unwrap());
+            assert_eq!(deploy.unwrap().version, 1);
+        })
+    };
+    // While the lock is held, nothing can have been written.
+    let mut writes = writes;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), &mut writes)
+            .await
+            .is_err(),
+        "a write finished while another connection held the write lock"
+    );
+    other.execute("COMMIT").await.unwrap();
+    writes.await.unwrap();
+    assert_eq!(store.load_instance("i1").await.unwrap().unwrap().version, 2);
+    other.close().await.unwrap();
+    store.close().await;
+}
+
+/// SQLite only: a closed store answers its writes with an error (no hang),
+/// and what it acknowledged before closing is on disk for the next opener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_closed_store_refuses_writes_and_kept_what_it_acknowledged() {
+    use sutra::store::SqliteStore;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("closed.db").display());
+    let store = SqliteStore::open(&url).await.unwrap();
+    let d = deploy(&store, "d1").await;
+    waiting_instance(&store, &d, "i1", vec![pre_claimed(timer(1, 10), "me", 500)]).await;
+    store.close().await;
+    assert!(store
+        .commit_step("i1", 1, &step("WAITING", "{}", 2))
+        .await
+        .is_err());
+    assert!(store.claim_due(1_000, 10, "me", 1_000).await.is_err());
+    let again = SqliteStore::open(&url).await.unwrap();
+    assert_eq!(again.load_instance("i1").await.unwrap().unwrap().version, 1);
+    assert_eq!(
+        again.next_due().await.unwrap(),
+        Some(500),
+        "the pre-claim was stored"
+    );
+    again.close().await;
+}
+
+/// SQLite only: an in-memory database (no writer thread: its instance
+/// writes and claims take the sqlx group commit) keeps the same rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_in_memory_keeps_the_write_and_claim_rules() {
+    use sutra::store::SqliteStore;
+    let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+    let d = deploy(&store, "d1").await;
+    waiting_instance(
+        &store,
+        &d,
+        "i1",
+        vec![pre_claimed(timer(1, 10), "me", 500), timer(2, 20)],
+    )
+    .await;
+    let err = store
+        .commit_step("i1", 7, &step("WAITING", "{}", 2))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err:?}");
+    let err = store
+        .create_instance(&new_instance("i1", &d, None), &step("RUNNING", "{}", 1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Duplicate(_)), "{err:?}");
+    let got = store.claim_due(100, 10, "other", 1_000).await.unwrap();
+    assert_eq!(got.iter().map(|p| p.seq).collect::<Vec<_>>(), [2]);
+    assert_eq!(store.next_due().await.unwrap(), Some(500));
+    store.release_claim("i1", 1, "me").await.unwrap();
+    assert_eq!(
+        store
+            .claim_due(100, 10, "other", 1_000)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let batch = vec![("i1".to_string(), 1, step("WAITING", "b", 3))];
+    store.commit_steps(&batch).await.unwrap();
+    assert_eq!(store.load_instance("i1").await.unwrap().unwrap().version, 2);
+    store.close().await;
+}
+
 /// Not a behaviour test: the cost of one `commit_step` on SQLite with
 /// `synchronous=FULL` vs `NORMAL` on this machine's disk. Run with
 /// `cargo test --test store measure -- --ignored --nocapture`.
@@ -669,4 +965,185 @@ async fn sqlite_opens_every_url_form() {
         Some(1)
     );
     store.close().await;
+}
+
+/// Not a behaviour test: the SQLite write path on a file database
+/// (`synchronous=FULL`), on the writer thread and on the sqlx group commit
+/// (`writer_thread: false`, the path before the writer thread): p50 of a lone
+/// `create_instance` (instance + attempt park), of a lone `commit_step`, of
+/// `claim_due` + `release_claim`, the time to commit 1,000 concurrent
+/// `create_instance` calls, and `next_due` with 12,800 claimed parks. Run with
+/// `cargo test --release --test store measure_sqlite_write_path -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; run on demand"]
+async fn measure_sqlite_write_path() {
+    for writer_thread in [false, true] {
+        measure_write_path(writer_thread).await;
+    }
+}
+
+async fn measure_write_path(writer_thread: bool) {
+    use sqlx::Connection;
+    use std::str::FromStr;
+    use std::time::{Duration, Instant};
+    use sutra::store::{SqliteOptions, SqliteStore};
+    fn p50(mut v: Vec<Duration>) -> Duration {
+        v.sort();
+        v[v.len() / 2]
+    }
+    let path = if writer_thread {
+        "writer thread"
+    } else {
+        "sqlx group commit"
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let opts = SqliteOptions {
+        writer_thread,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open_with(&url, opts).await.unwrap();
+    let d = deploy(&store, "d1").await;
+    let snapshot = format!("{{\"pad\":\"{}\"}}", "x".repeat(512));
+
+    // A lone create: the instance and its attempt park.
+    let mut creates = Vec::new();
+    for n in 0..400 {
+        let first = StepWrite {
+            arm: vec![timer(1, 1_000_000)],
+            ..step("RUNNING", &snapshot, 1)
+        };
+        let inst = new_instance(&format!("c{n:04}"), &d, None);
+        let t = Instant::now();
+        store.create_instance(&inst, &first).await.unwrap();
+        creates.push(t.elapsed());
+    }
+    // A lone commit: withdraw a park, arm one, record an attempt.
+    waiting_instance(&store, &d, "i1", vec![timer(0, 10)]).await;
+    let mut commits = Vec::new();
+    for v in 1..=400i64 {
+        let write = StepWrite {
+            withdraw: vec![v - 1],
+            arm: vec![timer(v, 1_000_000 + v)],
+            attempts: vec![attempt("a", v)],
+            ..step("WAITING", &snapshot, v)
+        };
+        let t = Instant::now();
+        store.commit_step("i1", v, &write).await.unwrap();
+        commits.push(t.elapsed());
+    }
+    // A lone claim and release of one due park.
+    waiting_instance(&store, &d, "due", vec![timer(1, 5)]).await;
+    let (mut claims, mut releases) = (Vec::new(), Vec::new());
+    for _ in 0..400 {
+        let t = Instant::now();
+        let got = store.claim_due(10, 16, "me", 60_000).await.unwrap();
+        claims.push(t.elapsed());
+        assert_eq!(got.len(), 1);
+        let t = Instant::now();
+        store.release_claim("due", 1, "me").await.unwrap();
+        releases.push(t.elapsed());
+    }
+    let gone = StepWrite {
+        withdraw: vec![1],
+        ..step("WAITING", "{}", 1)
+    };
+    store.commit_step("due", 1, &gone).await.unwrap();
+    println!(
+        "{path}: lone create_instance p50 {:?}, commit_step p50 {:?}, claim_due p50 {:?}, release_claim p50 {:?}",
+        p50(creates),
+        p50(commits),
+        p50(claims),
+        p50(releases)
+    );
+
+    // 1,000 concurrent creates.
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for n in 0..1_000 {
+        let store = store.clone();
+        let inst = new_instance(&format!("b{n:04}"), &d, None);
+        let first = StepWrite {
+            arm: vec![timer(1, 1_000_000)],
+            ..step("RUNNING", &snapshot, 1)
+        };
+        tasks.push(tokio::spawn(async move {
+            store.create_instance(&inst, &first).await.unwrap()
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), Created::New);
+    }
+    println!(
+        "{path}: 1,000 concurrent create_instance committed in {:?}",
+        t.elapsed()
+    );
+
+    // next_due with 12,800 claimed parks (100 instances x 128 due parks).
+    for n in 0..100 {
+        let parks = (1..=128).map(|s| timer(s, 20 + s)).collect();
+        waiting_instance(&store, &d, &format!("p{n:03}"), parks).await;
+    }
+    let mut claimed = 0;
+    loop {
+        let got = store.claim_due(1_000, 512, "me", 3_600_000).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        claimed += got.len();
+    }
+    assert_eq!(claimed, 12_800);
+    let mut reads = Vec::new();
+    for _ in 0..100 {
+        let t = Instant::now();
+        assert_eq!(store.next_due().await.unwrap(), Some(1_000_000));
+        reads.push(t.elapsed());
+    }
+    let mut empty_claims = Vec::new();
+    for _ in 0..50 {
+        let t = Instant::now();
+        assert!(store
+            .claim_due(1_000, 16, "me", 60_000)
+            .await
+            .unwrap()
+            .is_empty());
+        empty_claims.push(t.elapsed());
+    }
+    println!(
+        "{path}: with 12,800 claimed parks: next_due p50 {:?}, an empty claim_due p50 {:?}",
+        p50(reads),
+        p50(empty_claims)
+    );
+    store.close().await;
+
+    if writer_thread {
+        // The next_due query before this change (MAX(due_at, claimed_until)
+        // per claimed row, no parks_unclaimed_due index) on the same data.
+        const OLD_NEXT_DUE: &str = "SELECT MIN(t) FROM ( \
+           SELECT MIN(due_at) AS t FROM parks WHERE due_at IS NOT NULL AND claimed_until IS NULL \
+           UNION ALL \
+           SELECT MIN(CASE WHEN claimed_until > due_at THEN claimed_until ELSE due_at END) AS t \
+           FROM parks WHERE due_at IS NOT NULL AND claimed_until IS NOT NULL) AS next_due";
+        let opts = sqlx::sqlite::SqliteConnectOptions::from_str(&url).unwrap();
+        let mut conn = sqlx::SqliteConnection::connect_with(&opts).await.unwrap();
+        sqlx::query("DROP INDEX parks_unclaimed_due")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let mut old = Vec::new();
+        for _ in 0..100 {
+            let t = Instant::now();
+            let due: Option<i64> = sqlx::query_scalar(OLD_NEXT_DUE)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            old.push(t.elapsed());
+            assert_eq!(due, Some(1_000_000));
+        }
+        println!(
+            "before: the old next_due query, without the new index: p50 {:?}",
+            p50(old)
+        );
+        conn.close().await.unwrap();
+    }
 }

@@ -75,6 +75,7 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
                 due_at: Some(now_ms() + 60_000),
                 message_name: None,
                 correlation_key: None,
+                claim: None,
             }],
             ..StepWrite::default()
         };

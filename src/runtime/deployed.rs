@@ -14,6 +14,10 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+/// How long a start trusts the active deployment it read (see
+/// [`Runtime::active_deployed`]).
+const ACTIVE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A deployment ready to run: its process and its loaded components.
 pub struct Deployed {
     pub record: DeploymentRecord,
@@ -130,11 +134,63 @@ impl<S: Store> Runtime<S> {
             self.cache(deployed);
             records.push(record);
         }
+        self.forget_active();
         // Arm schedules, resolve the replaced versions' ones, retire what drained (lifecycle.rs).
         if let Err(e) = self.activated(&records).await {
             tracing::warn!(error = %e, "deployed, but arming schedules or retiring old versions failed; the serve loop retries");
         }
         Ok(records)
+    }
+
+    /// The ACTIVE deployment of `process_id`, loaded. The id read from the
+    /// store is trusted for [`ACTIVE_TTL`]: a deploy or undeploy through this
+    /// runtime forgets it at once; one made by another process is seen within
+    /// the TTL.
+    pub(crate) async fn active_deployed(
+        &self,
+        tenant: &str,
+        process_id: &str,
+    ) -> RuntimeResult<Option<Arc<Deployed>>> {
+        let key = (tenant.to_string(), process_id.to_string());
+        let known = self.inner.active.lock().ok().and_then(|m| {
+            m.get(&key)
+                .filter(|(at, _)| at.elapsed() < ACTIVE_TTL)
+                .map(|(_, id)| id.clone())
+        });
+        if let Some(id) = known {
+            return self.deployed(&id).await.map(Some);
+        }
+        let Some(dep) = self
+            .inner
+            .store
+            .active_deployment(tenant, process_id)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let deployed = self.deployed(&dep.id).await?;
+        if let Ok(mut m) = self.inner.active.lock() {
+            if m.len() > 10_000 {
+                m.clear();
+            }
+            m.insert(key, (std::time::Instant::now(), dep.id));
+        }
+        Ok(Some(deployed))
+    }
+
+    /// Whether `deployment_id` was read as ACTIVE within the TTL.
+    pub(crate) fn known_active(&self, deployment_id: &str) -> bool {
+        self.inner.active.lock().is_ok_and(|m| {
+            m.values()
+                .any(|(at, id)| id == deployment_id && at.elapsed() < ACTIVE_TTL)
+        })
+    }
+
+    /// Forget every cached active deployment (a deployment changed state).
+    pub(crate) fn forget_active(&self) {
+        if let Ok(mut m) = self.inner.active.lock() {
+            m.clear();
+        }
     }
 
     fn cache(&self, d: Arc<Deployed>) {

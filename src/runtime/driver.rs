@@ -1,15 +1,12 @@
 //! Driving instances: apply an event, commit the step, run its attempts,
 //! feed their outcomes back, until every token waits.
 
+use super::inline::Spec;
 use super::{Deployed, Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
-use crate::engine::{
-    self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step, TaskOutcome,
-};
+use crate::engine::{self, AttemptRequest, Event, Snapshot, Step, TaskOutcome};
 use crate::sandbox::{Outcome, TaskContext};
-use crate::store::{
-    AttemptRow, Created, JournalRow, NewInstance, NewPark, StepWrite, Store, StoreError,
-};
+use crate::store::{Created, NewInstance, StepWrite, Store, StoreError};
 use serde_json::{Map, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -67,7 +64,7 @@ fn to_outcome(o: Outcome) -> TaskOutcome {
 }
 
 impl<S: Store> Runtime<S> {
-    fn inputs(&self) -> engine::Inputs {
+    pub(crate) fn inputs(&self) -> engine::Inputs {
         let draw = self
             .inner
             .rng
@@ -79,66 +76,6 @@ impl<S: Store> Runtime<S> {
             draw,
             attempt_lease: self.inner.limits.deadline + super::LEASE_MARGIN,
         }
-    }
-
-    /// Turn a step's effects into the one transaction that commits it.
-    fn to_write(&self, step: &Step) -> StepWrite {
-        let snap = &step.snapshot;
-        let mut w = StepWrite {
-            snapshot: snap.to_json(),
-            state: snap.state.as_str().to_string(),
-            updated_at: ms(self.inner.clock.now()),
-            ..StepWrite::default()
-        };
-        for e in &step.effects {
-            match e {
-                Effect::Arm { seq, park } => w.arm.push(NewPark {
-                    seq: *seq as i64,
-                    kind: park.kind.as_str().to_string(),
-                    // Rounded up: a park never becomes claimable before its instant.
-                    due_at: park.due.map(crate::time::to_millis_ceil),
-                    message_name: park.message.as_ref().map(|m| m.name.clone()),
-                    correlation_key: park.message.as_ref().and_then(|m| m.key.clone()),
-                }),
-                Effect::Withdraw { seq } => w.withdraw.push(*seq as i64),
-                Effect::RecordAttempt(a) => w.attempts.push(AttemptRow {
-                    token: a.token as i64,
-                    node: a.node.clone(),
-                    attempt: i64::from(a.attempt),
-                    started_at: ms(a.started_at),
-                    ended_at: ms(a.ended_at),
-                    outcome: a.outcome.clone(),
-                    code: a.code.clone(),
-                    message: a.message.clone(),
-                }),
-                Effect::Journal(j) if self.inner.config.audit_sql => w.journal.push(JournalRow {
-                    seq: j.seq as i64,
-                    at: ms(j.at),
-                    kind: j.kind.clone(),
-                    node: j.node.clone(),
-                    data: j.data.to_string(),
-                }),
-                Effect::Journal(_) | Effect::RunAttempt(_) => {}
-                Effect::Ended { state } => {
-                    w.withdraw_all = true;
-                    w.ended_at = snap.ended_at.map(ms);
-                    // Retention PT0S: no history at all, but FAILED is always retained.
-                    w.delete = *state != InstanceState::Failed
-                        && self.inner.config.retention.as_std().is_zero();
-                }
-            }
-        }
-        w
-    }
-
-    fn attempts_of(step: &Step) -> Vec<AttemptRequest> {
-        step.effects
-            .iter()
-            .filter_map(|e| match e {
-                Effect::RunAttempt(a) => Some(a.clone()),
-                _ => None,
-            })
-            .collect()
     }
 
     fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -154,10 +91,8 @@ impl<S: Store> Runtime<S> {
 
     /// Start an instance and drive it until every token waits. Returns its id.
     pub async fn start(&self, req: StartRequest) -> RuntimeResult<String> {
-        let dep = self
-            .inner
-            .store
-            .active_deployment(&req.tenant, &req.process_id)
+        let deployed = self
+            .active_deployed(&req.tenant, &req.process_id)
             .await?
             .ok_or_else(|| {
                 RuntimeError::new(
@@ -165,7 +100,6 @@ impl<S: Store> Runtime<S> {
                     format!("no active deployment of process `{}`", req.process_id),
                 )
             })?;
-        let deployed = self.deployed(&dep.id).await?;
         if deployed.process.stateful() && !self.inner.durable {
             return Err(RuntimeError::new(
                 Code::DatasourceRequired,
@@ -180,7 +114,7 @@ impl<S: Store> Runtime<S> {
             engine::NewInstance {
                 instance_id: &id,
                 tenant: &req.tenant,
-                deployment_id: &dep.id,
+                deployment_id: &deployed.record.id,
                 start_node: req.start_node.as_deref(),
                 variables: req.variables.clone(),
             },
@@ -232,7 +166,12 @@ impl<S: Store> Runtime<S> {
         step: Step,
         req: &StartRequest,
     ) -> RuntimeResult<String> {
-        let write = self.to_write(&step);
+        // A reused idempotency key answers the instance it started; nothing runs.
+        if let Some(key) = &req.idempotency_key {
+            if let Some(existing) = self.inner.store.instance_by_key(&req.tenant, key).await? {
+                return Ok(existing);
+            }
+        }
         let new = NewInstance {
             id: id.clone(),
             tenant: req.tenant.clone(),
@@ -242,79 +181,139 @@ impl<S: Store> Runtime<S> {
             retry_of: req.retry_of.clone(),
             started_at: ms(step.snapshot.started_at),
         };
+        let lock = self.lock_for(&id);
+        let guard = lock.lock().await;
+        let mut spec = Spec::new(step.snapshot.clone());
+        self.absorb(&mut spec, step, None);
+        // Run to the first wait before the first commit (inline.rs).
+        self.speculate(&id, deployed, &mut spec).await;
+        let write = self.finish_write(&spec);
         // Tenant quota (tenancy.rs): held until the instance row is written.
         let admission = self.admit(req).await?;
         let created = self.inner.store.create_instance(&new, &write).await?;
         drop(admission);
-        match created {
-            Created::Existing(existing) => return Ok(existing),
-            Created::New => {}
-        }
-        if step.snapshot.state.is_terminal() {
-            // Ended on its first step: its deployment may retire (lifecycle.rs).
-            self.after_terminal(&deployed.record.id).await;
+        if let Created::Existing(existing) = created {
+            return Ok(existing);
         }
         tracing::debug!(instance = %id, "started");
-        self.inner.wake.notify_one();
-        let attempts = Self::attempts_of(&step);
-        self.run_attempts(id.clone(), deployed.clone(), step.snapshot, attempts)
+        self.committed(&id, 1, &spec, &write).await;
+        drop(guard);
+        // Drive until every token waits: attempts still running, then the rest.
+        for task in std::mem::take(&mut spec.running) {
+            let _ = task.await;
+        }
+        let pending = std::mem::take(&mut spec.pending);
+        self.run_attempts(id.clone(), deployed.clone(), spec.snapshot, pending)
             .await;
         Ok(id)
     }
 
-    /// Apply one event to an instance and commit it; returns the new snapshot
-    /// and the attempts to run.
-    pub(crate) async fn apply_event(
-        &self,
-        id: &str,
-        event: &Event,
-    ) -> RuntimeResult<(Arc<Deployed>, Snapshot, Vec<AttemptRequest>)> {
-        let lock = self.lock_for(id);
-        let _guard = lock.lock().await;
-        for _ in 0..CONFLICT_RETRIES {
-            let rec = self.inner.store.load_instance(id).await?.ok_or_else(|| {
-                RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
-            })?;
-            let snap = Snapshot::from_json(&rec.snapshot)
-                .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
-            let deployed = self.deployed(&rec.deployment_id).await?;
-            let step = engine::apply(&deployed.process, snap, event.clone(), &self.inputs())?;
-            let write = self.to_write(&step);
-            match self.inner.store.commit_step(id, rec.version, &write).await {
-                Ok(()) => {
-                    if !write.arm.is_empty() {
-                        self.inner.wake.notify_one();
-                    }
-                    if step.snapshot.state.is_terminal() {
-                        // Its deployment may retire now (lifecycle.rs).
-                        self.after_terminal(&rec.deployment_id).await;
-                    }
-                    let attempts = Self::attempts_of(&step);
-                    return Ok((deployed, step.snapshot, attempts));
-                }
-                Err(StoreError::Conflict(_)) => continue,
-                Err(e) => return Err(e.into()),
-            }
+    /// What follows every commit: wake the poller for new parks, set alarms,
+    /// tell `settle` waiters, let a drained deployment retire.
+    async fn committed(&self, id: &str, version: i64, spec: &Spec, write: &StepWrite) {
+        // The poller only needs to look again for a park no alarm here fires.
+        if write
+            .arm
+            .iter()
+            .any(|p| p.due_at.is_some() && p.claim.is_none())
+        {
+            self.inner.wake.notify_one();
         }
-        Err(RuntimeError::new(
-            Code::StoreFailed,
-            format!("instance {id}: too many concurrent updates"),
-        ))
+        self.arm_alarms(id, version, spec, write);
+        self.inner.stepped.notify_waiters();
+        if spec.snapshot.state.is_terminal() {
+            // Its deployment may retire now (lifecycle.rs).
+            self.after_terminal(&spec.snapshot.deployment_id).await;
+        }
     }
 
-    /// Apply an event and run everything it makes runnable.
+    /// The last committed snapshot of an instance and its version.
+    async fn current(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
+        if let Some(kept) = self.recall(id) {
+            return Ok(kept);
+        }
+        let rec = self.inner.store.load_instance(id).await?.ok_or_else(|| {
+            RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
+        })?;
+        let snap = Snapshot::from_json(&rec.snapshot)
+            .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
+        Ok((rec.version, snap))
+    }
+
+    /// Apply an event, run what it makes runnable to the next wait (within
+    /// the commit window), commit, and run what is left.
     pub(crate) fn drive(&self, id: String, event: Event) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
         Box::pin(async move {
-            let (deployed, snap, attempts) = rt.apply_event(&id, &event).await?;
-            rt.run_attempts(id, deployed, snap.clone(), attempts).await;
-            Ok(snap)
+            let lock = rt.lock_for(&id);
+            let guard = lock.lock().await;
+            let (mut version, snap) = rt.current(&id).await?;
+            let mut deployed = rt.deployed(&snap.deployment_id).await?;
+            let step = engine::apply(&deployed.process, snap, event.clone(), &rt.inputs())?;
+            let mut spec = Spec::new(step.snapshot.clone());
+            rt.absorb(&mut spec, step, Some(event));
+            rt.speculate(&id, &deployed, &mut spec).await;
+            let running = std::mem::take(&mut spec.running);
+            let mut tries = 0;
+            loop {
+                let write = rt.finish_write(&spec);
+                match rt.inner.store.commit_step(&id, version, &write).await {
+                    Ok(()) => {
+                        rt.committed(&id, version + 1, &spec, &write).await;
+                        break;
+                    }
+                    Err(StoreError::Conflict(_)) if tries < CONFLICT_RETRIES => {
+                        // Lost a race with another replica: replay on its state.
+                        tries += 1;
+                        let rec = rt.inner.store.load_instance(&id).await?.ok_or_else(|| {
+                            RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
+                        })?;
+                        let snap = Snapshot::from_json(&rec.snapshot)
+                            .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
+                        version = rec.version;
+                        deployed = rt.deployed(&snap.deployment_id).await?;
+                        spec = rt.replay(&deployed, snap, &spec.events, &spec.inflight);
+                    }
+                    Err(StoreError::Conflict(_)) => {
+                        return Err(RuntimeError::new(
+                            Code::StoreFailed,
+                            format!("instance {id}: too many concurrent updates"),
+                        ))
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            drop(guard);
+            for task in running {
+                let _ = task.await;
+            }
+            let pending = std::mem::take(&mut spec.pending);
+            rt.run_attempts(id, deployed, spec.snapshot.clone(), pending)
+                .await;
+            Ok(spec.snapshot)
         })
     }
 
+    /// Feed an attempt's outcome back; a failure to commit it is logged (the
+    /// attempt's park stays and re-runs it when its lease falls due).
+    pub(crate) async fn attempt_ended(
+        &self,
+        id: String,
+        req: AttemptRequest,
+        outcome: TaskOutcome,
+    ) {
+        let event = Event::AttemptEnded {
+            token: req.token,
+            attempt: req.attempt,
+            outcome,
+        };
+        if let Err(e) = self.drive(id.clone(), event).await {
+            tracing::error!(instance = %id, error = %e, "could not commit an attempt outcome; its lease will re-run it");
+        }
+    }
+
     /// Run attempts concurrently (bounded by the sandbox's lanes) and feed each
-    /// outcome back. A failure to commit an outcome is logged: the attempt's
-    /// park stays and re-runs it when its lease falls due.
+    /// outcome back.
     fn run_attempts(
         &self,
         id: String,
@@ -335,17 +334,14 @@ impl<S: Store> Runtime<S> {
                 let tenant = snap.tenant.clone();
                 set.spawn(async move {
                     let outcome = rt.run_attempt(&deployed, &tenant, &id, &req).await;
-                    let event = Event::AttemptEnded { token: req.token, attempt: req.attempt, outcome };
-                    if let Err(e) = rt.drive(id.clone(), event).await {
-                        tracing::error!(instance = %id, error = %e, "could not commit an attempt outcome; its lease will re-run it");
-                    }
+                    rt.attempt_ended(id, req, outcome).await;
                 });
             }
             while set.join_next().await.is_some() {}
         })
     }
 
-    async fn run_attempt(
+    pub(crate) async fn run_attempt(
         &self,
         deployed: &Deployed,
         tenant: &str,

@@ -37,6 +37,7 @@ impl<S: Store> Runtime<S> {
             .store
             .set_deployment_state(id, DeploymentState::Retired)
             .await?;
+        self.forget_active();
         tracing::info!(deployment = %id, process = %dep.process_id, version = dep.version, "deployment retired");
         Ok(true)
     }
@@ -56,6 +57,10 @@ impl<S: Store> Runtime<S> {
     /// Never fails the step (it is committed already): a failure is logged and
     /// the serve loop's pass retries.
     pub(crate) async fn after_terminal(&self, deployment_id: &str) {
+        // An ACTIVE deployment cannot retire: skip the read while it is known so.
+        if self.known_active(deployment_id) {
+            return;
+        }
         if let Err(e) = self.retire_if_drained(deployment_id).await {
             tracing::warn!(deployment = %deployment_id, error = %e, "retirement check failed");
         }
@@ -79,6 +84,7 @@ impl<S: Store> Runtime<S> {
                 .store
                 .set_deployment_state(id, DeploymentState::Draining)
                 .await?;
+            self.forget_active();
         }
         self.inner.store.resolve_inactive_schedules().await?;
         self.retire_if_drained(id).await?;

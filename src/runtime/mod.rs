@@ -4,15 +4,20 @@
 //!
 //! Invariants:
 //! - the database is the truth: every engine step is committed (snapshot,
-//!   parks, attempts, journal in one transaction) before any of its effects
-//!   runs, and nothing waits in memory — a backoff or a timer is a park row;
+//!   parks, attempts, journal in one transaction) before any effect that
+//!   outlives the commit window — quick attempts (sandboxed, without effects
+//!   outside their result) run first and are committed with their outcomes
+//!   (inline.rs) — and nothing waits in memory: a backoff or a timer is a park
+//!   row; an alarm (alarm.rs) only fires a short one promptly;
 //! - one instance is advanced by one step at a time (a per-instance lock here,
 //!   the optimistic version in the store across replicas: a lost race reloads
 //!   and re-applies, never double-applies);
 //! - time is read only through the `Clock`.
 
+mod alarm;
 mod deployed;
 mod driver;
+mod inline;
 // Schedules, quotas, retirement (the API issue).
 mod lifecycle;
 mod schedule;
@@ -87,6 +92,10 @@ pub struct RuntimeOptions {
     pub owner: String,
     /// Where precompiled components are cached (`None` = no disk cache).
     pub cache_dir: Option<std::path::PathBuf>,
+    /// Fire the short waits this runtime arms from an in-process alarm
+    /// (alarm.rs; only on the system clock). `false` leaves every wait to the
+    /// pollers — for a runtime that only starts instances.
+    pub alarms: bool,
 }
 
 impl RuntimeOptions {
@@ -99,6 +108,7 @@ impl RuntimeOptions {
             durable: true,
             owner: format!("sutra-{}", std::process::id()),
             cache_dir: None,
+            alarms: true,
         }
     }
 
@@ -126,6 +136,14 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) deployed: Mutex<HashMap<String, Arc<Deployed>>>,
     pub(crate) locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub(crate) wake: Arc<tokio::sync::Notify>,
+    /// Told after every commit (`settle` waits on it).
+    pub(crate) stepped: tokio::sync::Notify,
+    /// Precise wake-ups for short waits (`None` if the thread could not start).
+    pub(crate) alarms: Option<alarm::Alarms>,
+    /// The committed snapshot and version of instances with an alarm pending.
+    pub(crate) hot: Mutex<HashMap<String, (i64, crate::engine::Snapshot)>>,
+    /// (tenant, process) → its active deployment id, and when that was read.
+    pub(crate) active: Mutex<HashMap<(String, String), (std::time::Instant, String)>>,
     pub(crate) rng: Mutex<rand::rngs::StdRng>,
     /// Tenant limits cache and admission locks (`tenancy.rs`).
     pub(crate) tenancy: tenancy::TenancyCache,
@@ -163,6 +181,13 @@ impl<S: Store> Runtime<S> {
         if let Some(m) = opts.config.memory_bytes {
             limits.memory_bytes = m;
         }
+        let alarms = if opts.alarms && opts.clock.is_wall_clock() {
+            alarm::Alarms::start()
+                .map_err(|e| tracing::warn!(error = %e, "no alarm thread; short waits go through the poller"))
+                .ok()
+        } else {
+            None
+        };
         Ok(Runtime {
             inner: Arc::new(Inner {
                 store,
@@ -176,6 +201,10 @@ impl<S: Store> Runtime<S> {
                 deployed: Mutex::new(HashMap::new()),
                 locks: Mutex::new(HashMap::new()),
                 wake: Arc::new(tokio::sync::Notify::new()),
+                stepped: tokio::sync::Notify::new(),
+                alarms,
+                hot: Mutex::new(HashMap::new()),
+                active: Mutex::new(HashMap::new()),
                 rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
                 tenancy: tenancy::TenancyCache::default(),
             }),

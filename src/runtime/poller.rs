@@ -15,6 +15,8 @@ const CLAIM_BATCH: i64 = 256;
 /// The longest the poller sleeps without looking at the store (another replica
 /// may have armed something).
 const MAX_IDLE: Duration = Duration::from_millis(500);
+/// How often `settle` looks at a park past due that somebody else holds.
+const HELD_PARK_POLL: Duration = Duration::from_millis(10);
 
 /// Why `settle` returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,13 +69,14 @@ impl<S: Store> Runtime<S> {
     /// clock it sleeps until the next due park (a wait, not a busy loop).
     pub async fn settle(&self, id: &str) -> RuntimeResult<Settled> {
         loop {
+            // Registered before looking, so a commit in between is not missed.
+            let stepped = self.inner.stepped.notified();
+            tokio::pin!(stepped);
+            stepped.as_mut().enable();
             self.fire_due().await?;
-            let Some(rec) = self.inner.store.load_instance(id).await? else {
-                return Ok(Settled::Gone);
-            };
-            if InstanceState::parse(&rec.state).is_none_or(InstanceState::is_terminal) {
-                return Ok(Settled::Terminal(rec));
-            }
+            // Parks first, then the instance: a step committed in between (an
+            // alarm here, another replica) shows in the instance, never as an
+            // instance that waits with no park.
             let own_due = self
                 .inner
                 .store
@@ -82,10 +85,33 @@ impl<S: Store> Runtime<S> {
                 .iter()
                 .filter_map(|p| p.due_at)
                 .min();
+            let Some(rec) = self.inner.store.load_instance(id).await? else {
+                return Ok(Settled::Gone);
+            };
+            if InstanceState::parse(&rec.state).is_none_or(InstanceState::is_terminal) {
+                return Ok(Settled::Terminal(rec));
+            }
             let Some(due) = own_due else {
                 return Ok(Settled::Waiting(rec));
             };
-            self.wait_until(due).await;
+            if self.inner.virtual_clock.is_some() {
+                self.wait_until(due).await;
+                continue;
+            }
+            // On the system clock: until the park is due, or until a commit
+            // (an alarm or an attempt of this runtime advanced something). A
+            // park past due that no poll could claim is held by an alarm here
+            // or by another replica: look again shortly.
+            let now = self.inner.clock.now().timestamp_millis();
+            let wait = if due > now {
+                Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(MAX_IDLE)
+            } else {
+                HELD_PARK_POLL
+            };
+            tokio::select! {
+                _ = stepped => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
         }
     }
 

@@ -8,6 +8,11 @@
 //!   concurrency): a lost race is [`StoreError::Conflict`], never a double apply;
 //! - a park row exists exactly as long as its wait (a terminal step removes
 //!   every park of its instance in the same transaction);
+//! - `claim_due` hands out a park only when it is due and not under a live
+//!   claim, whether that claim was taken by `claim_due` or written with the
+//!   park ([`NewPark::claim`]); every stored claim lapses at or after its
+//!   park's `due_at`, which is what lets `next_due` read the earliest lapse
+//!   as `MIN(claimed_until)`;
 //! - every instant is stored as integer milliseconds since the Unix epoch (UTC),
 //!   so both backends order and compare identically.
 //!
@@ -19,7 +24,9 @@ mod postgres_tenancy;
 mod rows;
 pub mod sqlite;
 mod sqlite_group;
+mod sqlite_sql;
 mod sqlite_tenancy;
+mod sqlite_writer;
 pub mod tenancy;
 
 use serde::{Deserialize, Serialize};
@@ -41,6 +48,9 @@ pub enum StoreError {
     NotFound(String),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
+    /// An error of the SQLite writer thread's connection (`sqlite_writer.rs`).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("{0}")]
@@ -166,6 +176,21 @@ pub struct NewPark {
     pub due_at: Option<i64>,
     pub message_name: Option<String>,
     pub correlation_key: Option<String>,
+    /// Written already claimed: the runtime that armed it fires it from an
+    /// in-process timer, and `claim_due` hands it to nobody (its owner
+    /// included) before `until`, exactly as if `claim_due` had claimed it;
+    /// `next_due` reports `until` for it and `release_claim` by its owner
+    /// makes it claimable at once. An `until` before `due_at` is stored as
+    /// `due_at`; a message wait (no `due_at`) ignores its claim.
+    pub claim: Option<ParkClaim>,
+}
+
+/// A claim written with a park (see [`NewPark::claim`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkClaim {
+    pub owner: String,
+    /// When the claim lapses (ms); the park is then claimable by anyone.
+    pub until: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]

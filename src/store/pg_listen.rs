@@ -10,6 +10,10 @@
 //!   spurious notification costs latency or one extra poll, never
 //!   correctness. The channel is per database (not per schema), so replicas
 //!   of another schema on the same database can wake this one for nothing;
+//! - a park armed with a pre-claim ([`crate::store::NewPark::claim`]) never
+//!   notifies: its owner fires it from an in-process timer and no other
+//!   replica can claim it before the claim lapses (its pollers find it then,
+//!   through `next_due`, within their 500 ms re-read);
 //! - only parks due within [`NOTIFY_HORIZON_MS`] of the step notify: pollers
 //!   re-read the store at least every 500 ms (`runtime/poller.rs`), so a park
 //!   due later is seen in time without a notification. This keeps NOTIFY
@@ -39,8 +43,8 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How often an idle listener checks whether its poller still exists.
 pub const OWNER_CHECK: Duration = Duration::from_secs(1);
 
-/// The earliest due instant among `steps`' armed parks that falls within
-/// [`NOTIFY_HORIZON_MS`] of its step, if any.
+/// The earliest due instant among `steps`' armed parks (pre-claimed ones
+/// excepted) that falls within [`NOTIFY_HORIZON_MS`] of its step, if any.
 pub fn due_soon<'a>(steps: impl IntoIterator<Item = &'a StepWrite>) -> Option<i64> {
     steps
         .into_iter()
@@ -48,6 +52,7 @@ pub fn due_soon<'a>(steps: impl IntoIterator<Item = &'a StepWrite>) -> Option<i6
             let horizon = s.updated_at.saturating_add(NOTIFY_HORIZON_MS);
             s.arm
                 .iter()
+                .filter(|p| p.claim.is_none())
                 .filter_map(move |p| p.due_at.filter(|d| *d <= horizon))
         })
         .min()
@@ -218,6 +223,7 @@ mod tests {
             due_at,
             message_name: None,
             correlation_key: None,
+            claim: None,
         }
     }
 
@@ -259,5 +265,19 @@ mod tests {
         assert_eq!(due_soon([&a, &b, &c]), Some(10_500));
         // A park already overdue (due before its step) notifies too.
         assert_eq!(due_soon([&step(5_000, vec![park(1, Some(1))])]), Some(1));
+    }
+
+    #[test]
+    fn a_pre_claimed_park_does_not_notify() {
+        let claimed = NewPark {
+            claim: Some(crate::store::ParkClaim {
+                owner: "me".into(),
+                until: 10_400,
+            }),
+            ..park(1, Some(10_100))
+        };
+        assert_eq!(due_soon([&step(10_000, vec![claimed.clone()])]), None);
+        let s = step(10_000, vec![claimed, park(2, Some(10_300))]);
+        assert_eq!(due_soon([&s]), Some(10_300), "the unclaimed one still does");
     }
 }

@@ -23,14 +23,17 @@
 //! instant at which `claim_due` could hand out a park — an unclaimed timed
 //! park's `due_at`, a claimed one's `claimed_until` (when its claim lapses);
 //! message waits never count. A claim with `lease_ms <= 0` lapses at once.
+//! A park armed with a pre-claim ([`super::NewPark::claim`]) is stored
+//! claimed by its owner until `max(until, due_at)` and is then like any
+//! claimed park (a message wait ignores its pre-claim).
 //! Attempt and journal rows are `INSERT .. ON CONFLICT DO NOTHING`: a
 //! replayed step never records one twice. Sweep deletes attempts and
 //! journal with the instance (`ON DELETE CASCADE`).
 
 use super::rows::{
-    duplicate_or_db, effective_limit, encode_modules, load_from_counts, sort_claimed, AttemptDbRow,
-    DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS,
-    INSTANCE_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
+    duplicate_or_db, effective_limit, encode_modules, load_from_counts, park_claim_columns,
+    sort_claimed, AttemptDbRow, DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS,
+    DEPLOYMENT_COLUMNS, INSTANCE_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
 };
 use super::{
     AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
@@ -214,9 +217,10 @@ async fn apply_step(
             .await?;
     }
     for p in &step.arm {
+        let (claimed_by, claimed_until) = park_claim_columns(p);
         sqlx::query(
-            "INSERT INTO parks (instance_id, seq, kind, tenant, deployment_id, due_at, message_name, correlation_key) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO parks (instance_id, seq, kind, tenant, deployment_id, due_at, message_name, correlation_key, \
+             claimed_by, claimed_until) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(id)
         .bind(p.seq)
@@ -226,6 +230,8 @@ async fn apply_step(
         .bind(p.due_at)
         .bind(&p.message_name)
         .bind(&p.correlation_key)
+        .bind(claimed_by)
+        .bind(claimed_until)
         .execute(&mut *conn)
         .await
         .map_err(|e| duplicate_or_db(e, || format!("park {id}/{} is already armed", p.seq)))?;

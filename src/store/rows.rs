@@ -8,7 +8,7 @@
 
 use super::{
     AttemptRow, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceRecord, JournalRow,
-    ParkRecord, StoreError, StoreResult,
+    NewPark, ParkRecord, StoreError, StoreResult,
 };
 use std::collections::BTreeMap;
 
@@ -115,16 +115,38 @@ pub(super) fn effective_limit(limit: i64) -> i64 {
 
 /// The earliest instant at which `claim_due` could hand out a park, given
 /// the parks stored now: for an unclaimed timed park its `due_at`, for a
-/// claimed one the later of `due_at` and `claimed_until` (the claim lapses
-/// then, should its holder die). Message waits (no `due_at`) never count.
-/// A poller sleeps until this instant (or until it arms a park itself).
-/// The same SQL runs on both backends.
+/// claimed one its `claimed_until` (the claim lapses then, should its holder
+/// die). Message waits (no `due_at`) never count. A poller sleeps until this
+/// instant (or until it arms a park itself). The same SQL runs on both
+/// backends.
+///
+/// The claimed branch is `MIN(claimed_until)`, not the later of `due_at` and
+/// `claimed_until` per row: every stored claim lapses at or after its park's
+/// `due_at` (`claim_due` only claims parks due at `now` and sets
+/// `claimed_until = now + lease`; a pre-claim is written with
+/// `MAX(until, due_at)`, [`park_claim_columns`]), so both give the same
+/// answer, and the minimum is read from the front of an index instead of
+/// scanning every claimed row. Each branch reads the front of a partial
+/// index (`parks_claimed` for the claimed one; `parks_unclaimed_due`,
+/// migration 0003, for the unclaimed one, so it does not walk past the
+/// claimed parks at the front of `parks_due`).
 pub(super) const NEXT_DUE_SQL: &str = "SELECT MIN(t) FROM ( \
        SELECT MIN(due_at) AS t FROM parks WHERE due_at IS NOT NULL AND claimed_until IS NULL \
        UNION ALL \
-       SELECT MIN(CASE WHEN claimed_until > due_at THEN claimed_until ELSE due_at END) AS t \
-       FROM parks WHERE due_at IS NOT NULL AND claimed_until IS NOT NULL \
+       SELECT MIN(claimed_until) AS t FROM parks WHERE due_at IS NOT NULL AND claimed_until IS NOT NULL \
      ) AS next_due";
+
+/// The `claimed_by` / `claimed_until` a new park is written with: its
+/// pre-claim ([`super::NewPark::claim`]) on a timed park, with `until` raised
+/// to `due_at` if earlier (a claim never lapses before its park is due, see
+/// [`NEXT_DUE_SQL`]); none on a message wait (never claimed: the claim is
+/// ignored) or a park armed without one.
+pub(super) fn park_claim_columns(p: &NewPark) -> (Option<&str>, Option<i64>) {
+    match (&p.claim, p.due_at) {
+        (Some(c), Some(due)) => (Some(c.owner.as_str()), Some(c.until.max(due))),
+        _ => (None, None),
+    }
+}
 
 /// Folds `(state, count)` rows into a [`DeploymentLoad`].
 pub(super) fn load_from_counts(rows: &[(String, i64)]) -> DeploymentLoad {

@@ -1,15 +1,24 @@
 //! SQLite store: the embedded backend, one process owning one file.
 //!
 //! Invariants:
-//! - every write runs in a `BEGIN IMMEDIATE` transaction on a pool of exactly
-//!   one connection, so writes are serialised inside the process and never
-//!   meet `SQLITE_BUSY` from each other (another process waits on the busy
-//!   timeout); reads use a separate pool and see the last committed state (WAL);
+//! - every write runs in a `BEGIN IMMEDIATE` transaction. Instance writes
+//!   (`create_instance`, `commit_step`, `commit_steps`) and park claims
+//!   (`claim_due`, `release_claim`) of a file database go to the writer
+//!   thread (`sqlite_writer.rs`: one rusqlite connection, batches of
+//!   requests, one transaction and one fsync per batch); every other write
+//!   (deployments, modules, tenancy, leases, sweep, schedules) uses the sqlx
+//!   write pool of exactly one connection. The two writers of the process
+//!   meet only on SQLite's file lock and wait for each other up to the busy
+//!   timeout (as another process would); reads use a separate pool and see
+//!   the last committed state (WAL);
 //! - the journal is WAL with `synchronous=FULL` by default: a committed step
 //!   survives kill -9 and power loss. `Synchronous::Normal` keeps the database
 //!   consistent but may lose the last commits on power loss (not on kill -9);
 //! - `sqlite::memory:` uses one connection for reads and writes, kept open for
-//!   the life of the store (the database lives in that connection);
+//!   the life of the store (the database lives in that connection, which a
+//!   writer thread could not see): its instance writes and claims take the
+//!   sqlx group commit (`sqlite_group.rs`) on that connection instead (as
+//!   a file database does with `SqliteOptions::writer_thread` off);
 //! - migrations (`migrations/sqlite`) run on open; reopening is a no-op.
 //!
 //! Claims use the same columns and rules as PostgreSQL (`claimed_by`,
@@ -20,16 +29,21 @@
 //! instant at which `claim_due` could hand out a park — an unclaimed timed
 //! park's `due_at`, a claimed one's `claimed_until` (when its claim lapses);
 //! message waits never count. A claim with `lease_ms <= 0` lapses at once.
+//! A park armed with a pre-claim ([`super::NewPark::claim`]) is stored
+//! claimed by its owner until `max(until, due_at)` and is then like any
+//! claimed park (a message wait ignores its pre-claim).
 //! Attempt and journal rows are `INSERT .. ON CONFLICT DO NOTHING`: a
 //! replayed step never records one twice. Sweep deletes attempts and
 //! journal with the instance (`ON DELETE CASCADE`).
 
 use super::rows::{
-    duplicate_or_db, effective_limit, encode_modules, sort_claimed, AttemptDbRow, DeploymentRow,
-    InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS, INSTANCE_COLUMNS,
-    JOURNAL_COLUMNS, PARK_COLUMNS,
+    duplicate_or_db, effective_limit, encode_modules, park_claim_columns, sort_claimed,
+    AttemptDbRow, DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS,
+    DEPLOYMENT_COLUMNS, INSTANCE_COLUMNS, JOURNAL_COLUMNS, PARK_COLUMNS,
 };
-use super::sqlite_group::{GroupCommit, Op};
+use super::sqlite_group::GroupCommit;
+use super::sqlite_sql as sql;
+use super::sqlite_writer::{Done, Op, Writer};
 use super::{
     AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
     InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite, Store,
@@ -64,6 +78,11 @@ pub struct SqliteOptions {
     pub read_connections: u32,
     /// How long a caller waits for a pooled connection.
     pub acquire_timeout: Duration,
+    /// Run the instance writes and claims of a file database on the writer
+    /// thread (`sqlite_writer.rs`; the default). `false` sends them to the
+    /// sqlx group commit on the write pool instead (what an in-memory
+    /// database always does): slower, kept for comparison and as a fallback.
+    pub writer_thread: bool,
 }
 
 impl Default for SqliteOptions {
@@ -73,6 +92,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             read_connections: 4,
             acquire_timeout: Duration::from_secs(30),
+            writer_thread: true,
         }
     }
 }
@@ -80,12 +100,22 @@ impl Default for SqliteOptions {
 /// The SQLite implementation of [`Store`].
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    /// Exactly one connection: the only writer.
+    /// Exactly one connection: the writer of everything [`Self::writes`] does not take.
     pub(super) write: SqlitePool,
-    /// Batches concurrent instance writes into one transaction (group commit).
-    group: GroupCommit,
+    /// Instance writes and claims, batched into one transaction per batch.
+    writes: WritePath,
     /// Readers (the same pool as `write` for an in-memory database).
     pub(super) read: SqlitePool,
+}
+
+/// Where instance writes and claims go.
+#[derive(Debug, Clone)]
+enum WritePath {
+    /// A file database: the writer thread (`sqlite_writer.rs`).
+    Thread(Writer),
+    /// An in-memory database (or `writer_thread: false`): the sqlx group
+    /// commit on `write`'s one connection.
+    Group(GroupCommit),
 }
 
 /// Parses `sqlite://path`, `sqlite:path`, `sqlite::memory:`, `:memory:` or a
@@ -151,14 +181,48 @@ impl SqliteStore {
                 .connect_with(base)
                 .await?
         };
-        let group = GroupCommit::start(write.clone());
-        Ok(SqliteStore { write, group, read })
+        let writes = if in_memory || !opts.writer_thread {
+            WritePath::Group(GroupCommit::start(write.clone()))
+        } else {
+            // After the migrations: the thread's statements see the final schema.
+            let path = write.connect_options().get_filename().to_path_buf();
+            let writer = tokio::task::spawn_blocking(move || {
+                Writer::start(&path, opts.synchronous, opts.busy_timeout)
+            })
+            .await
+            .map_err(|e| StoreError::Other(format!("cannot start the SQLite writer: {e}")))?;
+            match writer {
+                Ok(w) => WritePath::Thread(w),
+                Err(e) => {
+                    read.close().await;
+                    write.close().await;
+                    return Err(e);
+                }
+            }
+        };
+        Ok(SqliteStore {
+            write,
+            writes,
+            read,
+        })
     }
 
-    /// Closes both pools (waits for connections in use to be returned).
+    /// Stops the writer thread (after the requests queued so far) and closes
+    /// both pools (waits for connections in use to be returned).
     pub async fn close(&self) {
+        if let WritePath::Thread(writer) = &self.writes {
+            writer.close().await;
+        }
         self.read.close().await;
         self.write.close().await;
+    }
+
+    /// Runs an instance write or a claim on the write path of this database.
+    async fn submit(&self, op: Op) -> StoreResult<Done> {
+        match &self.writes {
+            WritePath::Thread(writer) => writer.submit(op).await,
+            WritePath::Group(group) => group.submit(op).await,
+        }
     }
 
     /// A write transaction: the single writer, taken with `BEGIN IMMEDIATE`.
@@ -175,34 +239,30 @@ pub(super) async fn create_one(
     step: &StepWrite,
 ) -> StoreResult<Created> {
     if let Some(key) = &inst.idempotency_key {
-        let existing: Option<String> = sqlx::query_scalar(
-            "SELECT id FROM instances WHERE tenant = ?1 AND idempotency_key = ?2",
-        )
-        .bind(&inst.tenant)
-        .bind(key)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let existing: Option<String> = sqlx::query_scalar(sql::INSTANCE_BY_KEY)
+            .bind(&inst.tenant)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await?;
         if let Some(id) = existing {
             return Ok(Created::Existing(id));
         }
     }
-    sqlx::query(&format!(
-        "INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10, ?11)"
-    ))
-    .bind(&inst.id)
-    .bind(&inst.tenant)
-    .bind(&inst.deployment_id)
-    .bind(&inst.process_id)
-    .bind(&step.state)
-    .bind(&step.snapshot)
-    .bind(&inst.idempotency_key)
-    .bind(&inst.retry_of)
-    .bind(inst.started_at)
-    .bind(step.updated_at)
-    .bind(step.ended_at)
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
+    sqlx::query(sql::INSERT_INSTANCE)
+        .bind(&inst.id)
+        .bind(&inst.tenant)
+        .bind(&inst.deployment_id)
+        .bind(&inst.process_id)
+        .bind(&step.state)
+        .bind(&step.snapshot)
+        .bind(&inst.idempotency_key)
+        .bind(&inst.retry_of)
+        .bind(inst.started_at)
+        .bind(step.updated_at)
+        .bind(step.ended_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
     apply_step(tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
     Ok(Created::New)
 }
@@ -215,22 +275,19 @@ pub(super) async fn commit_one(
     expected_version: i64,
     step: &StepWrite,
 ) -> StoreResult<()> {
-    let row: Option<(String, String)> = sqlx::query_as(
-        "UPDATE instances SET snapshot = ?1, state = ?2, version = version + 1, updated_at = ?3, \
-         ended_at = COALESCE(?4, ended_at) WHERE id = ?5 AND version = ?6 RETURNING tenant, deployment_id",
-    )
-    .bind(&step.snapshot)
-    .bind(&step.state)
-    .bind(step.updated_at)
-    .bind(step.ended_at)
-    .bind(id)
-    .bind(expected_version)
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row: Option<(String, String)> = sqlx::query_as(sql::UPDATE_INSTANCE)
+        .bind(&step.snapshot)
+        .bind(&step.state)
+        .bind(step.updated_at)
+        .bind(step.ended_at)
+        .bind(id)
+        .bind(expected_version)
+        .fetch_optional(&mut *conn)
+        .await?;
     match row {
         Some((tenant, deployment_id)) => apply_step(conn, id, &tenant, &deployment_id, step).await,
         None => {
-            let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM instances WHERE id = ?1")
+            let exists: Option<i64> = sqlx::query_scalar(sql::INSTANCE_EXISTS)
                 .bind(id)
                 .fetch_optional(&mut *conn)
                 .await?;
@@ -252,79 +309,103 @@ async fn apply_step(
     step: &StepWrite,
 ) -> StoreResult<()> {
     if step.delete {
-        for table in ["parks", "attempts", "journal"] {
-            sqlx::query(&format!("DELETE FROM {table} WHERE instance_id = ?1"))
-                .bind(id)
-                .execute(&mut *conn)
-                .await?;
+        for statement in sql::DELETE_INSTANCE_ALL {
+            sqlx::query(statement).bind(id).execute(&mut *conn).await?;
         }
-        sqlx::query("DELETE FROM instances WHERE id = ?1")
-            .bind(id)
-            .execute(&mut *conn)
-            .await?;
         return Ok(());
     }
     if step.withdraw_all {
-        sqlx::query("DELETE FROM parks WHERE instance_id = ?1")
+        sqlx::query(sql::DELETE_PARKS_OF)
             .bind(id)
             .execute(&mut *conn)
             .await?;
     }
     for seq in &step.withdraw {
-        sqlx::query("DELETE FROM parks WHERE instance_id = ?1 AND seq = ?2")
+        sqlx::query(sql::DELETE_PARK)
             .bind(id)
             .bind(seq)
             .execute(&mut *conn)
             .await?;
     }
     for p in &step.arm {
-        sqlx::query(
-            "INSERT INTO parks (instance_id, seq, kind, tenant, deployment_id, due_at, message_name, correlation_key) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .bind(id)
-        .bind(p.seq)
-        .bind(&p.kind)
-        .bind(tenant)
-        .bind(deployment_id)
-        .bind(p.due_at)
-        .bind(&p.message_name)
-        .bind(&p.correlation_key)
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| duplicate_or_db(e, || format!("park {id}/{} is already armed", p.seq)))?;
+        let (claimed_by, claimed_until) = park_claim_columns(p);
+        sqlx::query(sql::INSERT_PARK)
+            .bind(id)
+            .bind(p.seq)
+            .bind(&p.kind)
+            .bind(tenant)
+            .bind(deployment_id)
+            .bind(p.due_at)
+            .bind(&p.message_name)
+            .bind(&p.correlation_key)
+            .bind(claimed_by)
+            .bind(claimed_until)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| duplicate_or_db(e, || format!("park {id}/{} is already armed", p.seq)))?;
     }
     for a in &step.attempts {
-        sqlx::query(
-            "INSERT INTO attempts (instance_id, token, node, attempt, started_at, ended_at, outcome, code, message) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (instance_id, token, node, attempt) DO NOTHING",
-        )
-        .bind(id)
-        .bind(a.token)
-        .bind(&a.node)
-        .bind(a.attempt)
-        .bind(a.started_at)
-        .bind(a.ended_at)
-        .bind(&a.outcome)
-        .bind(&a.code)
-        .bind(&a.message)
-        .execute(&mut *conn)
-        .await?;
+        sqlx::query(sql::INSERT_ATTEMPT)
+            .bind(id)
+            .bind(a.token)
+            .bind(&a.node)
+            .bind(a.attempt)
+            .bind(a.started_at)
+            .bind(a.ended_at)
+            .bind(&a.outcome)
+            .bind(&a.code)
+            .bind(&a.message)
+            .execute(&mut *conn)
+            .await?;
     }
     for j in &step.journal {
-        sqlx::query(
-            "INSERT INTO journal (instance_id, seq, at, kind, node, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-             ON CONFLICT (instance_id, seq) DO NOTHING",
-        )
-        .bind(id)
-        .bind(j.seq)
-        .bind(j.at)
-        .bind(&j.kind)
-        .bind(&j.node)
-        .bind(&j.data)
+        sqlx::query(sql::INSERT_JOURNAL)
+            .bind(id)
+            .bind(j.seq)
+            .bind(j.at)
+            .bind(&j.kind)
+            .bind(&j.node)
+            .bind(&j.data)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Claims up to `limit` parks due at `now` (inside the caller's transaction).
+pub(super) async fn claim_one(
+    conn: &mut SqliteConnection,
+    now: i64,
+    limit: i64,
+    owner: &str,
+    lease_ms: i64,
+) -> StoreResult<Vec<ParkRecord>> {
+    if limit <= 0 {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<ParkRow> = sqlx::query_as(sql::CLAIM_DUE)
+        .bind(owner)
+        .bind(now.saturating_add(lease_ms.max(0)))
+        .bind(now)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(sort_claimed(rows))
+}
+
+/// Releases `owner`'s claim on one park (inside the caller's transaction).
+pub(super) async fn release_one(
+    conn: &mut SqliteConnection,
+    instance_id: &str,
+    seq: i64,
+    owner: &str,
+) -> StoreResult<()> {
+    sqlx::query(sql::RELEASE_CLAIM)
+        .bind(instance_id)
+        .bind(seq)
+        .bind(owner)
         .execute(&mut *conn)
         .await?;
-    }
     Ok(())
 }
 
@@ -455,9 +536,9 @@ impl Store for SqliteStore {
     }
 
     async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
-        self.group
-            .submit(Op::Create(inst.clone(), step.clone()))
-            .await
+        self.submit(Op::Create(inst.clone(), step.clone()))
+            .await?
+            .created()
     }
 
     async fn load_instance(&self, id: &str) -> StoreResult<Option<InstanceRecord>> {
@@ -476,26 +557,20 @@ impl Store for SqliteStore {
         expected_version: i64,
         step: &StepWrite,
     ) -> StoreResult<()> {
-        self.group
-            .submit(Op::Commit {
-                id: id.to_string(),
-                version: expected_version,
-                step: step.clone(),
-            })
-            .await
-            .map(|_| ())
+        self.submit(Op::Commit {
+            id: id.to_string(),
+            version: expected_version,
+            step: step.clone(),
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {
         if steps.is_empty() {
             return Ok(());
         }
-        let mut tx = self.begin_write().await?;
-        for (id, expected_version, step) in steps {
-            commit_one(&mut tx, id, *expected_version, step).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        self.submit(Op::CommitAll(steps.to_vec())).await.map(|_| ())
     }
 
     async fn list_instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
@@ -547,37 +622,24 @@ impl Store for SqliteStore {
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        let mut tx = self.begin_write().await?;
-        let rows: Vec<ParkRow> = sqlx::query_as(&format!(
-            "UPDATE parks SET claimed_by = ?1, claimed_until = ?2 WHERE (instance_id, seq) IN ( \
-               SELECT instance_id, seq FROM parks \
-               WHERE due_at IS NOT NULL AND due_at <= ?3 AND (claimed_until IS NULL OR claimed_until <= ?3) \
-               ORDER BY due_at, instance_id, seq LIMIT ?4) \
-             RETURNING {PARK_COLUMNS}"
-        ))
-        .bind(owner)
-        .bind(now.saturating_add(lease_ms.max(0)))
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(sort_claimed(rows.into_iter().collect()))
+        self.submit(Op::Claim {
+            now,
+            limit,
+            owner: owner.to_string(),
+            lease_ms,
+        })
+        .await?
+        .claimed()
     }
 
     async fn release_claim(&self, instance_id: &str, seq: i64, owner: &str) -> StoreResult<()> {
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "UPDATE parks SET claimed_by = NULL, claimed_until = NULL \
-             WHERE instance_id = ?1 AND seq = ?2 AND claimed_by = ?3",
-        )
-        .bind(instance_id)
-        .bind(seq)
-        .bind(owner)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        self.submit(Op::Release {
+            instance_id: instance_id.to_string(),
+            seq,
+            owner: owner.to_string(),
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn find_message_parks(

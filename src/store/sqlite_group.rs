@@ -1,46 +1,36 @@
-//! Group commit for SQLite: instance writes (`create_instance`, `commit_step`)
-//! from concurrent callers are queued to one writer task, which commits
-//! everything queued in ONE transaction (one fsync), each request inside its
-//! own savepoint.
+//! Group commit for in-memory SQLite databases (`sqlite::memory:`,
+//! `mode=memory`), whose data lives in the one sqlx connection of the store
+//! and so cannot be written by the writer thread of `sqlite_writer.rs` (a
+//! second connection would see another, empty database), and for a file
+//! database opened with `SqliteOptions::writer_thread` off. Instance writes and
+//! claims ([`Op`]) from concurrent callers are queued to one writer task,
+//! which runs everything queued in ONE transaction on that connection, each
+//! request inside its own savepoint.
 //!
-//! Invariants:
+//! Invariants (the same as the writer thread's):
 //! - a request's reply is sent only after the transaction holding it
-//!   committed: an `Ok` is durable (as durable as the `synchronous` mode);
+//!   committed: an `Ok` is as durable as the `synchronous` mode (an
+//!   in-memory database ends with its process);
 //! - requests are isolated: one that fails (a version conflict, a duplicate)
 //!   is rolled back to its savepoint and answers its own error; the others in
 //!   the batch still commit;
 //! - a caller alone pays one transaction, as before: batching only happens
 //!   when requests queue up while a commit is in progress.
 
-use super::sqlite::{commit_one, create_one};
-use super::{Created, NewInstance, StepWrite, StoreError, StoreResult};
-use sqlx::SqlitePool;
+use super::sqlite::{claim_one, commit_one, create_one, release_one};
+use super::sqlite_writer::{stopped, Done, Op, MAX_BATCH};
+use super::{StoreError, StoreResult};
+use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
-
-/// The most requests one transaction carries.
-const MAX_BATCH: usize = 512;
-
-pub(super) enum Op {
-    Create(NewInstance, StepWrite),
-    Commit {
-        id: String,
-        version: i64,
-        step: StepWrite,
-    },
-}
 
 struct Req {
     op: Op,
-    reply: oneshot::Sender<StoreResult<Created>>,
+    reply: oneshot::Sender<StoreResult<Done>>,
 }
 
 #[derive(Debug, Clone)]
 pub(super) struct GroupCommit {
     queue: mpsc::UnboundedSender<Req>,
-}
-
-fn stopped() -> StoreError {
-    StoreError::Other("the SQLite writer stopped".to_string())
 }
 
 impl GroupCommit {
@@ -52,7 +42,7 @@ impl GroupCommit {
         GroupCommit { queue }
     }
 
-    pub(super) async fn submit(&self, op: Op) -> StoreResult<Created> {
+    pub(super) async fn submit(&self, op: Op) -> StoreResult<Done> {
         let (reply, answer) = oneshot::channel();
         self.queue.send(Req { op, reply }).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
@@ -86,17 +76,42 @@ async fn writer(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Req>) {
     }
 }
 
-async fn run_batch(pool: &SqlitePool, batch: &[Req]) -> StoreResult<Vec<StoreResult<Created>>> {
+async fn apply(conn: &mut SqliteConnection, op: &Op) -> StoreResult<Done> {
+    match op {
+        Op::Create(inst, step) => create_one(conn, inst, step).await.map(Done::Created),
+        Op::Commit { id, version, step } => commit_one(conn, id, *version, step)
+            .await
+            .map(|()| Done::Written),
+        Op::CommitAll(steps) => {
+            for (id, version, step) in steps {
+                commit_one(conn, id, *version, step).await?;
+            }
+            Ok(Done::Written)
+        }
+        Op::Claim {
+            now,
+            limit,
+            owner,
+            lease_ms,
+        } => claim_one(conn, *now, *limit, owner, *lease_ms)
+            .await
+            .map(Done::Claimed),
+        Op::Release {
+            instance_id,
+            seq,
+            owner,
+        } => release_one(conn, instance_id, *seq, owner)
+            .await
+            .map(|()| Done::Written),
+    }
+}
+
+async fn run_batch(pool: &SqlitePool, batch: &[Req]) -> StoreResult<Vec<StoreResult<Done>>> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let mut out = Vec::with_capacity(batch.len());
     for req in batch {
         sqlx::query("SAVEPOINT request").execute(&mut *tx).await?;
-        let result = match &req.op {
-            Op::Create(inst, step) => create_one(&mut tx, inst, step).await,
-            Op::Commit { id, version, step } => commit_one(&mut tx, id, *version, step)
-                .await
-                .map(|()| Created::New),
-        };
+        let result = apply(&mut tx, &req.op).await;
         if result.is_err() {
             sqlx::query("ROLLBACK TO request").execute(&mut *tx).await?;
         }

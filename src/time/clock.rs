@@ -8,6 +8,12 @@ use std::sync::{Mutex, MutexGuard};
 
 pub trait Clock: Send + Sync + std::fmt::Debug {
     fn now(&self) -> DateTime<Utc>;
+
+    /// Whether this clock moves with real time (so a wall-clock alarm can
+    /// stand for one of its instants). Only the system clock does.
+    fn is_wall_clock(&self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -16,6 +22,10 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now()
+    }
+
+    fn is_wall_clock(&self) -> bool {
+        true
     }
 }
 

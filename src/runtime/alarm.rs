@@ -1,0 +1,142 @@
+//! Alarms: in-process wake-ups at an exact instant, for the short waits a
+//! runtime armed itself (a retry backoff, a timer due soon).
+//!
+//! A wait is still a park row, written before any alarm is set and written
+//! *claimed* by this runtime until shortly after its due time
+//! (`NewPark::claim`), so no poller takes it while the alarm is pending. The
+//! alarm only makes firing prompt and saves the claim transaction; if this
+//! process dies, the claim lapses and any replica's poller fires the park.
+//!
+//! Invariants:
+//! - one thread (`sutra-alarms`) sleeps until the earliest alarm with a 1 ns
+//!   timer slack, so an alarm runs within microseconds of its instant, never
+//!   before it (tokio's timer wheel has a 1 ms tick);
+//! - a job runs on the alarm thread and must only hand work off (spawn on a
+//!   tokio handle): it never blocks;
+//! - the thread ends when the [`Alarms`] handle is dropped; pending jobs are
+//!   dropped unrun (their parks lapse to the pollers).
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::sync::mpsc;
+use std::time::Instant;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+struct Entry {
+    when: Instant,
+    seq: u64,
+    job: Job,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.when, self.seq) == (other.when, other.seq)
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    /// Reversed: `BinaryHeap` is a max-heap and the earliest must come first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.when, other.seq).cmp(&(self.when, self.seq))
+    }
+}
+
+/// The handle of the alarm thread.
+pub(crate) struct Alarms {
+    tx: mpsc::Sender<(Instant, Job)>,
+}
+
+impl Alarms {
+    /// Start the alarm thread.
+    pub(crate) fn start() -> std::io::Result<Alarms> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("sutra-alarms".to_string())
+            .spawn(move || run(rx))?;
+        Ok(Alarms { tx })
+    }
+
+    /// Run `job` at `when` (at once if it has passed). `false` if the thread is gone.
+    pub(crate) fn at(&self, when: Instant, job: impl FnOnce() + Send + 'static) -> bool {
+        self.tx.send((when, Box::new(job))).is_ok()
+    }
+}
+
+fn run(rx: mpsc::Receiver<(Instant, Job)>) {
+    // The default slack (50 µs) would make every alarm that late.
+    // SAFETY: PR_SET_TIMERSLACK only changes this thread's timer slack.
+    #[cfg(target_os = "linux")]
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+    }
+    let mut heap = BinaryHeap::new();
+    let mut seq = 0u64;
+    loop {
+        let now = Instant::now();
+        while heap.peek().is_some_and(|e: &Entry| e.when <= now) {
+            if let Some(e) = heap.pop() {
+                (e.job)();
+            }
+        }
+        let next = match heap.peek() {
+            Some(e) => rx.recv_timeout(e.when.saturating_duration_since(now)),
+            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match next {
+            Ok((when, job)) => {
+                seq += 1;
+                heap.push(Entry { when, seq, job });
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn alarms_run_in_order_and_never_early() {
+        let alarms = Alarms::start().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let base = Instant::now();
+        for (i, ms) in [(0, 30u64), (1, 10), (2, 20), (3, 0)] {
+            let tx = tx.clone();
+            let when = base + Duration::from_millis(ms);
+            assert!(alarms.at(when, move || {
+                let _ = tx.send((i, when, Instant::now()));
+            }));
+        }
+        let got: Vec<_> = (0..4)
+            .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+            .collect();
+        assert_eq!(
+            got.iter().map(|g| g.0).collect::<Vec<_>>(),
+            vec![3, 1, 2, 0]
+        );
+        for (_, when, ran) in got {
+            assert!(ran >= when, "an alarm ran before its instant");
+        }
+    }
+
+    #[test]
+    fn dropping_the_handle_stops_the_thread_without_running_pending_jobs() {
+        let alarms = Alarms::start().unwrap();
+        let (tx, rx) = mpsc::channel::<()>();
+        alarms.at(Instant::now() + Duration::from_secs(3600), move || {
+            let _ = tx.send(());
+        });
+        drop(alarms);
+        // The job (and its sender) is dropped with the thread, never run.
+        assert!(rx.recv_timeout(Duration::from_secs(5)).is_err());
+    }
+}

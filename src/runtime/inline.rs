@@ -1,0 +1,441 @@
+//! Run to the next wait before committing: the attempts a step asks for run
+//! *before* that step is committed, and their outcomes are applied in memory,
+//! so a chain of quick tasks reaches its next wait state (or its end) in ONE
+//! transaction.
+//!
+//! Why this is safe: a registered task runs in a deny-all sandbox — no files,
+//! no network, no environment — so an attempt has no effect outside its
+//! result. Running it before its step is durable changes nothing anybody can
+//! observe; if the process dies first, nothing of the speculation was
+//! promised: a start had not returned, and a fired park is still in the store
+//! (claimed, its claim lapses, a poller fires it again). Attempts stay
+//! at-least-once, exactly as before.
+//!
+//! Invariants:
+//! - speculation is bounded by `sutra.runtime.commit-window` (wall time) and
+//!   [`MAX_INLINE_STEPS`]: an attempt still running when the window closes is
+//!   made durable while it runs — the step is committed with its attempt
+//!   park — and its outcome is driven through the ordinary path afterwards;
+//! - the merged write is exactly the sequence of the steps' writes: a park
+//!   armed and withdrawn inside the window never reaches the store; a
+//!   withdrawal of a park committed earlier does;
+//! - a lost optimistic race (another replica advanced the instance) replays
+//!   the same events on the reloaded snapshot; attempts that ran are never
+//!   run again for it, attempts the replay newly asks for run afterwards.
+
+use super::{Deployed, Runtime};
+use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step};
+use crate::store::{AttemptRow, JournalRow, NewPark, ParkClaim, StepWrite, Store};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One attempt polled by the speculating task: its request and outcome.
+type AttemptFuture = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (AttemptRequest, engine::TaskOutcome)> + Send>,
+>;
+
+/// The most steps merged into one commit (a loop of quick tasks still
+/// commits regularly).
+pub(crate) const MAX_INLINE_STEPS: usize = 64;
+
+/// Waits due within this horizon get an in-process alarm (alarm.rs); later
+/// ones are left to the pollers.
+const ALARM_HORIZON: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long after its due time an alarmed park stays claimed by the runtime
+/// that armed it. Past it, any poller may fire it (the process died, or the
+/// fire is stuck).
+const ALARM_GRACE_MS: i64 = 1_000;
+
+fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+/// An instance advanced in memory since its last commit.
+pub(crate) struct Spec {
+    pub(crate) snapshot: Snapshot,
+    /// The merged write of every step since the last commit (its snapshot
+    /// fields are filled in by [`Runtime::finish_write`]).
+    pub(crate) write: StepWrite,
+    /// The events applied since the last commit, in order (for a replay).
+    pub(crate) events: Vec<Event>,
+    /// Attempts asked for and not started.
+    pub(crate) pending: Vec<AttemptRequest>,
+    /// Attempts started and not yet applied: (token, attempt).
+    pub(crate) inflight: HashSet<(u64, u32)>,
+    /// Precise due instants of armed timed parks, by seq.
+    pub(crate) dues: HashMap<i64, chrono::DateTime<chrono::Utc>>,
+    pub(crate) steps: usize,
+    /// The tasks of the attempts started here; those still running when the
+    /// window closed drive their outcome themselves (await them after the
+    /// commit, with the instance lock released).
+    pub(crate) running: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// `a` then `b`, as one write.
+pub(crate) fn merge(a: &mut StepWrite, b: StepWrite) {
+    if b.withdraw_all {
+        a.arm.clear();
+        a.withdraw.clear();
+        a.withdraw_all = true;
+    } else {
+        for seq in b.withdraw {
+            let before = a.arm.len();
+            a.arm.retain(|p| p.seq != seq);
+            if a.arm.len() == before {
+                a.withdraw.push(seq);
+            }
+        }
+    }
+    a.arm.extend(b.arm);
+    a.attempts.extend(b.attempts);
+    a.journal.extend(b.journal);
+    a.delete |= b.delete;
+}
+
+impl Spec {
+    pub(crate) fn new(snapshot: Snapshot) -> Spec {
+        Spec {
+            snapshot,
+            write: StepWrite::default(),
+            events: Vec::new(),
+            pending: Vec::new(),
+            inflight: HashSet::new(),
+            dues: HashMap::new(),
+            steps: 0,
+            running: Vec::new(),
+        }
+    }
+}
+
+impl<S: Store> Runtime<S> {
+    /// Fold one step into `spec`.
+    pub(crate) fn absorb(&self, spec: &mut Spec, step: Step, event: Option<Event>) {
+        let mut w = StepWrite::default();
+        for e in &step.effects {
+            match e {
+                Effect::Arm { seq, park } => {
+                    let seq = *seq as i64;
+                    if let Some(due) = park.due {
+                        spec.dues.insert(seq, due);
+                    }
+                    w.arm.push(NewPark {
+                        seq,
+                        kind: park.kind.as_str().to_string(),
+                        // Rounded up: a park never becomes claimable before its instant.
+                        due_at: park.due.map(crate::time::to_millis_ceil),
+                        message_name: park.message.as_ref().map(|m| m.name.clone()),
+                        correlation_key: park.message.as_ref().and_then(|m| m.key.clone()),
+                        claim: None,
+                    });
+                }
+                Effect::Withdraw { seq } => w.withdraw.push(*seq as i64),
+                Effect::RecordAttempt(a) => w.attempts.push(AttemptRow {
+                    token: a.token as i64,
+                    node: a.node.clone(),
+                    attempt: i64::from(a.attempt),
+                    started_at: ms(a.started_at),
+                    ended_at: ms(a.ended_at),
+                    outcome: a.outcome.clone(),
+                    code: a.code.clone(),
+                    message: a.message.clone(),
+                }),
+                Effect::Journal(j) if self.inner.config.audit_sql => w.journal.push(JournalRow {
+                    seq: j.seq as i64,
+                    at: ms(j.at),
+                    kind: j.kind.clone(),
+                    node: j.node.clone(),
+                    data: j.data.to_string(),
+                }),
+                Effect::Journal(_) => {}
+                Effect::RunAttempt(a) => spec.pending.push(a.clone()),
+                Effect::Ended { state } => {
+                    w.withdraw_all = true;
+                    // Retention PT0S: no history at all, but FAILED is always retained.
+                    w.delete = *state != InstanceState::Failed
+                        && self.inner.config.retention.as_std().is_zero();
+                }
+            }
+        }
+        merge(&mut spec.write, w);
+        if let Some(Event::AttemptEnded { token, attempt, .. }) = &event {
+            spec.inflight.remove(&(*token, *attempt));
+        }
+        spec.events.extend(event);
+        spec.snapshot = step.snapshot;
+        spec.steps += 1;
+    }
+
+    /// The write to commit: the merged effects plus the final snapshot, and
+    /// a claim on every short wait this runtime will fire from an alarm.
+    pub(crate) fn finish_write(&self, spec: &Spec) -> StepWrite {
+        let snap = &spec.snapshot;
+        let mut w = spec.write.clone();
+        w.snapshot = snap.to_json();
+        w.state = snap.state.as_str().to_string();
+        w.updated_at = ms(self.inner.clock.now());
+        if snap.state.is_terminal() {
+            w.ended_at = snap.ended_at.map(ms);
+        }
+        if self.inner.clock.is_wall_clock() && self.inner.alarms.is_some() {
+            let now = self.inner.clock.now();
+            for p in &mut w.arm {
+                let short = matches!(p.kind.as_str(), "retry" | "timer")
+                    && spec.dues.get(&p.seq).is_some_and(|due| {
+                        (*due - now)
+                            .to_std()
+                            .map_or(true, |left| left <= ALARM_HORIZON)
+                    });
+                if let (true, Some(due_at)) = (short, p.due_at) {
+                    p.claim = Some(ParkClaim {
+                        owner: self.inner.owner.clone(),
+                        until: due_at.saturating_add(ALARM_GRACE_MS),
+                    });
+                }
+            }
+        }
+        w
+    }
+
+    /// After a commit: set an alarm for every park written claimed, and keep
+    /// the committed snapshot for the fire (no reload then).
+    pub(crate) fn arm_alarms(&self, id: &str, version: i64, spec: &Spec, write: &StepWrite) {
+        let Some(alarms) = &self.inner.alarms else {
+            return;
+        };
+        let now = self.inner.clock.now();
+        let mut any = false;
+        for p in write.arm.iter().filter(|p| p.claim.is_some()) {
+            let Some(due) = spec.dues.get(&p.seq) else {
+                continue;
+            };
+            let when = Instant::now() + (*due - now).to_std().unwrap_or_default();
+            let weak = Arc::downgrade(&self.inner);
+            let handle = tokio::runtime::Handle::current();
+            let (id, seq) = (id.to_string(), p.seq);
+            any |= alarms.at(when, move || {
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                let rt = Runtime { inner };
+                handle.spawn(async move { rt.fire_alarm(id, seq).await });
+            });
+        }
+        if any {
+            self.remember(id, version, &spec.snapshot);
+        }
+    }
+
+    /// An alarm rang: fire the park this runtime holds claimed.
+    async fn fire_alarm(&self, id: String, seq: i64) {
+        let park = u64::try_from(seq).unwrap_or_default();
+        if let Err(e) = self.drive(id.clone(), Event::ParkFired { park }).await {
+            tracing::error!(instance = %id, park = seq, error = %e, "could not fire park; a poller will");
+            let _ = self
+                .inner
+                .store
+                .release_claim(&id, seq, &self.inner.owner)
+                .await;
+        }
+    }
+
+    /// Keep a committed snapshot for the next step of this instance.
+    pub(crate) fn remember(&self, id: &str, version: i64, snapshot: &Snapshot) {
+        if let Ok(mut m) = self.inner.hot.lock() {
+            if m.len() >= 100_000 {
+                m.clear();
+            }
+            m.insert(id.to_string(), (version, snapshot.clone()));
+        }
+    }
+
+    /// Take the kept snapshot of an instance (it is re-kept after the next commit).
+    pub(crate) fn recall(&self, id: &str) -> Option<(i64, Snapshot)> {
+        self.inner.hot.lock().ok()?.remove(id)
+    }
+
+    /// Run the attempts `spec` asks for and apply their outcomes in memory,
+    /// until no attempt is left, the commit window closes, or the step bound
+    /// is reached. The attempts are polled right here (no task, no hand-off);
+    /// those still running when the window closes are spawned and drive their
+    /// outcome themselves through the ordinary path, after the caller's
+    /// commit (the caller holds the instance lock; it awaits them after).
+    pub(crate) async fn speculate(&self, id: &str, deployed: &Arc<Deployed>, spec: &mut Spec) {
+        let window = self.inner.config.commit_window.as_std();
+        if window.is_zero() || spec.pending.is_empty() {
+            return;
+        }
+        let end0 = tokio::time::Instant::now() + window;
+        let mut flying: FuturesUnordered<AttemptFuture> = FuturesUnordered::new();
+        loop {
+            // Never past a wait of this instance falling due: it must find the
+            // step committed and the attempt in flight, as without speculation.
+            let end = self.next_wait(&spec.snapshot).map_or(end0, |t| t.min(end0));
+            if spec.steps < MAX_INLINE_STEPS && tokio::time::Instant::now() < end {
+                for req in std::mem::take(&mut spec.pending) {
+                    spec.inflight.insert((req.token, req.attempt));
+                    let (rt, id, deployed) = (self.clone(), id.to_string(), deployed.clone());
+                    let tenant = spec.snapshot.tenant.clone();
+                    flying.push(Box::pin(async move {
+                        let outcome = rt.run_attempt(&deployed, &tenant, &id, &req).await;
+                        (req, outcome)
+                    }));
+                }
+            }
+            if flying.is_empty() {
+                break;
+            }
+            tokio::select! {
+                Some((req, outcome)) = flying.next() => self.apply_outcome(deployed, spec, req, outcome),
+                _ = tokio::time::sleep_until(end) => break,
+            }
+        }
+        // Still running: durable with the commit (their attempt parks), then
+        // each drives its own outcome.
+        for attempt in flying {
+            let (rt, id) = (self.clone(), id.to_string());
+            spec.running.push(tokio::spawn(async move {
+                let (req, outcome) = attempt.await;
+                rt.attempt_ended(id, req, outcome).await;
+            }));
+        }
+    }
+
+    /// When the earliest timed wait of the instance (not an attempt lease)
+    /// falls due, on tokio's clock. On a virtual or manual clock time only
+    /// moves when somebody moves it, so only a wait already due counts.
+    fn next_wait(&self, snap: &Snapshot) -> Option<tokio::time::Instant> {
+        let due = snap
+            .parks
+            .values()
+            .filter(|p| p.kind != engine::ParkKind::Attempt)
+            .filter_map(|p| p.due)
+            .min()?;
+        let now = self.inner.clock.now();
+        if !self.inner.clock.is_wall_clock() && due > now {
+            return None;
+        }
+        Some(tokio::time::Instant::now() + (due - now).to_std().unwrap_or_default())
+    }
+
+    fn apply_outcome(
+        &self,
+        deployed: &Deployed,
+        spec: &mut Spec,
+        req: AttemptRequest,
+        outcome: engine::TaskOutcome,
+    ) {
+        let event = Event::AttemptEnded {
+            token: req.token,
+            attempt: req.attempt,
+            outcome,
+        };
+        match engine::apply(
+            &deployed.process,
+            spec.snapshot.clone(),
+            event.clone(),
+            &self.inputs(),
+        ) {
+            Ok(step) => self.absorb(spec, step, Some(event)),
+            Err(e) => {
+                // Not applied: its attempt park stays and re-runs it at its lease.
+                spec.inflight.remove(&(req.token, req.attempt));
+                tracing::error!(instance = %spec.snapshot.instance_id, error = %e, "could not apply an attempt outcome; its lease will re-run it");
+            }
+        }
+    }
+
+    /// Replay `events` on a reloaded snapshot (after a lost race): the new
+    /// spec asks only for attempts that neither ran nor are running.
+    pub(crate) fn replay(
+        &self,
+        deployed: &Deployed,
+        base: Snapshot,
+        events: &[Event],
+        inflight: &HashSet<(u64, u32)>,
+    ) -> Spec {
+        let mut spec = Spec::new(base);
+        for event in events {
+            match engine::apply(
+                &deployed.process,
+                spec.snapshot.clone(),
+                event.clone(),
+                &self.inputs(),
+            ) {
+                Ok(step) => self.absorb(&mut spec, step, Some(event.clone())),
+                Err(e) => {
+                    tracing::warn!(instance = %spec.snapshot.instance_id, error = %e, "an event no longer applies after a lost race");
+                }
+            }
+        }
+        let ran: HashSet<(u64, u32)> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::AttemptEnded { token, attempt, .. } => Some((*token, *attempt)),
+                _ => None,
+            })
+            .collect();
+        spec.pending.retain(|a| {
+            !ran.contains(&(a.token, a.attempt)) && !inflight.contains(&(a.token, a.attempt))
+        });
+        spec.inflight = inflight.clone();
+        spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn park(seq: i64) -> NewPark {
+        NewPark {
+            seq,
+            kind: "attempt".into(),
+            due_at: Some(seq),
+            message_name: None,
+            correlation_key: None,
+            claim: None,
+        }
+    }
+
+    #[test]
+    fn a_park_armed_and_withdrawn_inside_the_window_never_reaches_the_store() {
+        let mut a = StepWrite {
+            arm: vec![park(1)],
+            withdraw: vec![7],
+            ..StepWrite::default()
+        };
+        merge(
+            &mut a,
+            StepWrite {
+                arm: vec![park(2)],
+                withdraw: vec![1, 8],
+                ..StepWrite::default()
+            },
+        );
+        assert_eq!(a.arm, vec![park(2)]);
+        assert_eq!(a.withdraw, vec![7, 8]);
+        assert!(!a.withdraw_all);
+    }
+
+    #[test]
+    fn a_terminal_step_withdraws_everything_before_it() {
+        let mut a = StepWrite {
+            arm: vec![park(1)],
+            withdraw: vec![7],
+            ..StepWrite::default()
+        };
+        merge(
+            &mut a,
+            StepWrite {
+                withdraw_all: true,
+                delete: true,
+                ..StepWrite::default()
+            },
+        );
+        assert!(a.arm.is_empty() && a.withdraw.is_empty());
+        assert!(a.withdraw_all && a.delete);
+    }
+}

@@ -1,0 +1,474 @@
+//! The SQLite writer thread (file databases): instance writes
+//! (`create_instance`, `commit_step`, `commit_steps`) and park claims
+//! (`claim_due`, `release_claim`) run on one dedicated `std::thread` that owns
+//! a `rusqlite` connection to the store's file and calls SQLite synchronously
+//! with cached prepared statements.
+//!
+//! A caller sends its request on a channel and awaits a oneshot reply; the
+//! thread blocks on the channel, drains what is queued (up to [`MAX_BATCH`]),
+//! runs ONE `BEGIN IMMEDIATE` transaction holding each request in its own
+//! savepoint, commits, then replies. A write thus costs one hand-off in, the
+//! SQLite work, the commit's fsync and one hand-off out (no per-statement
+//! round trips to a connection worker).
+//!
+//! Invariants:
+//! - a request's reply is sent only after the transaction holding it
+//!   committed: an `Ok` is durable (as durable as the `synchronous` mode);
+//! - requests are isolated: one that fails (a version conflict, a duplicate,
+//!   a missing instance) is rolled back to its savepoint and answers its own
+//!   error (`Conflict` / `NotFound` / `Duplicate`); the others in the batch
+//!   still commit. If the transaction itself fails (`BEGIN`, `COMMIT`, a
+//!   savepoint), every request of the batch answers an error and nothing of
+//!   it is kept;
+//! - a caller alone pays one transaction: batching only happens when
+//!   requests queue up while a commit is in progress;
+//! - requests run in the order they were sent, so two claims in one batch
+//!   never hand out the same park, and a claim sees every step committed
+//!   before it was sent;
+//! - the connection has the pragmas of the sqlx pools (WAL, the
+//!   `synchronous` mode of the options, `busy_timeout`, `foreign_keys=ON`):
+//!   the other writes (deployments, tenancy, leases, sweep, schedules) stay
+//!   on the sqlx write pool and meet this thread only through SQLite's file
+//!   lock, each side waiting up to the busy timeout (both take the lock with
+//!   `BEGIN IMMEDIATE`, so neither can deadlock the other);
+//! - the thread ends on [`Writer::close`] (after the requests queued before
+//!   it) or when every handle is dropped; a request after that answers
+//!   "the SQLite writer stopped". A panic inside a batch is caught: the
+//!   batch answers an error, the transaction is rolled back, the thread
+//!   goes on.
+
+use super::rows::{park_claim_columns, sort_claimed};
+use super::sqlite::Synchronous;
+use super::sqlite_sql as sql;
+use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// The most requests one transaction carries.
+pub(super) const MAX_BATCH: usize = 512;
+
+/// Prepared statements kept per connection (every statement of
+/// `sqlite_sql.rs` plus the transaction control ones fit).
+const STATEMENT_CACHE: usize = 64;
+
+/// One write request, as both SQLite write paths take it.
+#[derive(Debug)]
+pub(super) enum Op {
+    Create(NewInstance, StepWrite),
+    Commit {
+        id: String,
+        version: i64,
+        step: StepWrite,
+    },
+    /// Several steps, all or nothing (one savepoint for them all).
+    CommitAll(Vec<(String, i64, StepWrite)>),
+    Claim {
+        now: i64,
+        limit: i64,
+        owner: String,
+        lease_ms: i64,
+    },
+    Release {
+        instance_id: String,
+        seq: i64,
+        owner: String,
+    },
+}
+
+/// What a request did.
+#[derive(Debug)]
+pub(super) enum Done {
+    Created(Created),
+    Claimed(Vec<ParkRecord>),
+    Written,
+}
+
+impl Done {
+    pub(super) fn created(self) -> StoreResult<Created> {
+        match self {
+            Done::Created(c) => Ok(c),
+            other => Err(unexpected(other)),
+        }
+    }
+    pub(super) fn claimed(self) -> StoreResult<Vec<ParkRecord>> {
+        match self {
+            Done::Claimed(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
+fn unexpected(done: Done) -> StoreError {
+    StoreError::Other(format!("the SQLite writer answered {done:?} out of turn"))
+}
+
+pub(super) fn stopped() -> StoreError {
+    StoreError::Other("the SQLite writer stopped".to_string())
+}
+
+type Reply = oneshot::Sender<StoreResult<Done>>;
+
+// `Close` is sent once per store; boxing every request to shrink it would
+// cost an allocation per write for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Msg {
+    Run(Op, Reply),
+    Close(oneshot::Sender<()>),
+}
+
+/// A handle on the writer thread (cheap to clone).
+#[derive(Debug, Clone)]
+pub(super) struct Writer {
+    queue: mpsc::Sender<Msg>,
+}
+
+impl Writer {
+    /// Opens a connection to the (migrated) database file at `path` and
+    /// starts the thread that owns it.
+    pub(super) fn start(
+        path: &Path,
+        synchronous: Synchronous,
+        busy_timeout: Duration,
+    ) -> StoreResult<Writer> {
+        let conn = open(path, synchronous, busy_timeout)?;
+        let (queue, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("sutra-sqlite-writer".to_string())
+            .spawn(move || run(conn, rx))
+            .map_err(|e| StoreError::Other(format!("cannot start the SQLite writer: {e}")))?;
+        Ok(Writer { queue })
+    }
+
+    /// Runs `op` in the next transaction; answers once that committed.
+    pub(super) async fn submit(&self, op: Op) -> StoreResult<Done> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Msg::Run(op, reply))
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Stops the thread after the requests queued so far and closes its
+    /// connection; returns once it is closed.
+    pub(super) async fn close(&self) {
+        let (done, closed) = oneshot::channel();
+        if self.queue.send(Msg::Close(done)).is_ok() {
+            let _ = closed.await;
+        }
+    }
+}
+
+/// The connection, with the flags and pragmas sqlx gives its own.
+fn open(path: &Path, synchronous: Synchronous, busy_timeout: Duration) -> StoreResult<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_PRIVATE_CACHE,
+    )?;
+    conn.busy_timeout(busy_timeout)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Other(format!(
+            "the SQLite writer could not switch {} to WAL (journal_mode {mode})",
+            path.display()
+        )));
+    }
+    conn.execute_batch(match synchronous {
+        Synchronous::Full => "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+        Synchronous::Normal => "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
+    })?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    Ok(conn)
+}
+
+fn run(mut conn: Connection, rx: mpsc::Receiver<Msg>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = Vec::new();
+        let mut close = None;
+        match first {
+            Msg::Run(op, reply) => batch.push((op, reply)),
+            Msg::Close(done) => close = Some(done),
+        }
+        while close.is_none() && batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(Msg::Run(op, reply)) => batch.push((op, reply)),
+                Ok(Msg::Close(done)) => close = Some(done),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            execute(&mut conn, batch);
+        }
+        if let Some(done) = close {
+            drop(conn);
+            let _ = done.send(());
+            return;
+        }
+    }
+}
+
+/// Runs one batch and answers every request of it.
+fn execute(conn: &mut Connection, batch: Vec<(Op, Reply)>) {
+    let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
+    let outcome = catch_unwind(AssertUnwindSafe(|| run_batch(conn, &ops)));
+    let failure = match outcome {
+        Ok(Ok(results)) => {
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result);
+            }
+            return;
+        }
+        Ok(Err(e)) => format!("the SQLite write transaction failed: {e}"),
+        Err(_) => "the SQLite writer panicked in a transaction".to_string(),
+    };
+    if !conn.is_autocommit() {
+        // Nothing of the batch is kept; if even the rollback fails, the next
+        // BEGIN fails and reports it.
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    for reply in replies {
+        let _ = reply.send(Err(StoreError::Other(failure.clone())));
+    }
+}
+
+fn exec(conn: &Connection, statement: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(statement)?.execute([])?;
+    Ok(())
+}
+
+fn run_batch(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
+    exec(conn, "BEGIN IMMEDIATE")?;
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        exec(conn, "SAVEPOINT request")?;
+        let result = apply(conn, op);
+        if result.is_err() {
+            exec(conn, "ROLLBACK TO request")?;
+        }
+        exec(conn, "RELEASE request")?;
+        out.push(result);
+    }
+    exec(conn, "COMMIT")?;
+    Ok(out)
+}
+
+fn apply(conn: &Connection, op: &Op) -> StoreResult<Done> {
+    match op {
+        Op::Create(inst, step) => create_one(conn, inst, step).map(Done::Created),
+        Op::Commit { id, version, step } => {
+            commit_one(conn, id, *version, step).map(|()| Done::Written)
+        }
+        Op::CommitAll(steps) => {
+            for (id, version, step) in steps {
+                commit_one(conn, id, *version, step)?;
+            }
+            Ok(Done::Written)
+        }
+        Op::Claim {
+            now,
+            limit,
+            owner,
+            lease_ms,
+        } => claim_due(conn, *now, *limit, owner, *lease_ms).map(Done::Claimed),
+        Op::Release {
+            instance_id,
+            seq,
+            owner,
+        } => {
+            conn.prepare_cached(sql::RELEASE_CLAIM)?
+                .execute(params![instance_id, seq, owner])?;
+            Ok(Done::Written)
+        }
+    }
+}
+
+/// A unique or primary-key violation becomes [`StoreError::Duplicate`]
+/// (described by `what`), as `rows::duplicate_or_db` does for sqlx.
+fn duplicate_or_db(e: rusqlite::Error, what: impl FnOnce() -> String) -> StoreError {
+    use rusqlite::ffi::{SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE};
+    match &e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if f.extended_code == SQLITE_CONSTRAINT_UNIQUE
+                || f.extended_code == SQLITE_CONSTRAINT_PRIMARYKEY =>
+        {
+            StoreError::Duplicate(what())
+        }
+        _ => StoreError::Sqlite(e),
+    }
+}
+
+/// Inserts an instance and applies its first step. A reused idempotency key
+/// writes nothing and answers `Existing`.
+fn create_one(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
+    if let Some(key) = &inst.idempotency_key {
+        let existing: Option<String> = conn
+            .prepare_cached(sql::INSTANCE_BY_KEY)?
+            .query_row(params![inst.tenant, key], |r| r.get(0))
+            .optional()?;
+        if let Some(id) = existing {
+            return Ok(Created::Existing(id));
+        }
+    }
+    conn.prepare_cached(sql::INSERT_INSTANCE)?
+        .execute(params![
+            inst.id,
+            inst.tenant,
+            inst.deployment_id,
+            inst.process_id,
+            step.state,
+            step.snapshot,
+            inst.idempotency_key,
+            inst.retry_of,
+            inst.started_at,
+            step.updated_at,
+            step.ended_at,
+        ])
+        .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
+    apply_step(conn, &inst.id, &inst.tenant, &inst.deployment_id, step)?;
+    Ok(Created::New)
+}
+
+/// Updates the instance row if it is at `expected_version`, then applies the
+/// rest of the step. `Conflict` if the version moved, `NotFound` if the row is gone.
+fn commit_one(
+    conn: &Connection,
+    id: &str,
+    expected_version: i64,
+    step: &StepWrite,
+) -> StoreResult<()> {
+    let row: Option<(String, String)> = conn
+        .prepare_cached(sql::UPDATE_INSTANCE)?
+        .query_row(
+            params![
+                step.snapshot,
+                step.state,
+                step.updated_at,
+                step.ended_at,
+                id,
+                expected_version
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    match row {
+        Some((tenant, deployment_id)) => apply_step(conn, id, &tenant, &deployment_id, step),
+        None => {
+            let exists = conn
+                .prepare_cached(sql::INSTANCE_EXISTS)?
+                .exists(params![id])?;
+            Err(if exists {
+                StoreError::Conflict(id.to_string())
+            } else {
+                StoreError::NotFound(format!("instance {id}"))
+            })
+        }
+    }
+}
+
+/// Everything of a step but the instance row itself: parks, attempts,
+/// journal, or the deletion of the whole instance.
+fn apply_step(
+    conn: &Connection,
+    id: &str,
+    tenant: &str,
+    deployment_id: &str,
+    step: &StepWrite,
+) -> StoreResult<()> {
+    if step.delete {
+        for statement in sql::DELETE_INSTANCE_ALL {
+            conn.prepare_cached(statement)?.execute(params![id])?;
+        }
+        return Ok(());
+    }
+    if step.withdraw_all {
+        conn.prepare_cached(sql::DELETE_PARKS_OF)?
+            .execute(params![id])?;
+    }
+    if !step.withdraw.is_empty() {
+        let mut delete = conn.prepare_cached(sql::DELETE_PARK)?;
+        for seq in &step.withdraw {
+            delete.execute(params![id, seq])?;
+        }
+    }
+    if !step.arm.is_empty() {
+        let mut insert = conn.prepare_cached(sql::INSERT_PARK)?;
+        for p in &step.arm {
+            let (claimed_by, claimed_until) = park_claim_columns(p);
+            insert
+                .execute(params![
+                    id,
+                    p.seq,
+                    p.kind,
+                    tenant,
+                    deployment_id,
+                    p.due_at,
+                    p.message_name,
+                    p.correlation_key,
+                    claimed_by,
+                    claimed_until,
+                ])
+                .map_err(|e| {
+                    duplicate_or_db(e, || format!("park {id}/{} is already armed", p.seq))
+                })?;
+        }
+    }
+    if !step.attempts.is_empty() {
+        let mut insert = conn.prepare_cached(sql::INSERT_ATTEMPT)?;
+        for a in &step.attempts {
+            insert.execute(params![
+                id,
+                a.token,
+                a.node,
+                a.attempt,
+                a.started_at,
+                a.ended_at,
+                a.outcome,
+                a.code,
+                a.message,
+            ])?;
+        }
+    }
+    if !step.journal.is_empty() {
+        let mut insert = conn.prepare_cached(sql::INSERT_JOURNAL)?;
+        for j in &step.journal {
+            insert.execute(params![id, j.seq, j.at, j.kind, j.node, j.data])?;
+        }
+    }
+    Ok(())
+}
+
+/// Claims up to `limit` parks due at `now` (see `Store::claim_due`).
+fn claim_due(
+    conn: &Connection,
+    now: i64,
+    limit: i64,
+    owner: &str,
+    lease_ms: i64,
+) -> StoreResult<Vec<ParkRecord>> {
+    if limit <= 0 {
+        return Ok(Vec::new());
+    }
+    let until = now.saturating_add(lease_ms.max(0));
+    let mut claim = conn.prepare_cached(sql::CLAIM_DUE)?;
+    let rows = claim
+        .query_map(params![owner, until, now, limit], |r| {
+            Ok(ParkRecord {
+                instance_id: r.get(0)?,
+                seq: r.get(1)?,
+                tenant: r.get(2)?,
+                deployment_id: r.get(3)?,
+                kind: r.get(4)?,
+                due_at: r.get(5)?,
+                message_name: r.get(6)?,
+                correlation_key: r.get(7)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(sort_claimed(rows))
+}
