@@ -8,15 +8,13 @@
 
 use super::*;
 
-/// The pieces of one echo instance, in the order the runtime runs them.
-const PIECES: [&str; 9] = [
-    "store.active_deployment (read)",
-    "store.create_instance (write tx, 1 park)",
+/// The pieces of one echo instance, in the order the runtime runs them: the
+/// attempt runs before the first commit, and the instance is written once,
+/// already COMPLETED (runtime::inline).
+const PIECES: [&str; 5] = [
     "sandbox.attempt echo",
-    "store.load_instance (read)",
-    "engine start+apply+2×snapshot JSON (CPU)",
-    "store.commit_step (write tx, terminal)",
-    "store.get_deployment (read, after terminal)",
+    "engine start+apply+1×snapshot JSON (CPU)",
+    "store.create_instance (write tx, terminal)",
     "fsync: 4 KiB overwrite + fdatasync",
     "rt.start, whole instance",
 ];
@@ -52,37 +50,6 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
     let mut m = Meter::new(n);
     for i in 0..n {
         let id = format!("profile-{i:08}");
-        let clock = Meter::begin();
-        store.active_deployment(TENANT, "p").await?;
-        m.end(0, clock);
-
-        let new = NewInstance {
-            id: id.clone(),
-            tenant: TENANT.into(),
-            deployment_id: dep.id.clone(),
-            process_id: "p".into(),
-            idempotency_key: None,
-            retry_of: None,
-            started_at: now_ms(),
-        };
-        let first = StepWrite {
-            snapshot: done.snapshot.clone(),
-            state: "RUNNING".into(),
-            updated_at: now_ms(),
-            arm: vec![NewPark {
-                seq: 1,
-                kind: "attempt".into(),
-                due_at: Some(now_ms() + 60_000),
-                message_name: None,
-                correlation_key: None,
-                claim: None,
-            }],
-            ..StepWrite::default()
-        };
-        let clock = Meter::begin();
-        store.create_instance(&new, &first).await?;
-        m.end(1, clock);
-
         let ctx = sutra::sandbox::TaskContext {
             tenant: TENANT.into(),
             instance_id: id.clone(),
@@ -95,20 +62,25 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
             .sandbox()
             .attempt(&component, &ctx, r#"{"do":"echo"}"#, &limits)
             .await;
-        m.end(2, clock);
+        m.end(0, clock);
         if !matches!(report.outcome, sutra::sandbox::Outcome::Completed { .. }) {
             bail!("echo attempt ended {:?}", report.outcome);
         }
 
         let clock = Meter::begin();
-        store.load_instance(&id).await?;
-        m.end(3, clock);
-
-        let clock = Meter::begin();
         engine_step(&process, &id)?;
-        m.end(4, clock);
+        m.end(1, clock);
 
-        let last = StepWrite {
+        let new = NewInstance {
+            id: id.clone(),
+            tenant: TENANT.into(),
+            deployment_id: dep.id.clone(),
+            process_id: "p".into(),
+            idempotency_key: None,
+            retry_of: None,
+            started_at: now_ms(),
+        };
+        let only = StepWrite {
             snapshot: done.snapshot.clone(),
             state: "COMPLETED".into(),
             updated_at: now_ms(),
@@ -127,30 +99,26 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
             ..StepWrite::default()
         };
         let clock = Meter::begin();
-        store.commit_step(&id, 1, &last).await?;
-        m.end(5, clock);
-
-        let clock = Meter::begin();
-        store.get_deployment(&dep.id).await?;
-        m.end(6, clock);
+        store.create_instance(&new, &only).await?;
+        m.end(2, clock);
 
         let clock = Meter::begin();
         fsync.once()?;
-        m.end(7, clock);
+        m.end(3, clock);
 
         let clock = Meter::begin();
         rt.start(request(&input)).await?;
-        m.end(8, clock);
+        m.end(4, clock);
     }
     let d: Vec<Dist> = m.wall.iter().map(|v| dist_of(v)).collect();
     for (k, (label, dist)) in PIECES.iter().zip(&d).enumerate() {
         row_dist(label, dist);
         println!("  {:<44} {}", "", m.cost(k, n));
     }
-    let sum: f64 = d[..7].iter().map(|x| x.mean).sum();
-    let (sum50, whole) = (d[..7].iter().map(|x| x.p50).sum::<f64>(), d[8]);
+    let sum: f64 = d[..3].iter().map(|x| x.mean).sum();
+    let (sum50, whole) = (d[..3].iter().map(|x| x.p50).sum::<f64>(), d[4]);
     row(
-        "sum of the store/sandbox/engine pieces",
+        "sum of the sandbox/engine/store pieces",
         format!("mean {sum:.3} ms, p50 {sum50:.3} ms; residual (runtime glue) mean {:.3} ms, p50 {:.3} ms", whole.mean - sum, whole.p50 - sum50),
     );
     ping_cost(&b.db("profile"), &reference, n).await?;
@@ -302,10 +270,10 @@ fn process_of(source: &str) -> Result<sutra::model::Process> {
         .ok_or_else(|| anyhow!("no process p"))
 }
 
-/// The engine's part of one echo instance: start, snapshot to JSON and back
-/// (as the store round-trips it), apply the attempt's outcome, snapshot again.
+/// The engine's part of one echo instance: start, apply the attempt's
+/// outcome in memory, the snapshot to JSON once (for the one commit).
 fn engine_step(process: &sutra::model::Process, id: &str) -> Result<()> {
-    use sutra::engine::{self, Effect, Event, Inputs, Snapshot, TaskOutcome};
+    use sutra::engine::{self, Effect, Event, Inputs, TaskOutcome};
     let inputs = Inputs {
         now: chrono::Utc::now(),
         draw: 0.5,
@@ -322,7 +290,6 @@ fn engine_step(process: &sutra::model::Process, id: &str) -> Result<()> {
         },
         &inputs,
     )?;
-    let text = step.snapshot.to_json();
     let req = step
         .effects
         .iter()
@@ -331,7 +298,7 @@ fn engine_step(process: &sutra::model::Process, id: &str) -> Result<()> {
             _ => None,
         })
         .ok_or_else(|| anyhow!("no attempt to run"))?;
-    let snap = Snapshot::from_json(&text).map_err(|e| anyhow!(e))?;
+    let snap = step.snapshot;
     let event = Event::AttemptEnded {
         token: req.token,
         attempt: req.attempt,

@@ -134,7 +134,16 @@ impl<S: Store> Runtime<S> {
             self.cache(deployed);
             records.push(record);
         }
+        // The new versions are the active ones (the replaced ones drain).
         self.forget_active();
+        if let Ok(mut m) = self.inner.active.lock() {
+            for r in &records {
+                m.insert(
+                    (r.tenant.clone(), r.process_id.clone()),
+                    (std::time::Instant::now(), r.id.clone()),
+                );
+            }
+        }
         // Arm schedules, resolve the replaced versions' ones, retire what drained (lifecycle.rs).
         if let Err(e) = self.activated(&records).await {
             tracing::warn!(error = %e, "deployed, but arming schedules or retiring old versions failed; the serve loop retries");
@@ -152,6 +161,17 @@ impl<S: Store> Runtime<S> {
         process_id: &str,
     ) -> RuntimeResult<Option<Arc<Deployed>>> {
         let key = (tenant.to_string(), process_id.to_string());
+        let known = self.inner.active.lock().ok().and_then(|m| {
+            m.get(&key)
+                .filter(|(at, _)| at.elapsed() < ACTIVE_TTL)
+                .map(|(_, id)| id.clone())
+        });
+        if let Some(id) = known {
+            return self.deployed(&id).await.map(Some);
+        }
+        // One reader at a time: a burst of starts after the TTL passed reads
+        // the store once, the others find the fresh entry.
+        let _refresh = self.inner.active_refresh.lock().await;
         let known = self.inner.active.lock().ok().and_then(|m| {
             m.get(&key)
                 .filter(|(at, _)| at.elapsed() < ACTIVE_TTL)

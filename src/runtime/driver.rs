@@ -183,8 +183,7 @@ impl<S: Store> Runtime<S> {
         };
         let lock = self.lock_for(&id);
         let guard = lock.lock().await;
-        let mut spec = Spec::new(step.snapshot.clone());
-        self.absorb(&mut spec, step, None);
+        let mut spec = self.spec_of(step, None);
         // Run to the first wait before the first commit (inline.rs).
         self.speculate(&id, deployed, &mut spec).await;
         let write = self.finish_write(&spec);
@@ -250,8 +249,7 @@ impl<S: Store> Runtime<S> {
             let (mut version, snap) = rt.current(&id).await?;
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let step = engine::apply(&deployed.process, snap, event.clone(), &rt.inputs())?;
-            let mut spec = Spec::new(step.snapshot.clone());
-            rt.absorb(&mut spec, step, Some(event));
+            let mut spec = rt.spec_of(step, Some(event));
             rt.speculate(&id, &deployed, &mut spec).await;
             let running = std::mem::take(&mut spec.running);
             let mut tries = 0;

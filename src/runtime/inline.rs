@@ -111,10 +111,24 @@ impl Spec {
 }
 
 impl<S: Store> Runtime<S> {
-    /// Fold one step into `spec`.
+    /// A spec holding one step (the first since the last commit).
+    pub(crate) fn spec_of(&self, step: Step, event: Option<Event>) -> Spec {
+        let Step { snapshot, effects } = step;
+        let mut spec = Spec::new(snapshot);
+        self.fold(&mut spec, &effects, event);
+        spec
+    }
+
+    /// Fold one more step into `spec`.
     pub(crate) fn absorb(&self, spec: &mut Spec, step: Step, event: Option<Event>) {
+        let Step { snapshot, effects } = step;
+        self.fold(spec, &effects, event);
+        spec.snapshot = snapshot;
+    }
+
+    fn fold(&self, spec: &mut Spec, effects: &[Effect], event: Option<Event>) {
         let mut w = StepWrite::default();
-        for e in &step.effects {
+        for e in effects {
             match e {
                 Effect::Arm { seq, park } => {
                     let seq = *seq as i64;
@@ -164,7 +178,6 @@ impl<S: Store> Runtime<S> {
             spec.inflight.remove(&(*token, *attempt));
         }
         spec.events.extend(event);
-        spec.snapshot = step.snapshot;
         spec.steps += 1;
     }
 

@@ -144,6 +144,8 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) hot: Mutex<HashMap<String, (i64, crate::engine::Snapshot)>>,
     /// (tenant, process) → its active deployment id, and when that was read.
     pub(crate) active: Mutex<HashMap<(String, String), (std::time::Instant, String)>>,
+    /// Held while the active deployment is read from the store.
+    pub(crate) active_refresh: tokio::sync::Mutex<()>,
     pub(crate) rng: Mutex<rand::rngs::StdRng>,
     /// Tenant limits cache and admission locks (`tenancy.rs`).
     pub(crate) tenancy: tenancy::TenancyCache,
@@ -205,6 +207,7 @@ impl<S: Store> Runtime<S> {
                 alarms,
                 hot: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
+                active_refresh: tokio::sync::Mutex::new(()),
                 rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
                 tenancy: tenancy::TenancyCache::default(),
             }),

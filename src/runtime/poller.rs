@@ -73,6 +73,16 @@ impl<S: Store> Runtime<S> {
             let stepped = self.inner.stepped.notified();
             tokio::pin!(stepped);
             stepped.as_mut().enable();
+            // Ended already (the usual case once a commit woke us): one read.
+            match self.inner.store.load_instance(id).await? {
+                None => return Ok(Settled::Gone),
+                Some(rec)
+                    if InstanceState::parse(&rec.state).is_none_or(InstanceState::is_terminal) =>
+                {
+                    return Ok(Settled::Terminal(rec))
+                }
+                Some(_) => {}
+            }
             self.fire_due().await?;
             // Parks first, then the instance: a step committed in between (an
             // alarm here, another replica) shows in the instance, never as an
