@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use sutra::config::Config;
 use sutra::runtime::{Runtime, RuntimeOptions, Settled, StartRequest};
 use sutra::store::{
-    AnyStore, NewInstance, NewPark, SqliteOptions, SqliteStore, StepWrite, Store, Synchronous,
+    AnyStore, NewInstance, SqliteOptions, SqliteStore, StepWrite, Store, Synchronous,
 };
 
 #[path = "engine/profile.rs"]
