@@ -29,9 +29,15 @@ fn ctx() -> TaskContext {
     }
 }
 
+/// `target/guests/chaos.wasm`, or the file named by `SUTRA_BENCH_CHAOS` (to
+/// compare two builds of the guest).
 fn chaos_bytes() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
-    BYTES.get_or_init(|| common::guest_bytes("chaos"))
+    BYTES.get_or_init(|| match std::env::var_os("SUTRA_BENCH_CHAOS") {
+        Some(path) => std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("SUTRA_BENCH_CHAOS={}: {e}", path.to_string_lossy())),
+        None => common::guest_bytes("chaos"),
+    })
 }
 
 fn sandbox() -> &'static Sandbox {

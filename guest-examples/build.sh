@@ -103,10 +103,11 @@ build_rust() {
     fi
     local args=(build --release --locked --quiet --target wasm32-wasip2
         --manifest-path "$here/Cargo.toml" --target-dir "$root/target/guest-build")
+    # One cargo run per guest, so dependency features never unify across
+    # guests: chaos is no_std and needs serde_json without `std`.
     for name in "${names[@]}"; do
-        args+=(-p "$name")
+        run "$log" cargo "${args[@]}" -p "$name"
     done
-    run "$log" cargo "${args[@]}"
     for name in "${names[@]}"; do
         src="$root/target/guest-build/wasm32-wasip2/release/$name.wasm"
         dst="$out/$name.wasm"

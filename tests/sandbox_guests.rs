@@ -292,6 +292,38 @@ async fn chaos_big_output_within_the_cap_completes() {
     );
 }
 
+/// `chaos` calls WASI directly rather than through std and wasi-libc, so it
+/// imports only the interfaces its actions use: every imported function costs
+/// each attempt a step of instantiation (see `benches/README.md`, "Sandbox").
+#[test]
+fn chaos_imports_only_the_interfaces_its_actions_use() {
+    let mut imports: Vec<String> = guest("chaos")
+        .imports()
+        .iter()
+        .map(|name| name.split('@').next().unwrap_or(name).to_string())
+        .collect();
+    imports.sort();
+    assert_eq!(
+        imports,
+        [
+            "sutra:task/host",
+            "sutra:task/types",
+            "wasi:cli/environment",
+            "wasi:cli/stderr",
+            "wasi:clocks/monotonic-clock",
+            "wasi:filesystem/preopens",
+            "wasi:filesystem/types",
+            "wasi:io/error",
+            "wasi:io/poll",
+            "wasi:io/streams",
+            "wasi:sockets/instance-network",
+            "wasi:sockets/network",
+            "wasi:sockets/tcp",
+            "wasi:sockets/tcp-create-socket",
+        ]
+    );
+}
+
 #[tokio::test]
 async fn chaos_probe_sees_no_files_no_env_no_sockets() {
     let r = chaos(json!({"do": "probe"})).await;
