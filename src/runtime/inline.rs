@@ -264,6 +264,11 @@ impl<S: Store> Runtime<S> {
         }
     }
 
+    /// Whether an alarm of this runtime is pending for instance `id`.
+    pub(crate) fn alarm_pending(&self, id: &str) -> bool {
+        self.inner.hot.lock().is_ok_and(|m| m.contains_key(id))
+    }
+
     /// Take the kept snapshot of an instance (it is re-kept after the next commit).
     pub(crate) fn recall(&self, id: &str) -> Option<(i64, Snapshot)> {
         self.inner.hot.lock().ok()?.remove(id)

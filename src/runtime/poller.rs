@@ -113,7 +113,14 @@ impl<S: Store> Runtime<S> {
             // park past due that no poll could claim is held by an alarm here
             // or by another replica: look again shortly.
             let now = self.inner.clock.now().timestamp_millis();
-            let wait = if due > now {
+            let wait = if self.alarm_pending(id) {
+                // An alarm here fires it at its instant and the commit wakes
+                // us; waking at the due time too would only compete with it.
+                Duration::from_millis(u64::try_from(due - now).unwrap_or(0))
+                    .saturating_add(HELD_PARK_POLL)
+                    .max(HELD_PARK_POLL)
+                    .min(MAX_IDLE)
+            } else if due > now {
                 Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(MAX_IDLE)
             } else {
                 HELD_PARK_POLL
