@@ -9,8 +9,14 @@
 //!
 //! Invariants:
 //! - one thread (`sutra-alarms`) sleeps until the earliest alarm with a 1 ns
-//!   timer slack, so an alarm runs within microseconds of its instant, never
-//!   before it (tokio's timer wheel has a 1 ms tick);
+//!   timer slack (tokio's timer wheel has a 1 ms tick). Waking a halted vCPU
+//!   and then a parked tokio worker costs ~0.1 ms each here, so while few
+//!   alarms are pending the job is called [`LEAD`] early with its instant,
+//!   and the task it spawns spins (yielding) until then: the work starts
+//!   within microseconds of the instant. In a burst every job is called at
+//!   its instant (spinning would take the cores the burst needs);
+//! - nothing fires before its instant: a job gets the instant and must not
+//!   act before it;
 //! - a job runs on the alarm thread and must only hand work off (spawn on a
 //!   tokio handle): it never blocks;
 //! - the thread ends when the [`Alarms`] handle is dropped; pending jobs are
@@ -21,7 +27,14 @@ use std::collections::BinaryHeap;
 use std::sync::mpsc;
 use std::time::Instant;
 
-type Job = Box<dyn FnOnce() + Send>;
+/// Called with the alarm's instant (it may be up to [`LEAD`] earlier).
+type Job = Box<dyn FnOnce(Instant) + Send>;
+
+/// How early a job is called while few alarms are pending.
+pub(crate) const LEAD: std::time::Duration = std::time::Duration::from_micros(300);
+
+/// Called early only while at most this many alarms are pending.
+const LEAD_MAX_PENDING: usize = 8;
 
 struct Entry {
     when: Instant,
@@ -62,8 +75,9 @@ impl Alarms {
         Ok(Alarms { tx })
     }
 
-    /// Run `job` at `when` (at once if it has passed). `false` if the thread is gone.
-    pub(crate) fn at(&self, when: Instant, job: impl FnOnce() + Send + 'static) -> bool {
+    /// Call `job(when)` at `when`, or up to [`LEAD`] before it (at once if
+    /// it has passed). `false` if the thread is gone.
+    pub(crate) fn at(&self, when: Instant, job: impl FnOnce(Instant) + Send + 'static) -> bool {
         self.tx.send((when, Box::new(job))).is_ok()
     }
 }
@@ -79,13 +93,28 @@ fn run(rx: mpsc::Receiver<(Instant, Job)>) {
     let mut seq = 0u64;
     loop {
         let now = Instant::now();
-        while heap.peek().is_some_and(|e: &Entry| e.when <= now) {
+        let lead = |pending: usize| {
+            if pending <= LEAD_MAX_PENDING {
+                LEAD
+            } else {
+                std::time::Duration::ZERO
+            }
+        };
+        while heap
+            .peek()
+            .is_some_and(|e: &Entry| e.when <= now + lead(heap.len()))
+        {
             if let Some(e) = heap.pop() {
-                (e.job)();
+                (e.job)(e.when);
             }
         }
         let next = match heap.peek() {
-            Some(e) => rx.recv_timeout(e.when.saturating_duration_since(now)),
+            Some(e) => rx.recv_timeout(
+                e.when
+                    .checked_sub(lead(heap.len()))
+                    .unwrap_or(e.when)
+                    .saturating_duration_since(now),
+            ),
             None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
         match next {
@@ -112,7 +141,11 @@ mod tests {
         for (i, ms) in [(0, 30u64), (1, 10), (2, 20), (3, 0)] {
             let tx = tx.clone();
             let when = base + Duration::from_millis(ms);
-            assert!(alarms.at(when, move || {
+            assert!(alarms.at(when, move |not_before| {
+                assert_eq!(not_before, when);
+                while Instant::now() < not_before {
+                    std::hint::spin_loop();
+                }
                 let _ = tx.send((i, when, Instant::now()));
             }));
         }
@@ -132,7 +165,7 @@ mod tests {
     fn dropping_the_handle_stops_the_thread_without_running_pending_jobs() {
         let alarms = Alarms::start().unwrap();
         let (tx, rx) = mpsc::channel::<()>();
-        alarms.at(Instant::now() + Duration::from_secs(3600), move || {
+        alarms.at(Instant::now() + Duration::from_secs(3600), move |_| {
             let _ = tx.send(());
         });
         drop(alarms);

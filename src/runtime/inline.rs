@@ -228,12 +228,19 @@ impl<S: Store> Runtime<S> {
             let weak = Arc::downgrade(&self.inner);
             let handle = tokio::runtime::Handle::current();
             let (id, seq) = (id.to_string(), p.seq);
-            any |= alarms.at(when, move || {
+            any |= alarms.at(when, move |not_before| {
                 let Some(inner) = weak.upgrade() else {
                     return;
                 };
                 let rt = Runtime { inner };
-                handle.spawn(async move { rt.fire_alarm(id, seq).await });
+                handle.spawn(async move {
+                    // Called early so this worker is awake at the instant
+                    // (alarm.rs); never fire before it.
+                    while Instant::now() < not_before {
+                        std::hint::spin_loop();
+                    }
+                    rt.fire_alarm(id, seq).await
+                });
             });
         }
         if any {
