@@ -1,5 +1,6 @@
-//! Driving instances: apply an event, commit the step, run its attempts,
-//! feed their outcomes back, until every token waits.
+//! Driving instances: apply an event, run the attempts it asks for to the
+//! next wait (inline.rs), commit, and feed the outcomes of slower attempts
+//! back, until every token waits.
 
 use super::inline::Spec;
 use super::{Deployed, Runtime, RuntimeError, RuntimeResult};
@@ -31,7 +32,7 @@ pub struct StartRequest {
     pub retry_of: Option<String>,
 }
 
-fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
+pub(super) fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
     t.timestamp_millis()
 }
 
@@ -228,9 +229,14 @@ impl<S: Store> Runtime<S> {
 
     /// The last committed snapshot of an instance and its version.
     async fn current(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
-        if let Some(kept) = self.recall(id) {
-            return Ok(kept);
+        match self.recall(id) {
+            Some(kept) => Ok(kept),
+            None => self.load(id).await,
         }
+    }
+
+    /// The committed snapshot of an instance and its version, from the store.
+    async fn load(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
         let rec = self.inner.store.load_instance(id).await?.ok_or_else(|| {
             RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
         })?;
@@ -263,12 +269,8 @@ impl<S: Store> Runtime<S> {
                     Err(StoreError::Conflict(_)) if tries < CONFLICT_RETRIES => {
                         // Lost a race with another replica: replay on its state.
                         tries += 1;
-                        let rec = rt.inner.store.load_instance(&id).await?.ok_or_else(|| {
-                            RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
-                        })?;
-                        let snap = Snapshot::from_json(&rec.snapshot)
-                            .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
-                        version = rec.version;
+                        let (v, snap) = rt.load(&id).await?;
+                        version = v;
                         deployed = rt.deployed(&snap.deployment_id).await?;
                         spec = rt.replay(&deployed, snap, &spec.events, &spec.inflight);
                     }

@@ -23,6 +23,7 @@
 //!   the same events on the reloaded snapshot; attempts that ran are never
 //!   run again for it, attempts the replay newly asks for run afterwards.
 
+use super::driver::ms;
 use super::{Deployed, Runtime};
 use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step};
 use crate::store::{AttemptRow, JournalRow, NewPark, ParkClaim, StepWrite, Store};
@@ -48,10 +49,6 @@ const ALARM_HORIZON: std::time::Duration = std::time::Duration::from_secs(60);
 /// that armed it. Past it, any poller may fire it (the process died, or the
 /// fire is stuck).
 const ALARM_GRACE_MS: i64 = 1_000;
-
-fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
-    t.timestamp_millis()
-}
 
 /// An instance advanced in memory since its last commit.
 pub(crate) struct Spec {
