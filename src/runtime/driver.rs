@@ -187,7 +187,7 @@ impl<S: Store> Runtime<S> {
         let mut spec = self.spec_of(step, None);
         // Run to the first wait before the first commit (inline.rs).
         self.speculate(&id, deployed, &mut spec).await;
-        let write = self.finish_write(&spec);
+        let write = self.finish_write(&mut spec);
         // Tenant quota (tenancy.rs): held until the instance row is written.
         let admission = self.admit(req).await?;
         let created = self.inner.store.create_instance(&new, &write).await?;
@@ -260,7 +260,7 @@ impl<S: Store> Runtime<S> {
             let running = std::mem::take(&mut spec.running);
             let mut tries = 0;
             loop {
-                let write = rt.finish_write(&spec);
+                let write = rt.finish_write(&mut spec);
                 match rt.inner.store.commit_step(&id, version, &write).await {
                     Ok(()) => {
                         rt.committed(&id, version + 1, &spec, &write).await;

@@ -180,9 +180,11 @@ impl<S: Store> Runtime<S> {
 
     /// The write to commit: the merged effects plus the final snapshot, and
     /// a claim on every short wait this runtime will fire from an alarm.
-    pub(crate) fn finish_write(&self, spec: &Spec) -> StepWrite {
+    /// The merged effects are moved out: a spec is committed once (a lost
+    /// race rebuilds it by replay).
+    pub(crate) fn finish_write(&self, spec: &mut Spec) -> StepWrite {
+        let mut w = std::mem::take(&mut spec.write);
         let snap = &spec.snapshot;
-        let mut w = spec.write.clone();
         w.snapshot = snap.to_json();
         w.state = snap.state.as_str().to_string();
         w.updated_at = ms(self.inner.clock.now());
