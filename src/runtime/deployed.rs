@@ -189,13 +189,21 @@ impl<S: Store> Runtime<S> {
             return Ok(None);
         };
         let deployed = self.deployed(&dep.id).await?;
+        self.note_active(&dep);
+        Ok(Some(deployed))
+    }
+
+    /// Remember that `dep` was read as ACTIVE just now (trusted for [`ACTIVE_TTL`]).
+    pub(crate) fn note_active(&self, dep: &DeploymentRecord) {
         if let Ok(mut m) = self.inner.active.lock() {
             if m.len() > 10_000 {
                 m.clear();
             }
-            m.insert(key, (std::time::Instant::now(), dep.id));
+            m.insert(
+                (dep.tenant.clone(), dep.process_id.clone()),
+                (std::time::Instant::now(), dep.id.clone()),
+            );
         }
-        Ok(Some(deployed))
     }
 
     /// Whether `deployment_id` was read as ACTIVE within the TTL.

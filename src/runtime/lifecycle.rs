@@ -24,6 +24,12 @@ impl<S: Store> Runtime<S> {
         let Some(dep) = self.inner.store.get_deployment(id).await? else {
             return Ok(false);
         };
+        self.retire_read(dep).await
+    }
+
+    /// [`Runtime::retire_if_drained`] for a deployment just read.
+    async fn retire_read(&self, dep: DeploymentRecord) -> RuntimeResult<bool> {
+        let id = dep.id.as_str();
         match dep.state {
             DeploymentState::Retired => return Ok(true),
             DeploymentState::Active => return Ok(false),
@@ -57,11 +63,29 @@ impl<S: Store> Runtime<S> {
     /// Never fails the step (it is committed already): a failure is logged and
     /// the serve loop's pass retries.
     pub(crate) async fn after_terminal(&self, deployment_id: &str) {
-        // An ACTIVE deployment cannot retire: skip the read while it is known so.
-        if self.known_active(deployment_id) {
-            return;
-        }
-        if let Err(e) = self.retire_if_drained(deployment_id).await {
+        // An ACTIVE deployment cannot retire: skip the read while it is known
+        // so. Once that knowledge is stale, one reader refreshes it, so a
+        // burst of instances ending (1,000 timers due together) reads the
+        // deployment once, not once each.
+        let read = {
+            let _refresh = self.inner.active_refresh.lock().await;
+            if self.known_active(deployment_id) {
+                return;
+            }
+            match self.inner.store.get_deployment(deployment_id).await {
+                Ok(Some(dep)) if dep.state == DeploymentState::Active => {
+                    self.note_active(&dep);
+                    return;
+                }
+                other => other,
+            }
+        };
+        let retired = match read {
+            Ok(Some(dep)) => self.retire_read(dep).await,
+            Ok(None) => Ok(false),
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = retired {
             tracing::warn!(deployment = %deployment_id, error = %e, "retirement check failed");
         }
     }
