@@ -550,6 +550,8 @@ async fn workload_c(b: &Bench) -> Result<()> {
     // The figures are read from the stored `ended_at`, so the first look is
     // made after the burst, not during it: polling then would only take CPU
     // from the fires being measured.
+    tokio::time::sleep_until((t0 + Duration::from_millis(900)).into()).await;
+    let fire_cpu = cpu_now();
     tokio::time::sleep_until((t0 + Duration::from_millis(1_100)).into()).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -562,6 +564,7 @@ async fn workload_c(b: &Bench) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let fire_cost = cpu_per(fire_cpu, n, "fire");
     let (mut from_submit, mut late) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut last_end, mut first_due) = (i64::MIN, i64::MAX);
     for (id, at) in &started {
@@ -594,6 +597,7 @@ async fn workload_c(b: &Bench) -> Result<()> {
         "all done (first submit → last end)",
         format!("{} ms", last_end - submitted_ms),
     );
+    row("cost of the fires (from 0.9 s on)", fire_cost);
     row(
         "firing rate (first due → last end)",
         format!(

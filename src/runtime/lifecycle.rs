@@ -67,6 +67,9 @@ impl<S: Store> Runtime<S> {
         // so. Once that knowledge is stale, one reader refreshes it, so a
         // burst of instances ending (1,000 timers due together) reads the
         // deployment once, not once each.
+        if self.known_active(deployment_id) {
+            return;
+        }
         let read = {
             let _refresh = self.inner.active_refresh.lock().await;
             if self.known_active(deployment_id) {

@@ -6,8 +6,8 @@
 //!
 //! A caller sends its request on a channel and awaits a oneshot reply; the
 //! thread blocks on the channel, drains what is queued (up to [`MAX_BATCH`]),
-//! runs ONE `BEGIN IMMEDIATE` transaction holding each request in its own
-//! savepoint, commits, then replies. A write thus costs one hand-off in, the
+//! runs ONE `BEGIN IMMEDIATE` transaction holding them all, commits, then
+//! replies. A write thus costs one hand-off in, the
 //! SQLite work, the commit's fsync and one hand-off out (no per-statement
 //! round trips to a connection worker).
 //!
@@ -15,9 +15,11 @@
 //! - a request's reply is sent only after the transaction holding it
 //!   committed: an `Ok` is durable (as durable as the `synchronous` mode);
 //! - requests are isolated: one that fails (a version conflict, a duplicate,
-//!   a missing instance) is rolled back to its savepoint and answers its own
-//!   error (`Conflict` / `NotFound` / `Duplicate`); the others in the batch
-//!   still commit. If the transaction itself fails (`BEGIN`, `COMMIT`, a
+//!   a missing instance) answers its own error (`Conflict` / `NotFound` /
+//!   `Duplicate`) and nothing of it is kept; the others in the batch still
+//!   commit. A batch runs without savepoints first; if a request fails, that
+//!   pass is rolled back and the batch runs again with a savepoint per
+//!   request. If the transaction itself fails (`BEGIN`, `COMMIT`, a
 //!   savepoint), every request of the batch answers an error and nothing of
 //!   it is kept;
 //! - a caller alone pays one transaction: batching only happens when
@@ -30,7 +32,11 @@
 //!   the other writes (deployments, tenancy, leases, sweep, schedules) stay
 //!   on the sqlx write pool and meet this thread only through SQLite's file
 //!   lock, each side waiting up to the busy timeout (both take the lock with
-//!   `BEGIN IMMEDIATE`, so neither can deadlock the other);
+//!   `BEGIN IMMEDIATE`, so neither can deadlock the other); it also keeps
+//!   its temporary files in memory (`temp_store = MEMORY`): a savepoint's
+//!   sub-journal otherwise spills to a temp file once it holds 64 KiB, and
+//!   from then on costs a `pwrite` per page (a quarter of this thread's CPU
+//!   in a burst of timer fires);
 //! - the thread ends on [`Writer::close`] (after the requests queued before
 //!   it) or when every handle is dropped; a request after that answers
 //!   "the SQLite writer stopped". A panic inside a batch is caught: the
@@ -183,6 +189,7 @@ fn open(path: &Path, synchronous: Synchronous, busy_timeout: Duration) -> StoreR
         Synchronous::Full => "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
         Synchronous::Normal => "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;",
     })?;
+    conn.execute_batch("PRAGMA temp_store = MEMORY;")?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     Ok(conn)
 }
@@ -242,7 +249,36 @@ fn exec(conn: &Connection, statement: &str) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Runs a batch in one transaction. Optimistically first, without
+/// savepoints (each copies every page a request touches): almost every
+/// batch succeeds whole. If a request fails, nothing of that pass is kept
+/// and the batch runs again with a savepoint per request, so the failed one
+/// is rolled back alone and the others commit.
 fn run_batch(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
+    exec(conn, "BEGIN IMMEDIATE")?;
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        match apply(conn, op) {
+            Ok(done) => out.push(Ok(done)),
+            Err(e) => {
+                // (SQLite may have rolled back already, e.g. on a full disk.)
+                if !conn.is_autocommit() {
+                    exec(conn, "ROLLBACK")?;
+                }
+                if ops.len() == 1 {
+                    // Alone in its transaction: rolling that back isolated it.
+                    return Ok(vec![Err(e)]);
+                }
+                return run_isolated(conn, ops);
+            }
+        }
+    }
+    exec(conn, "COMMIT")?;
+    Ok(out)
+}
+
+/// Runs a batch in one transaction with each request in its own savepoint.
+fn run_isolated(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
     exec(conn, "BEGIN IMMEDIATE")?;
     let mut out = Vec::with_capacity(ops.len());
     for op in ops {
