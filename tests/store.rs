@@ -259,6 +259,42 @@ backends::store_tests! {
         assert_eq!(db.park_counts().await.unwrap(), [("timer".to_string(), 1)]);
     }
 
+    async fn a_step_failing_half_way_among_concurrent_ones_fails_alone(db) {
+        // Steps sent together (SQLite's writer runs them in one transaction):
+        // the one that fails after writing its snapshot keeps nothing, the
+        // others commit.
+        let d = deploy(&*db, "d1").await;
+        for n in 0..8 {
+            waiting_instance(&*db, &d, &format!("i{n}"), vec![timer(1, 1_000)]).await;
+        }
+        let mut tasks = Vec::new();
+        for n in 0..8i64 {
+            let store = db.store.clone();
+            // i3 arms park 1 again: its update succeeds, then the park insert fails.
+            let seq = if n == 3 { 1 } else { 2 };
+            let write = StepWrite {
+                arm: vec![timer(seq, 2_000)],
+                attempts: vec![attempt("a", 1)],
+                ..step("WAITING", &format!("s{n}"), 5)
+            };
+            tasks.push(tokio::spawn(async move { store.commit_step(&format!("i{n}"), 1, &write).await }));
+        }
+        for (n, task) in tasks.into_iter().enumerate() {
+            let result = task.await.unwrap();
+            let id = format!("i{n}");
+            let i = db.load_instance(&id).await.unwrap().unwrap();
+            let parks: Vec<i64> = db.parks_of(&id).await.unwrap().iter().map(|p| p.seq).collect();
+            let attempts = db.attempts(&id).await.unwrap().len();
+            if n == 3 {
+                assert!(matches!(result, Err(StoreError::Duplicate(_))), "{result:?}");
+                assert_eq!((i.version, i.snapshot.as_str(), parks, attempts), (1, "{}", vec![1], 0));
+            } else {
+                result.unwrap();
+                assert_eq!((i.version, i.snapshot, parks, attempts), (2, format!("s{n}"), vec![1, 2], 1));
+            }
+        }
+    }
+
     async fn concurrent_commits_at_one_version_exactly_one_wins(db) {
         let d = deploy(&*db, "d1").await;
         waiting_instance(&*db, &d, "i1", vec![]).await;

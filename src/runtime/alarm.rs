@@ -12,9 +12,11 @@
 //!   timer slack (tokio's timer wheel has a 1 ms tick). Waking a halted vCPU
 //!   and then a parked tokio worker costs ~0.1 ms each here, so while few
 //!   alarms are pending the job is called [`LEAD`] early with its instant,
-//!   and the task it spawns spins (yielding) until then: the work starts
+//!   and the task it spawns spins (not yielding) until then: the work starts
 //!   within microseconds of the instant. In a burst every job is called at
-//!   its instant (spinning would take the cores the burst needs);
+//!   its instant (spinning would take the cores the burst needs), and the
+//!   thread's short scheduler slice ([`short_slice`]) lets it preempt the
+//!   busy cores when it wakes;
 //! - nothing fires before its instant: a job gets the instant and must not
 //!   act before it;
 //! - a job runs on the alarm thread and must only hand work off (spawn on a

@@ -298,6 +298,14 @@ impl Sandbox {
         Ok(loaded)
     }
 
+    /// Instantiate `component` and drop it without calling it, so an attempt
+    /// due shortly finds caches and a pool slot warm. Runs no guest code
+    /// beyond a start function (none in Rust guests); skipped when every
+    /// slot is taken.
+    pub async fn warm(&self, component: &LoadedComponent) {
+        attempt::warm(&self.inner, component).await
+    }
+
     /// Run one attempt. Waits for a pool slot first; the deadline counts from
     /// when the slot is granted.
     pub async fn attempt(
