@@ -432,3 +432,55 @@ async fn extreme_limits_do_not_panic() {
     let r = run("spin", "{}", &limits).await;
     assert_eq!(code_of(&r.outcome), Code::TaskDeadlineExceeded.as_str());
 }
+
+/// `warm` (ahead of a retry's instant) never waits for a pool slot: with the
+/// only slot held by a spinning attempt it returns at once, and the next
+/// attempt of the warmed component is unaffected.
+#[tokio::test(flavor = "current_thread")]
+async fn warming_never_waits_for_a_slot() {
+    let sb = Sandbox::new(SandboxConfig {
+        pool_size: 1,
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let spin = sb.load(&wat_component("spin")).unwrap();
+    let echo = sb.load(&wat_component("echo")).unwrap();
+    let spinner = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            let limits = Limits {
+                deadline: Duration::from_millis(500),
+                ..Limits::default()
+            };
+            sb.attempt(&spin, &ctx(), "{}", &limits).await
+        })
+    };
+    for _ in 0..1000 {
+        if sb.running() > 0 || spinner.is_finished() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(sb.running(), 1, "the spinner should hold the only slot");
+    sb.warm(&echo).await;
+    assert_eq!(
+        sb.running(),
+        1,
+        "warm returned while the slot was still taken"
+    );
+    let spun = spinner.await.unwrap();
+    assert_eq!(
+        spun.outcome.code(),
+        Some(Code::TaskDeadlineExceeded.as_str())
+    );
+    sb.warm(&echo).await;
+    let r = sb
+        .attempt(&echo, &ctx(), r#"{"warm":true}"#, &Limits::default())
+        .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Completed {
+            output: json!({"warm": true})
+        }
+    );
+}
