@@ -342,6 +342,36 @@ async fn refused_components_are_not_cached_on_disk() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// Spawns an attempt of the `spin` component (until `deadline`) and returns
+/// once it holds a pool slot.
+async fn spin_in_a_slot(
+    sb: &Sandbox,
+    deadline: Duration,
+) -> tokio::task::JoinHandle<sutra::sandbox::AttemptReport> {
+    let spin = sb.load(&wat_component("spin")).unwrap();
+    let spinner = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            let limits = Limits {
+                deadline,
+                ..Limits::default()
+            };
+            sb.attempt(&spin, &ctx(), "{}", &limits).await
+        })
+    };
+    // Once the spinner holds its slot, this task only runs again when the
+    // spinner yields from inside the guest (or when it has ended, which the
+    // assertion below would catch).
+    for _ in 0..1000 {
+        if sb.running() > 0 || spinner.is_finished() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(sb.running(), 1, "the spinner should hold a slot");
+    spinner
+}
+
 /// On a single-threaded runtime, an attempt completes while another spins:
 /// the spinner yields to tokio at every epoch tick.
 #[tokio::test(flavor = "current_thread")]
@@ -351,28 +381,8 @@ async fn a_spinning_guest_does_not_block_the_lane() {
         ..SandboxConfig::default()
     })
     .unwrap();
-    let spin = sb.load(&wat_component("spin")).unwrap();
     let echo = sb.load(&wat_component("echo")).unwrap();
-    let spinner = {
-        let sb = sb.clone();
-        tokio::spawn(async move {
-            let limits = Limits {
-                deadline: Duration::from_secs(20),
-                ..Limits::default()
-            };
-            sb.attempt(&spin, &ctx(), "{}", &limits).await
-        })
-    };
-    // Once the spinner holds its slot, this task only runs again when the
-    // spinner yields from inside the guest (or when it has ended, which the
-    // assertions below would catch).
-    for _ in 0..1000 {
-        if sb.running() > 0 || spinner.is_finished() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(sb.running(), 1, "the spinner should hold a slot");
+    let spinner = spin_in_a_slot(&sb, Duration::from_secs(20)).await;
     let r = sb
         .attempt(&echo, &ctx(), r#"{"lane":"free"}"#, &Limits::default())
         .await;
@@ -443,25 +453,8 @@ async fn warming_never_waits_for_a_slot() {
         ..SandboxConfig::default()
     })
     .unwrap();
-    let spin = sb.load(&wat_component("spin")).unwrap();
     let echo = sb.load(&wat_component("echo")).unwrap();
-    let spinner = {
-        let sb = sb.clone();
-        tokio::spawn(async move {
-            let limits = Limits {
-                deadline: Duration::from_millis(500),
-                ..Limits::default()
-            };
-            sb.attempt(&spin, &ctx(), "{}", &limits).await
-        })
-    };
-    for _ in 0..1000 {
-        if sb.running() > 0 || spinner.is_finished() {
-            break;
-        }
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(sb.running(), 1, "the spinner should hold the only slot");
+    let spinner = spin_in_a_slot(&sb, Duration::from_millis(500)).await;
     sb.warm(&echo).await;
     assert_eq!(
         sb.running(),
