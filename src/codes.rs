@@ -233,6 +233,10 @@ codes! {
     BpmnForeignExtension => "SUTRA.CONFIG.BPMN.FOREIGN_EXTENSION_IGNORED", InvalidInput, false;
     /// Info: a process is not executable and loads for inspection only.
     BpmnNotExecutable => "SUTRA.CONFIG.BPMN.NOT_EXECUTABLE", InvalidInput, false;
+
+    // ---- The HX dialect (HX-*; seed 002) ----
+
+    // ---- The States language (States.*; seed 004) ----
 }
 
 impl fmt::Display for Code {

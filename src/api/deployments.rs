@@ -72,7 +72,7 @@ async fn read_bundle(mut form: Multipart) -> ApiResult<(String, BTreeMap<String,
 
 /// The registered tasks the definition's executable processes call (when it loads).
 fn called_tasks(source: &str) -> Option<Vec<String>> {
-    let loaded = crate::dialect::bpmn::load(source);
+    let loaded = crate::dialect::load(source);
     if !loaded.ok() {
         return None;
     }

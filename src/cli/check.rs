@@ -5,9 +5,8 @@
 //! has an error diagnostic or cannot be read (`SUTRA.CONFIG.FILE_UNREADABLE`),
 //! 2 for a usage error (clap's, e.g. no file given).
 //!
-//! Every file goes through the BPMN loader: it refuses a document whose root is
-//! not a BPMN `<definitions>` (`SUTRA.CONFIG.BPMN.NOT_DEFINITIONS`); other
-//! dialects will be routed here by extension or root namespace.
+//! Every file goes through `dialect::load`, which picks the loader by content
+//! (BPMN, HX or States language; see `dialect`).
 //!
 //! Human output: one `file:line:col: severity[CODE]: message` line per
 //! diagnostic (`file: severity[...]` when there is no position), then one
@@ -17,7 +16,7 @@
 
 use crate::codes::Code;
 use crate::diag::{Diagnostic, Severity};
-use crate::dialect::bpmn;
+use crate::dialect;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::io::Write;
@@ -26,7 +25,7 @@ use std::process::ExitCode;
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// Definition files (`.bpmn`, `.xml`).
+    /// Definition files (BPMN or HX XML, States-language JSON).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Output format.
@@ -61,7 +60,7 @@ pub struct ProcessSummary {
 pub fn check_file(path: &std::path::Path) -> FileReport {
     let file = path.display().to_string();
     let loaded = match std::fs::read(path) {
-        Ok(bytes) => bpmn::load_bytes(&bytes),
+        Ok(bytes) => dialect::load_bytes(&bytes),
         Err(e) => {
             let d = Diagnostic::error(Code::FileUnreadable, format!("cannot read {file}: {e}"));
             return FileReport {

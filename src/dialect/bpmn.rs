@@ -55,24 +55,7 @@ use crate::codes::Code;
 use crate::diag::Diagnostic;
 use crate::model::Definitions;
 
-/// The result of loading one BPMN document.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    pub definitions: Definitions,
-    pub diagnostics: Vec<Diagnostic>,
-}
-
-impl Loaded {
-    /// No error diagnostics (infos and warnings allowed).
-    pub fn ok(&self) -> bool {
-        !self.diagnostics.iter().any(Diagnostic::is_error)
-    }
-
-    /// The error diagnostics.
-    pub fn errors(&self) -> impl Iterator<Item = &Diagnostic> {
-        self.diagnostics.iter().filter(|d| d.is_error())
-    }
-}
+pub use super::Loaded;
 
 /// Load a BPMN document. Never panics; every problem is a diagnostic.
 /// Diagnostics come sorted by position.
@@ -107,7 +90,7 @@ pub fn load_bytes(bytes: &[u8]) -> Loaded {
     }
 }
 
-fn decode(bytes: &[u8]) -> Result<std::borrow::Cow<'_, str>, Diagnostic> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<std::borrow::Cow<'_, str>, Diagnostic> {
     if bytes.len() > xml::MAX_DOCUMENT_BYTES {
         return Err(Diagnostic::error(
             Code::XmlLimitExceeded,

@@ -39,6 +39,16 @@ pub enum Dialect {
     Asl,
 }
 
+impl Dialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Bpmn => "bpmn",
+            Dialect::Hx => "hx",
+            Dialect::Asl => "asl",
+        }
+    }
+}
+
 /// What one definition file holds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Definitions {

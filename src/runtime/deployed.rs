@@ -31,7 +31,7 @@ pub fn digest(bytes: &[u8]) -> String {
 
 /// Load a definition's text into the IR (every dialect Sutra knows).
 pub fn load_definition(source: &str) -> RuntimeResult<crate::model::Definitions> {
-    let loaded = crate::dialect::bpmn::load(source);
+    let loaded = crate::dialect::load(source);
     if !loaded.ok() {
         let first = loaded
             .diagnostics
@@ -116,7 +116,7 @@ impl<S: Store> Runtime<S> {
                     id: super::new_id(now),
                     tenant: tenant.to_string(),
                     process_id: p.id.clone(),
-                    dialect: "bpmn".into(),
+                    dialect: p.dialect.as_str().into(),
                     source: source.to_string(),
                     modules: mods.clone(),
                     created_at: now,
