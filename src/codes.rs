@@ -148,6 +148,30 @@ codes! {
     ChannelCallTimeout => "SUTRA.DISPATCH.CHANNEL_CALL.TIMEOUT", Timeout, true;
     /// A response arrived for a superseded channel-call attempt.
     ChannelCallRetryPending => "SUTRA.DISPATCH.CHANNEL_CALL.RETRY_PENDING", Transient, true;
+    /// No channel call of the caller waits for that correlation (or request) on that channel.
+    ChannelCallNotFound => "SUTRA.DISPATCH.CHANNEL_CALL.NOT_FOUND", InvalidInput, false;
+    /// A deployment calls a channel its tenant has not configured.
+    ChannelNotConfigured => "SUTRA.RUNTIME.CHANNEL.NOT_CONFIGURED", InvalidInput, false;
+    /// No channel of that name (or not visible to the caller).
+    ChannelNotFound => "SUTRA.RUNTIME.CHANNEL.NOT_FOUND", InvalidInput, false;
+    /// A channel a live deployment calls cannot be deleted.
+    ChannelInUse => "SUTRA.RUNTIME.CHANNEL.IN_USE", InvalidInput, false;
+    /// A channel's settings are invalid (name, transport, URL).
+    ChannelInvalid => "SUTRA.RUNTIME.CHANNEL.INVALID", InvalidInput, false;
+    /// A push URL names a host outside `sutra.outbox.allowed-hosts`.
+    OutboundHostNotAllowed => "SUTRA.OUTBOUND.HOST_NOT_ALLOWED", InvalidInput, false;
+    /// No external task with that id (or not visible to the caller).
+    ExternalTaskNotFound => "SUTRA.RUNTIME.EXTERNAL_TASK.NOT_FOUND", InvalidInput, false;
+    /// The worker does not hold the external task's lock (it expired, another worker has it, or the task is over).
+    ExternalTaskLockLost => "SUTRA.RUNTIME.EXTERNAL_TASK.LOCK_LOST", InvalidInput, false;
+    /// No incident with that id (or not visible to the caller).
+    IncidentNotFound => "SUTRA.RUNTIME.INCIDENT.NOT_FOUND", InvalidInput, false;
+    /// The incident is resolved already.
+    IncidentResolved => "SUTRA.RUNTIME.INCIDENT.RESOLVED", InvalidInput, false;
+    /// A migration target that is not a deployment of the instance's process.
+    MigrationTargetInvalid => "SUTRA.RUNTIME.MIGRATION.TARGET_INVALID", InvalidInput, false;
+    /// A token's (or the failed) node has no counterpart in the migration target.
+    MigrationUnmappedNode => "SUTRA.RUNTIME.MIGRATION.UNMAPPED_NODE", InvalidInput, false;
     /// The outbox gave up on a delivery (the poison ceiling).
     DeliveryAttemptsExhausted => "SUTRA.OUTBOUND.DELIVERY_ATTEMPTS_EXHAUSTED", Transient, true;
     /// A tenant quota was exceeded.

@@ -13,6 +13,14 @@
 //! | `sutra.sandbox.fuel` | `SUTRA_SANDBOX_FUEL` | the sandbox default |
 //! | `sutra.sandbox.deadline` | `SUTRA_SANDBOX_DEADLINE` | the sandbox default |
 //! | `sutra.sandbox.memory` | `SUTRA_SANDBOX_MEMORY` | the sandbox default |
+//! | `sutra.outbox.retry.max-attempts` | `SUTRA_OUTBOX_RETRY_MAX_ATTEMPTS` | none (retry forever) |
+//! | `sutra.outbox.retry.initial-delay` | `SUTRA_OUTBOX_RETRY_INITIAL_DELAY` | `PT1S` |
+//! | `sutra.outbox.retry.max-delay` | `SUTRA_OUTBOX_RETRY_MAX_DELAY` | `PT5M` |
+//! | `sutra.outbox.allowed-hosts` | `SUTRA_OUTBOX_ALLOWED_HOSTS` | `*` (public addresses only) |
+//! | `sutra.outbox.connect-timeout` | `SUTRA_OUTBOX_CONNECT_TIMEOUT` | `PT5S` |
+//! | `sutra.outbox.response-timeout` | `SUTRA_OUTBOX_RESPONSE_TIMEOUT` | `PT30S` |
+//! | `sutra.outbox.max-response-bytes` | `SUTRA_OUTBOX_MAX_RESPONSE_BYTES` | `64KiB` |
+//! | `sutra.external-task.retries` | `SUTRA_EXTERNAL_TASK_RETRIES` | `3` |
 //!
 //! Invariant: a bad value is refused at start with `SUTRA.CONFIG.INVALID` and
 //! the key named; nothing reads configuration after start.
@@ -41,6 +49,45 @@ pub struct Config {
     pub fuel: Option<u64>,
     pub deadline: Option<IsoDuration>,
     pub memory_bytes: Option<u64>,
+    /// Channel deliveries and external tasks (`sutra.outbox.*`, `sutra.external-task.*`).
+    pub outbox: OutboxConfig,
+}
+
+/// How the outbox delivers push requests and hands out pull ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxConfig {
+    /// The opt-in poison ceiling: a delivery that failed this many times is
+    /// POISONED. `None`: retry forever.
+    pub max_attempts: Option<u32>,
+    /// The delay after the first failed delivery; doubled after each one.
+    pub initial_delay: IsoDuration,
+    /// The cap of the delay between two deliveries.
+    pub max_delay: IsoDuration,
+    /// Where a push URL may point (see `runtime::hosts`): `*` any public
+    /// address, `loopback`, `private`, a host name, `*.domain`, an IP or a CIDR.
+    pub allowed_hosts: Vec<String>,
+    pub connect_timeout: IsoDuration,
+    /// The whole POST, from connecting to the end of the answer.
+    pub response_timeout: IsoDuration,
+    /// The most of an answer's body read (the rest is dropped).
+    pub max_response_bytes: u64,
+    /// Worker-side failures an external task may have before an incident.
+    pub external_task_retries: u32,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        OutboxConfig {
+            max_attempts: None,
+            initial_delay: IsoDuration(std::time::Duration::from_secs(1)),
+            max_delay: IsoDuration(std::time::Duration::from_secs(300)),
+            allowed_hosts: vec!["*".to_string()],
+            connect_timeout: IsoDuration(std::time::Duration::from_secs(5)),
+            response_timeout: IsoDuration(std::time::Duration::from_secs(30)),
+            max_response_bytes: 64 * 1024,
+            external_task_retries: 3,
+        }
+    }
 }
 
 impl Default for Config {
@@ -55,6 +102,7 @@ impl Default for Config {
             fuel: None,
             deadline: None,
             memory_bytes: None,
+            outbox: OutboxConfig::default(),
         }
     }
 }
@@ -75,7 +123,15 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 17] = [
+    "sutra.outbox.retry.max-attempts",
+    "sutra.outbox.retry.initial-delay",
+    "sutra.outbox.retry.max-delay",
+    "sutra.outbox.allowed-hosts",
+    "sutra.outbox.connect-timeout",
+    "sutra.outbox.response-timeout",
+    "sutra.outbox.max-response-bytes",
+    "sutra.external-task.retries",
     "sutra.datasource.url",
     "sutra.instance.retention",
     "sutra.instance.retention-sweep-interval",
@@ -199,8 +255,75 @@ impl Config {
         if let Some(v) = values.get("sutra.sandbox.memory") {
             c.memory_bytes = Some(parse_bytes(v).map_err(|m| bad("sutra.sandbox.memory", m))?);
         }
+        c.outbox = outbox_values(values, duration)?;
         Ok(c)
     }
+}
+
+/// The `sutra.outbox.*` and `sutra.external-task.*` keys.
+fn outbox_values(
+    values: &BTreeMap<String, String>,
+    duration: impl Fn(&str) -> Result<Option<IsoDuration>, ConfigError>,
+) -> Result<OutboxConfig, ConfigError> {
+    let mut o = OutboxConfig::default();
+    let count = |key: &str, min: u32| -> Result<Option<u32>, ConfigError> {
+        values
+            .get(key)
+            .map(|v| {
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|n| *n >= min)
+                    .ok_or_else(|| bad(key, format!("`{v}` is not a whole number of at least {min}")))
+            })
+            .transpose()
+    };
+    o.max_attempts = count("sutra.outbox.retry.max-attempts", 1)?;
+    let positive = |key: &str| -> Result<Option<IsoDuration>, ConfigError> {
+        match duration(key)? {
+            Some(d) if d == IsoDuration::ZERO => Err(bad(key, "must be longer than PT0S")),
+            d => Ok(d),
+        }
+    };
+    if let Some(d) = positive("sutra.outbox.retry.initial-delay")? {
+        o.initial_delay = d;
+    }
+    if let Some(d) = positive("sutra.outbox.retry.max-delay")? {
+        o.max_delay = d;
+    }
+    if o.max_delay < o.initial_delay {
+        return Err(bad(
+            "sutra.outbox.retry.max-delay",
+            "must not be shorter than sutra.outbox.retry.initial-delay",
+        ));
+    }
+    if let Some(v) = values.get("sutra.outbox.allowed-hosts") {
+        let hosts: Vec<String> = v
+            .split(',')
+            .map(|h| h.trim().trim_matches(|c| c == '[' || c == ']' || c == '"').trim())
+            .filter(|h| !h.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        if let Some(bad_entry) = hosts.iter().find(|h| crate::runtime::HostPolicy::check_entry(h).is_err()) {
+            return Err(bad(
+                "sutra.outbox.allowed-hosts",
+                format!("`{bad_entry}` is none of *, loopback, private, a host name, *.domain, an IP or a CIDR"),
+            ));
+        }
+        o.allowed_hosts = hosts;
+    }
+    if let Some(d) = positive("sutra.outbox.connect-timeout")? {
+        o.connect_timeout = d;
+    }
+    if let Some(d) = positive("sutra.outbox.response-timeout")? {
+        o.response_timeout = d;
+    }
+    if let Some(v) = values.get("sutra.outbox.max-response-bytes") {
+        o.max_response_bytes = parse_bytes(v).map_err(|m| bad("sutra.outbox.max-response-bytes", m))?;
+    }
+    if let Some(n) = count("sutra.external-task.retries", 1)? {
+        o.external_task_retries = n;
+    }
+    Ok(o)
 }
 
 /// `67108864`, `64MiB`, `64 MB` → bytes.
@@ -289,6 +412,35 @@ mod tests {
         std::fs::write(&path, "[sutra.instance]\nretension = \"P1D\"\n").unwrap();
         let e = Config::load(Some(&path), &env(&[])).unwrap_err();
         assert_eq!(e.key, "sutra.instance.retension");
+    }
+
+    #[test]
+    fn outbox_keys_are_read_and_checked() {
+        let c = Config::load(
+            None,
+            &env(&[
+                ("SUTRA_OUTBOX_RETRY_MAX_ATTEMPTS", "3"),
+                ("SUTRA_OUTBOX_ALLOWED_HOSTS", "loopback, api.example.com,10.0.0.0/8"),
+                ("SUTRA_EXTERNAL_TASK_RETRIES", "5"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.outbox.max_attempts, Some(3));
+        assert_eq!(c.outbox.allowed_hosts, vec!["loopback", "api.example.com", "10.0.0.0/8"]);
+        assert_eq!(c.outbox.external_task_retries, 5);
+        let d = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(d.outbox.max_attempts, None, "deliveries retry forever by default");
+        assert_eq!(d.outbox.allowed_hosts, vec!["*"]);
+        assert_eq!(d.outbox.external_task_retries, 3);
+        for (var, key) in [
+            ("SUTRA_OUTBOX_RETRY_MAX_ATTEMPTS", "sutra.outbox.retry.max-attempts"),
+            ("SUTRA_OUTBOX_ALLOWED_HOSTS", "sutra.outbox.allowed-hosts"),
+            ("SUTRA_OUTBOX_RESPONSE_TIMEOUT", "sutra.outbox.response-timeout"),
+            ("SUTRA_EXTERNAL_TASK_RETRIES", "sutra.external-task.retries"),
+        ] {
+            let e = Config::load(None, &env(&[(var, "0")])).unwrap_err();
+            assert_eq!(e.key, key);
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::AppState;
 use crate::codes::Code;
 use crate::runtime::Runtime;
 use crate::store::tenancy::TenancyStore;
-use crate::store::{AnyStore, Store, StoreError};
+use crate::store::{AnyStore, StoreError};
 use crate::time::{from_millis, to_millis, IsoDuration, VirtualClock};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -180,7 +180,7 @@ pub async fn run_until(
     for _ in 0..MAX_STEPS {
         rt.fire_due().await?;
         let next_schedule = rt.tick_schedules().await?;
-        let next_park = rt.store().next_due().await?;
+        let next_park = rt.next_due_work().await;
         let next = match (next_park, next_schedule) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

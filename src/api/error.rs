@@ -32,11 +32,13 @@ pub fn status_of(code: Code) -> StatusCode {
         ApiUnauthorized => StatusCode::UNAUTHORIZED,
         ApiForbidden => StatusCode::FORBIDDEN,
         ApiNotFound | InstanceNotFound | ProcessNotFound | DeploymentNotFound
-        | MessageNotCorrelated | TenantNotFound => StatusCode::NOT_FOUND,
+        | MessageNotCorrelated | TenantNotFound | ChannelCallNotFound | ChannelNotFound
+        | ExternalTaskNotFound | IncidentNotFound => StatusCode::NOT_FOUND,
         ApiMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ApiPayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ApiUnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        InstanceState | TenantExists => StatusCode::CONFLICT,
+        InstanceState | TenantExists | ChannelCallRetryPending | ChannelInUse
+        | ExternalTaskLockLost | IncidentResolved => StatusCode::CONFLICT,
         QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         StoreFailed => StatusCode::SERVICE_UNAVAILABLE,
         ApiInternal | SnapshotVersion => StatusCode::INTERNAL_SERVER_ERROR,

@@ -95,6 +95,7 @@ pub async fn render(state: &AppState) -> ApiResult<String> {
          # TYPE sutra_schedule_refusals gauge\nsutra_schedule_refusals {}",
         counts.schedule_refusals
     );
+    channel_metrics(state, &mut out).await?;
     let _ = writeln!(
         out,
         "# HELP sutra_http_responses_total HTTP answers of this server by status.\n# TYPE sutra_http_responses_total counter"
@@ -103,6 +104,29 @@ pub async fn render(state: &AppState) -> ApiResult<String> {
         let _ = writeln!(out, "sutra_http_responses_total{{status=\"{status}\"}} {n}");
     }
     Ok(out)
+}
+
+/// Incidents and channel-call requests by state (issue 14).
+async fn channel_metrics(state: &AppState, out: &mut String) -> ApiResult<()> {
+    use crate::store::channels::{ChannelStore, INCIDENT_OPEN, INCIDENT_RESOLVED};
+    let store = state.runtime.store();
+    let incidents = store.incident_counts().await?;
+    let _ = writeln!(
+        out,
+        "# HELP sutra_incidents Incidents (poisoned deliveries, external tasks out of retries) by state.\n# TYPE sutra_incidents gauge"
+    );
+    for st in [INCIDENT_OPEN, INCIDENT_RESOLVED] {
+        let n = incidents.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
+        let _ = writeln!(out, "sutra_incidents{{state=\"{st}\"}} {n}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP sutra_channel_requests Channel-call requests in the outbox by state.\n# TYPE sutra_channel_requests gauge"
+    );
+    for (st, n) in store.request_counts().await? {
+        let _ = writeln!(out, "sutra_channel_requests{{state=\"{}\"}} {n}", label(&st));
+    }
+    Ok(())
 }
 
 /// `GET /metrics`.

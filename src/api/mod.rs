@@ -13,11 +13,15 @@
 
 pub mod admin;
 pub mod auth;
+pub mod channels;
 pub mod deployments;
 pub mod error;
+pub mod external;
 pub mod extract;
+pub mod incidents;
 pub mod instances;
 pub mod metrics;
+pub mod migrate;
 pub mod openapi;
 pub mod types;
 
@@ -112,6 +116,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/cancel", post(instances::cancel))
         .route("/v1/instances/{id}/retry", post(instances::retry))
         .route("/v1/messages", post(instances::message))
+        .merge(channel_routes())
         .route("/v1/admin/tenants", post(admin::create).get(admin::list))
         .route("/v1/admin/tenants/{name}", get(admin::get))
         .route("/v1/admin/tenants/{name}/limits", put(admin::set_limits))
@@ -127,6 +132,31 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(extract::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// Channels, external tasks, incidents, migration (issue 14).
+fn channel_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/v1/channels", get(channels::list))
+        .route(
+            "/v1/channels/{name}",
+            put(channels::put)
+                .get(channels::get)
+                .delete(channels::delete),
+        )
+        .route("/v1/channels/{name}/responses", post(channels::respond))
+        .route(
+            "/v1/external-tasks/fetch-and-lock",
+            post(external::fetch_and_lock),
+        )
+        .route("/v1/external-tasks/{id}/complete", post(external::complete))
+        .route("/v1/external-tasks/{id}/failure", post(external::failure))
+        .route("/v1/external-tasks/{id}/bpmn-error", post(external::bpmn_error))
+        .route("/v1/external-tasks/{id}/extend-lock", post(external::extend_lock))
+        .route("/v1/external-tasks/{id}/unlock", post(external::unlock))
+        .route("/v1/incidents", get(incidents::list))
+        .route("/v1/incidents/{id}/resolve", post(incidents::resolve))
+        .route("/v1/instances/{id}/migrate", post(migrate::migrate))
 }
 
 /// Serve `router` on `listener` until `shutdown` resolves.

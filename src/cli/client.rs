@@ -154,15 +154,15 @@ pub struct TenantCreateArgs {
 }
 
 /// An HTTP call's outcome: the JSON answer, or the exit code already reported.
-type Answer = Result<Value, ExitCode>;
+pub(super) type Answer = Result<Value, ExitCode>;
 
-enum Body {
+pub(super) enum Body {
     None,
     Json(Value),
     Form(reqwest::multipart::Form),
 }
 
-async fn call(
+pub(super) async fn call(
     opts: &ServerOpts,
     method: reqwest::Method,
     path: &str,
@@ -217,7 +217,7 @@ async fn call(
 }
 
 /// Run `f` on a fresh async runtime and print its answer.
-fn run(
+pub(super) fn run(
     format: Format,
     f: impl std::future::Future<Output = Answer>,
     text: impl FnOnce(&Value) -> String,
@@ -240,7 +240,7 @@ fn run(
     }
 }
 
-fn s(v: &Value) -> String {
+pub(super) fn s(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) => s.clone(),
@@ -279,7 +279,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 
 /// The rows of a table: for each element of the array `v[list]`, the
 /// named fields rendered with [`s`] (`"data"` as raw JSON).
-fn rows(v: &Value, list: &str, fields: &[&str]) -> Vec<Vec<String>> {
+pub(super) fn rows(v: &Value, list: &str, fields: &[&str]) -> Vec<Vec<String>> {
     v[list]
         .as_array()
         .into_iter()
@@ -340,7 +340,7 @@ pub fn instance_text(v: &Value) -> String {
     out
 }
 
-fn enc(id: &str) -> String {
+pub(super) fn enc(id: &str) -> String {
     // Path segments: ids are [A-Za-z0-9._:-]; anything else is escaped and refused by the server.
     id.bytes()
         .map(|b| {

@@ -2,6 +2,7 @@
 //! its own file; this one only routes. Exit status: 0 success, 1 a negative
 //! result (a failed attempt, an invalid file), 2 a usage error.
 
+mod channels;
 mod check;
 mod client;
 mod demo;
@@ -59,6 +60,13 @@ enum Command {
     Retry(client::RetryArgs),
     /// Send a message to a server (correlates to a wait, or starts a process).
     Send(client::SendArgs),
+    /// Configure a tenant's channels on a server (`channel set <name> --push URL | --pull`).
+    #[command(subcommand)]
+    Channel(channels::ChannelCommand),
+    /// List a server's incidents (`incidents resolve <id>` re-arms one).
+    Incidents(channels::IncidentsArgs),
+    /// Move a WAITING or FAILED instance onto another deployment of its process.
+    Migrate(channels::MigrateArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -88,6 +96,9 @@ pub fn main() -> ExitCode {
         Command::Cancel(args) => client::exec_cancel(args),
         Command::Retry(args) => client::exec_retry(args),
         Command::Send(args) => client::exec_send(args),
+        Command::Channel(cmd) => channels::exec_channel(cmd),
+        Command::Incidents(args) => channels::exec_incidents(args),
+        Command::Migrate(args) => channels::exec_migrate(args),
     }
 }
 

@@ -27,6 +27,9 @@ pub struct RunArgs {
     /// Run on virtual time: timers and backoffs pass at once.
     #[arg(long)]
     pub virtual_clock: bool,
+    /// Configure a channel the process calls: `NAME=URL` (push; loopback allowed) or `NAME=pull`.
+    #[arg(long = "channel", value_name = "NAME=URL|pull")]
+    pub channels: Vec<String>,
     /// The datasource (`sqlite://file.db`, `postgres://...`, `sqlite::memory:` for an
     /// ephemeral run). Default: a temporary SQLite file.
     #[arg(long)]
@@ -129,10 +132,16 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return usage_error(format!("cannot read {}: {e}", args.definition.display())),
     };
-    let config = match load_config(args.config.as_deref()) {
+    let mut config = match load_config(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return usage_error(e),
     };
+    let channels = match super::channels::parse_local_channels(&args.channels) {
+        Ok(c) => c,
+        Err(e) => return usage_error(e),
+    };
+    // A local run may call a counterpart on this machine.
+    config.outbox.allowed_hosts.push("loopback".into());
     let rt = match tokio() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -152,6 +161,11 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
             Ok(r) => r,
             Err(e) => return fail_exit(&e.to_string()),
         };
+        for (name, spec) in channels {
+            if let Err(e) = runtime.set_channel(LOCAL_TENANT, &name, spec).await {
+                return fail_exit(&format!("--channel {name}: {e}"));
+            }
+        }
         let deployments = match runtime.deploy(LOCAL_TENANT, &source, &modules).await {
             Ok(d) => d,
             Err(e) => {

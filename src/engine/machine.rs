@@ -163,6 +163,13 @@ impl<'a> Machine<'a> {
                 m.journal("instance_cancelled", None, json!({ "reason": reason }));
                 m.end(InstanceState::Terminated);
             }
+            Event::Resume => m.resume()?,
+            Event::ChannelAnswered { .. } if terminal => {
+                return Err(EngineError::new(
+                    Code::ChannelCallNotFound,
+                    format!("instance is {}: no channel call waits", m.snap.state.as_str()),
+                ))
+            }
             _ if terminal => {
                 m.journal(
                     "event_ignored",
@@ -175,6 +182,17 @@ impl<'a> Machine<'a> {
                 attempt,
                 outcome,
             } => m.attempt_ended(token, attempt, outcome),
+            Event::ChannelAnswered {
+                token,
+                channel,
+                sent,
+                outcome,
+            } => m.channel_answered(token, &channel, sent, outcome)?,
+            Event::DeliveryFailed {
+                token,
+                request,
+                message,
+            } => m.delivery_failed(token, &request, message),
             Event::ParkFired { park } => m.park_fired(park, Map::new()),
             Event::MessageArrived { park, variables } => m.park_fired(park, variables),
         }
@@ -225,7 +243,7 @@ impl<'a> Machine<'a> {
         self.process.find(&t.node)
     }
 
-    fn spawn(&mut self, node: NodeIx, scope: Option<u64>, via: Option<FlowIx>) -> u64 {
+    pub(super) fn spawn(&mut self, node: NodeIx, scope: Option<u64>, via: Option<FlowIx>) -> u64 {
         let id = self.snap.next_token;
         self.snap.next_token += 1;
         self.snap.tokens.push(Token {
@@ -427,17 +445,11 @@ impl<'a> Machine<'a> {
                     }
                 }
             }
-            NodeKind::ServiceTask(task) => match &task.implementation {
-                TaskImpl::Registered(_) => {
-                    self.arm_boundaries(token, node);
-                    self.start_attempt(token, 1, Vec::new());
-                }
-                TaskImpl::Channel(name) => self.fail_code(
-                    Code::TaskKindUnsupported,
-                    format!("task `{}` calls channel `{name}`: channel calls are not supported by this runtime yet", node.id),
-                    Some(&node.id),
-                ),
-            },
+            // A registered task runs an attempt; a channel call issues a request (channel.rs).
+            NodeKind::ServiceTask(_) => {
+                self.arm_boundaries(token, node);
+                self.start_attempt(token, 1, Vec::new());
+            }
             NodeKind::ExclusiveGateway { default } => self.exclusive(token, node, *default),
             NodeKind::ParallelGateway => self.parallel(token, node),
             NodeKind::Catch(trigger) => {
@@ -705,6 +717,7 @@ impl<'a> Machine<'a> {
                 self.rerun_attempt(park.token);
             }
             ParkKind::Retry => self.retry_due(park.token),
+            ParkKind::Channel => self.call_timed_out(park.token, seq),
             ParkKind::Timer | ParkKind::Message => {
                 let kind = if park.kind == ParkKind::Timer {
                     "timer_fired"
@@ -779,9 +792,6 @@ impl<'a> Machine<'a> {
         let NodeKind::ServiceTask(task) = &node.kind else {
             return;
         };
-        let TaskImpl::Registered(name) = &task.implementation else {
-            return;
-        };
         let input = match &task.io.input_path {
             None => Value::Object(self.snap.variables.clone()),
             Some(p) => match vars::get(&self.snap.variables, p) {
@@ -795,6 +805,13 @@ impl<'a> Machine<'a> {
                     return;
                 }
             },
+        };
+        let name = match &task.implementation {
+            TaskImpl::Registered(name) => name,
+            TaskImpl::Channel(channel) => {
+                self.start_call(token, node, task, channel, attempt, granted, input);
+                return;
+            }
         };
         let lease =
             chrono::Duration::from_std(self.inputs.attempt_lease).unwrap_or(chrono::Duration::MAX);

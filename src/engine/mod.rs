@@ -15,7 +15,9 @@
 //! - an event that no longer applies (a late attempt result for a token that
 //!   left, a park already withdrawn) changes nothing but the journal.
 
+mod channel;
 mod machine;
+mod migrate;
 mod outcome;
 pub mod snapshot;
 mod vars;
@@ -24,6 +26,8 @@ pub use snapshot::{
     Cause, InstanceError, InstanceState, MessageKey, Park, ParkKind, Snapshot, Token, TokenStatus,
     SNAPSHOT_FORMAT,
 };
+pub use migrate::migrate;
+pub use channel::{call_of, correlation_of, parse_correlation, CallView, ChannelRequest};
 
 use crate::codes::{Code, ErrorClass};
 use crate::model::Process;
@@ -83,6 +87,25 @@ pub enum Event {
     },
     /// Cancel the instance: TERMINATED, every park withdrawn.
     Cancel { reason: Option<String> },
+    /// The counterpart of the channel call at `token` answered (channel.rs):
+    /// `outcome` is `Completed` (its variables) or `BusinessError`. `sent`
+    /// names the call's current request if the runtime saw it gone out.
+    ChannelAnswered {
+        token: u64,
+        channel: String,
+        sent: Option<String>,
+        outcome: TaskOutcome,
+    },
+    /// A FAILED instance resumes at its failed node with a fresh budget
+    /// (after a migration, migrate.rs).
+    Resume,
+    /// The outbox gave up on request `request` of the call at `token` (the
+    /// poison ceiling).
+    DeliveryFailed {
+        token: u64,
+        request: String,
+        message: String,
+    },
 }
 
 /// The inputs a step may depend on besides the snapshot and the event.
@@ -138,6 +161,8 @@ pub struct JournalEntry {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Effect {
     RunAttempt(AttemptRequest),
+    /// Put a channel-call request in the outbox, in this step's transaction.
+    Request(ChannelRequest),
     /// Persist park `seq` (its details are in the snapshot's `parks`).
     Arm {
         seq: u64,

@@ -24,7 +24,11 @@ impl Machine<'_> {
     pub(super) fn attempt_ended(&mut self, token: u64, attempt: u32, outcome: TaskOutcome) {
         let state = match self.snap.token(token).map(|t| &t.status) {
             Some(TokenStatus::Task(s))
-                if s.attempt == attempt && matches!(s.phase, TaskPhase::Running { .. }) =>
+                if s.attempt == attempt
+                    && matches!(
+                        s.phase,
+                        TaskPhase::Running { .. } | TaskPhase::Calling { .. }
+                    ) =>
             {
                 s.clone()
             }
@@ -43,7 +47,7 @@ impl Machine<'_> {
         let NodeKind::ServiceTask(task) = &node.kind else {
             return;
         };
-        if let TaskPhase::Running { park } = state.phase {
+        if let TaskPhase::Running { park } | TaskPhase::Calling { park, .. } = state.phase {
             self.withdraw(park);
         }
         let (code, message) = match &outcome {
@@ -178,7 +182,7 @@ impl Machine<'_> {
         }
     }
 
-    fn complete_task(&mut self, token: u64, node_id: &str) {
+    pub(super) fn complete_task(&mut self, token: u64, node_id: &str) {
         self.snap.completed.push(node_id.to_string());
         if let Some(t) = self.snap.token_mut(token) {
             t.status = TokenStatus::Ready;

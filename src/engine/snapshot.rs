@@ -88,6 +88,9 @@ pub enum ParkKind {
     Timer,
     /// A message wait: no due time; fired by correlation.
     Message,
+    /// A channel call's outstanding request: its route-less timeout (due
+    /// time, or none) and the anchor of its outbox row (engine/channel.rs).
+    Channel,
 }
 
 impl ParkKind {
@@ -97,6 +100,7 @@ impl ParkKind {
             ParkKind::Retry => "retry",
             ParkKind::Timer => "timer",
             ParkKind::Message => "message",
+            ParkKind::Channel => "channel",
         }
     }
 }
@@ -136,6 +140,9 @@ pub enum TaskPhase {
     Running { park: u64 },
     /// Waiting out a backoff before attempt `attempt`, on retry park `park`.
     Backoff { park: u64 },
+    /// A channel call: request `request` of attempt `attempt` is out (or in
+    /// the outbox), its window on channel park `park`.
+    Calling { park: u64, request: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,7 +192,9 @@ impl Token {
         let mut v = self.boundary_parks.clone();
         match &self.status {
             TokenStatus::Task(t) => match t.phase {
-                TaskPhase::Running { park } | TaskPhase::Backoff { park } => v.push(park),
+                TaskPhase::Running { park }
+                | TaskPhase::Backoff { park }
+                | TaskPhase::Calling { park, .. } => v.push(park),
             },
             TokenStatus::Waiting { park } => v.push(*park),
             _ => {}

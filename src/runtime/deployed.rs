@@ -74,6 +74,8 @@ impl<S: Store> Runtime<S> {
         // Tenant quotas: module size, deadline ceiling (tenancy.rs).
         self.check_bundle_quota(tenant, &executable, modules)
             .await?;
+        // Every channel a process calls must be configured (channel.rs).
+        self.check_channels(tenant, &executable).await?;
         // Validate everything before storing anything.
         let mut loaded: HashMap<String, (String, LoadedComponent)> = HashMap::new();
         for p in &executable {

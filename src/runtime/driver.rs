@@ -79,7 +79,7 @@ impl<S: Store> Runtime<S> {
         }
     }
 
-    fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut m = match self.inner.locks.lock() {
             Ok(m) => m,
             Err(p) => p.into_inner(),
@@ -187,7 +187,8 @@ impl<S: Store> Runtime<S> {
         let mut spec = self.spec_of(step, None);
         // Run to the first wait before the first commit (inline.rs).
         self.speculate(&id, deployed, &mut spec).await;
-        let write = self.finish_write(&mut spec);
+        let mut write = self.finish_write(&mut spec);
+        self.claim_requests(&req.tenant, &mut write).await;
         // Tenant quota (tenancy.rs): held until the instance row is written.
         let admission = self.admit(req).await?;
         let created = self.inner.store.create_instance(&new, &write).await?;
@@ -196,12 +197,13 @@ impl<S: Store> Runtime<S> {
             return Ok(existing);
         }
         tracing::debug!(instance = %id, "started");
-        self.committed(&id, 1, &spec, &write).await;
+        self.committed(&id, 1, &mut spec, &write).await;
         drop(guard);
         // Drive until every token waits: attempts still running, then the rest.
         for task in std::mem::take(&mut spec.running) {
             let _ = task.await;
         }
+        self.await_sends(&mut spec).await;
         let pending = std::mem::take(&mut spec.pending);
         self.run_attempts(id.clone(), deployed.clone(), spec.snapshot, pending)
             .await;
@@ -210,7 +212,7 @@ impl<S: Store> Runtime<S> {
 
     /// What follows every commit: wake the poller for new parks, set alarms,
     /// tell `settle` waiters, let a drained deployment retire.
-    async fn committed(&self, id: &str, version: i64, spec: &Spec, write: &StepWrite) {
+    async fn committed(&self, id: &str, version: i64, spec: &mut Spec, write: &StepWrite) {
         // The poller only needs to look again for a park no alarm here fires.
         if write
             .arm
@@ -220,10 +222,25 @@ impl<S: Store> Runtime<S> {
             self.inner.wake.notify_one();
         }
         self.arm_alarms(id, version, spec, write);
+        // Requests go out only now that their step is durable (channel.rs).
+        let sends = self.dispatch_requests(&spec.snapshot, write);
+        spec.sends.extend(sends);
         self.inner.stepped.notify_waiters();
         if spec.snapshot.state.is_terminal() {
             // Its deployment may retire now (lifecycle.rs).
             self.after_terminal(&spec.snapshot.deployment_id).await;
+        }
+    }
+
+    /// On a virtual clock, wait for the deliveries a commit started (time
+    /// must not jump past them); on the system clock they run on their own.
+    async fn await_sends(&self, spec: &mut Spec) {
+        let sends = std::mem::take(&mut spec.sends);
+        if self.inner.clock.is_wall_clock() {
+            return;
+        }
+        for send in sends {
+            let _ = send.await;
         }
     }
 
@@ -236,7 +253,7 @@ impl<S: Store> Runtime<S> {
     }
 
     /// The committed snapshot of an instance and its version, from the store.
-    async fn load(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
+    pub(super) async fn load(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
         let rec = self.inner.store.load_instance(id).await?.ok_or_else(|| {
             RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
         })?;
@@ -260,10 +277,12 @@ impl<S: Store> Runtime<S> {
             let running = std::mem::take(&mut spec.running);
             let mut tries = 0;
             loop {
-                let write = rt.finish_write(&mut spec);
+                let mut write = rt.finish_write(&mut spec);
+                let tenant = spec.snapshot.tenant.clone();
+                rt.claim_requests(&tenant, &mut write).await;
                 match rt.inner.store.commit_step(&id, version, &write).await {
                     Ok(()) => {
-                        rt.committed(&id, version + 1, &spec, &write).await;
+                        rt.committed(&id, version + 1, &mut spec, &write).await;
                         break;
                     }
                     Err(StoreError::Conflict(_)) if tries < CONFLICT_RETRIES => {
@@ -287,6 +306,7 @@ impl<S: Store> Runtime<S> {
             for task in running {
                 let _ = task.await;
             }
+            rt.await_sends(&mut spec).await;
             let pending = std::mem::take(&mut spec.pending);
             rt.run_attempts(id, deployed, spec.snapshot.clone(), pending)
                 .await;

@@ -26,6 +26,7 @@
 use super::driver::ms;
 use super::{Deployed, Runtime};
 use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step};
+use crate::store::channels::NewRequest;
 use crate::store::{AttemptRow, JournalRow, NewPark, ParkClaim, StepWrite, Store};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::collections::{HashMap, HashSet};
@@ -73,6 +74,9 @@ pub(crate) struct Spec {
     /// window closed drive their outcome themselves (await them after the
     /// commit, with the instance lock released).
     pub(crate) running: Vec<tokio::task::JoinHandle<()>>,
+    /// The push deliveries started after the commit (channel.rs): awaited
+    /// on a virtual clock (time must not jump past them), detached otherwise.
+    pub(crate) sends: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// `a` then `b`, as one write.
@@ -80,16 +84,20 @@ pub(crate) fn merge(a: &mut StepWrite, b: StepWrite) {
     if b.withdraw_all {
         a.arm.clear();
         a.withdraw.clear();
+        a.requests.clear();
         a.withdraw_all = true;
     } else {
         for seq in b.withdraw {
             let before = a.arm.len();
             a.arm.retain(|p| p.seq != seq);
+            // A request whose call ended inside the window is never written.
+            a.requests.retain(|r| r.park_seq != seq);
             if a.arm.len() == before {
                 a.withdraw.push(seq);
             }
         }
     }
+    a.requests.extend(b.requests);
     a.arm.extend(b.arm);
     a.attempts.extend(b.attempts);
     a.journal.extend(b.journal);
@@ -107,6 +115,7 @@ impl Spec {
             dues: HashMap::new(),
             steps: 0,
             running: Vec::new(),
+            sends: Vec::new(),
         }
     }
 }
@@ -166,6 +175,18 @@ impl<S: Store> Runtime<S> {
                 }),
                 Effect::Journal(_) => {}
                 Effect::RunAttempt(a) => spec.pending.push(a.clone()),
+                // The transactional outbox: the request is written with the step.
+                Effect::Request(r) => w.requests.push(NewRequest {
+                    id: r.id.clone(),
+                    park_seq: r.park as i64,
+                    channel: r.channel.clone(),
+                    node: r.node.clone(),
+                    call_attempt: i64::from(r.attempt),
+                    correlation: r.correlation.clone(),
+                    payload: r.input.to_string(),
+                    created_at: ms(self.inner.clock.now()),
+                    claim: None,
+                }),
                 Effect::Ended { state } => {
                     w.withdraw_all = true;
                     // Retention PT0S: no history at all, but FAILED is always retained.
@@ -173,6 +194,13 @@ impl<S: Store> Runtime<S> {
                         && self.inner.config.retention.as_std().is_zero();
                 }
             }
+        }
+        // A request whose park the same step withdrew is dead already.
+        if w.withdraw_all {
+            w.requests.clear();
+        } else if !w.withdraw.is_empty() {
+            let gone = w.withdraw.clone();
+            w.requests.retain(|r| !gone.contains(&r.park_seq));
         }
         merge(&mut spec.write, w);
         if let Some(Event::AttemptEnded { token, attempt, .. }) = &event {
@@ -198,7 +226,7 @@ impl<S: Store> Runtime<S> {
         if self.inner.clock.is_wall_clock() && self.inner.alarms.is_some() {
             let now = self.inner.clock.now();
             for p in &mut w.arm {
-                let short = matches!(p.kind.as_str(), "retry" | "timer")
+                let short = matches!(p.kind.as_str(), "retry" | "timer" | "channel")
                     && spec.dues.get(&p.seq).is_some_and(|due| {
                         (*due - now)
                             .to_std()

@@ -15,7 +15,14 @@
 //! - time is read only through the `Clock`.
 
 mod alarm;
+// Channel calls, the outbox, external tasks, incidents, migration (issue 14).
+mod channel;
 mod deployed;
+mod external;
+mod hosts;
+mod incidents;
+mod migrate;
+mod outbox;
 mod driver;
 mod inline;
 // Schedules, quotas, retirement (the API issue).
@@ -28,7 +35,13 @@ pub use schedule::SCHEDULE_LEASE;
 mod poller;
 mod view;
 
+pub use channel::{channels_of, valid_channel_name, ChannelSpec};
 pub use deployed::Deployed;
+pub use external::{ExternalFailure, FetchRequest};
+pub use hosts::HostPolicy;
+pub use incidents::ResolveOutcome;
+pub use migrate::MigrateRequest;
+pub use outbox::{request_body, sign, SIGNATURE_HEADER};
 pub use view::{AttemptView, ErrorView, HistoryView, InstanceView};
 
 use crate::codes::Code;
@@ -149,6 +162,14 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) rng: Mutex<rand::rngs::StdRng>,
     /// Tenant limits cache and admission locks (`tenancy.rs`).
     pub(crate) tenancy: tenancy::TenancyCache,
+    /// Channel settings read recently (`channel.rs`).
+    pub(crate) channels: channel::ChannelCache,
+    /// Where push requests may go (`hosts.rs`).
+    pub(crate) hosts: Arc<hosts::HostPolicy>,
+    /// The outbox's HTTP client (`outbox.rs`).
+    pub(crate) http: reqwest::Client,
+    /// Told when pull requests may have become fetchable (long polls wait on it).
+    pub(crate) pull_wake: tokio::sync::Notify,
 }
 
 /// The runtime. Cheap to clone.
@@ -183,6 +204,22 @@ impl<S: Store> Runtime<S> {
         if let Some(m) = opts.config.memory_bytes {
             limits.memory_bytes = m;
         }
+        let hosts = Arc::new(
+            hosts::HostPolicy::new(&opts.config.outbox.allowed_hosts).map_err(|e| {
+                RuntimeError::new(Code::ConfigInvalid, format!("sutra.outbox.allowed-hosts: {e}"))
+            })?,
+        );
+        let http = reqwest::Client::builder()
+            .connect_timeout(opts.config.outbox.connect_timeout.as_std())
+            .timeout(opts.config.outbox.response_timeout.as_std())
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .dns_resolver(Arc::new(hosts::PolicyResolver {
+                policy: hosts.clone(),
+            }))
+            .user_agent(concat!("sutra/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| RuntimeError::new(Code::ConfigInvalid, format!("outbox HTTP client: {e}")))?;
         let alarms = if opts.alarms && opts.clock.is_wall_clock() {
             alarm::Alarms::start()
                 .map_err(|e| tracing::warn!(error = %e, "no alarm thread; short waits go through the poller"))
@@ -210,6 +247,10 @@ impl<S: Store> Runtime<S> {
                 active_refresh: tokio::sync::Mutex::new(()),
                 rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
                 tenancy: tenancy::TenancyCache::default(),
+                channels: channel::ChannelCache::default(),
+                hosts,
+                http,
+                pull_wake: tokio::sync::Notify::new(),
             }),
         })
     }

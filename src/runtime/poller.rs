@@ -37,6 +37,11 @@ impl<S: Store> Runtime<S> {
     /// Claim every park due now and fire it, driving each instance until it
     /// waits again. Returns how many parks fired.
     pub async fn fire_due(&self) -> RuntimeResult<usize> {
+        // Push deliveries due now go out first (outbox.rs); their failure
+        // never holds the parks back.
+        if let Err(e) = self.deliver_due().await {
+            tracing::warn!(error = %e, "outbox pass failed");
+        }
         let mut fired = 0;
         loop {
             let now = self.inner.clock.now().timestamp_millis();
@@ -95,6 +100,12 @@ impl<S: Store> Runtime<S> {
                 .iter()
                 .filter_map(|p| p.due_at)
                 .min();
+            // A delivery retry due before the instance's next timed wait is
+            // work to wait for too (a delivery alone is the outside world's).
+            let own_due = match (own_due, self.next_send_of(id).await?) {
+                (Some(p), Some(d)) => Some(p.min(d)),
+                (p, _) => p,
+            };
             let Some(rec) = self.inner.store.load_instance(id).await? else {
                 return Ok(Settled::Gone);
             };
@@ -130,6 +141,30 @@ impl<S: Store> Runtime<S> {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+    }
+
+    /// The earliest due park or push delivery.
+    pub async fn next_due_work(&self) -> Option<i64> {
+        let park = self.inner.store.next_due().await.ok().flatten();
+        let send = self.inner.store.next_delivery_due().await.ok().flatten();
+        match (park, send) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// When the next delivery of instance `id`'s pending push requests is due.
+    async fn next_send_of(&self, id: &str) -> RuntimeResult<Option<i64>> {
+        use crate::store::channels::request_state;
+        Ok(self
+            .inner
+            .store
+            .requests_of(id)
+            .await?
+            .iter()
+            .filter(|r| r.state == request_state::PENDING && r.claimed_by.is_none())
+            .map(|r| r.due_at)
+            .min())
     }
 
     /// Advance to `due_ms`: jump a virtual clock, or sleep on the system clock.
@@ -185,7 +220,7 @@ impl<S: Store> Runtime<S> {
                 tracing::warn!(error = %e, "schedule tick failed");
                 None
             });
-            let next_park = self.inner.store.next_due().await.ok().flatten();
+            let next_park = self.next_due_work().await;
             let next = match (next_park, next_schedule) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),

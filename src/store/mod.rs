@@ -19,6 +19,8 @@
 //! The snapshot is opaque here (JSON text written by the engine).
 
 pub mod any;
+pub mod channels;
+mod outbox;
 pub mod postgres;
 mod postgres_tenancy;
 mod rows;
@@ -250,6 +252,9 @@ pub struct StepWrite {
     pub journal: Vec<JournalRow>,
     /// Delete the instance row and everything of it (retention `PT0S` at completion).
     pub delete: bool,
+    /// Channel-call requests issued by the step (the transactional outbox).
+    #[serde(default)]
+    pub requests: Vec<channels::NewRequest>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -275,8 +280,11 @@ pub struct DeploymentLoad {
 ///
 /// Methods return `impl Future + Send` so the runtime can be generic over the
 /// store and spawn on a multi-threaded runtime.
-/// Tenancy and schedule storage ([`tenancy::TenancyStore`]) is a supertrait.
-pub trait Store: tenancy::TenancyStore + Send + Sync + Clone + 'static {
+/// Tenancy and schedule storage ([`tenancy::TenancyStore`]) and channel storage
+/// ([`channels::ChannelStore`]) are supertraits.
+pub trait Store:
+    tenancy::TenancyStore + channels::ChannelStore + Send + Sync + Clone + 'static
+{
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 

@@ -267,7 +267,8 @@ async fn apply_step(
         .execute(&mut *conn)
         .await?;
     }
-    Ok(())
+    // Channel-call requests: the transactional outbox (outbox.rs).
+    super::outbox::write_requests_pg(conn, id, tenant, deployment_id, &step.requests).await
 }
 
 impl Store for PgStore {

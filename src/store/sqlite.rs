@@ -369,7 +369,8 @@ async fn apply_step(
             .execute(&mut *conn)
             .await?;
     }
-    Ok(())
+    // Channel-call requests: the transactional outbox (outbox.rs).
+    super::outbox::write_requests_sqlite(conn, id, tenant, deployment_id, &step.requests).await
 }
 
 /// Claims up to `limit` parks due at `now` (inside the caller's transaction).

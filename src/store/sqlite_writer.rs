@@ -476,7 +476,8 @@ fn apply_step(
             insert.execute(params![id, j.seq, j.at, j.kind, j.node, j.data])?;
         }
     }
-    Ok(())
+    // Channel-call requests: the transactional outbox (outbox.rs).
+    super::outbox::write_requests_rusqlite(conn, id, tenant, deployment_id, &step.requests)
 }
 
 /// Claims up to `limit` parks due at `now` (see `Store::claim_due`).

@@ -1,0 +1,182 @@
+//! Channels over real HTTP against a spawned `sutra serve` (SQLite, the
+//! manual clock) with a loopback counterpart: configure, deploy, deliver,
+//! answer; refusals; external tasks; incidents in /metrics; and a kill -9
+//! between the commit and the delivery.
+
+mod common;
+#[path = "common/counterpart.rs"]
+mod counterpart;
+#[path = "common/server.rs"]
+mod server;
+
+use counterpart::{Counterpart, Mode};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use server::Server;
+
+fn definition(channel: &str, ext: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:q="https://sutra.dev/bpmn/q/1.0" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="pay" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="Charge"/>
+    <bpmn:serviceTask id="Charge" implementation="channel:{channel}">
+      <bpmn:extensionElements>{ext}</bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:sequenceFlow id="f2" sourceRef="Charge" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+async fn server() -> Server {
+    Server::start_with(&[("SUTRA_OUTBOX_ALLOWED_HOSTS", "loopback")]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_channel_round_trip_over_http() {
+    let srv = server().await;
+    let acme = srv.tenant("acme", json!({})).await;
+    let cp = Counterpart::start().await;
+    // Not configured: refused at deploy, never discovered at run time.
+    let (status, body) = acme.deploy(&definition("payments", ""), &[]).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["code"], "SUTRA.RUNTIME.CHANNEL.NOT_CONFIGURED");
+    // Outside the allowed hosts: refused.
+    let (status, body) = acme
+        .call(Method::PUT, "/v1/channels/payments", Some(json!({"transport": "push", "url": "http://10.1.2.3/hook"})))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(body["code"], "SUTRA.OUTBOUND.HOST_NOT_ALLOWED");
+    let (status, body) = acme
+        .call(Method::PUT, "/v1/channels/payments", Some(json!({"transport": "push", "url": cp.url})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let secret = body["secret"].as_str().unwrap().to_string();
+    let (status, body) = acme.get("/v1/channels/payments").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.get("secret").is_none(), "a GET never shows the secret: {body}");
+    let (status, body) = acme.deploy(&definition("payments", ""), &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, started) = acme.start("pay", json!({"amount": 3})).await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    assert_eq!(started["state"], "WAITING");
+    let got = cp.wait_for(1).await;
+    let t: i64 = got[0].signature[2..].split(',').next().unwrap().parse().unwrap();
+    assert_eq!(got[0].signature, sutra::runtime::sign(&secret, t, &got[0].raw));
+    let correlation = got[0].body["correlation"].clone();
+    // Another tenant can neither see the channel nor answer the call.
+    let globex = srv.tenant("globex", json!({})).await;
+    let (status, _) = globex.get("/v1/channels/payments").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = globex
+        .post("/v1/channels/payments/responses", json!({"correlation": correlation, "variables": {}}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["code"], "SUTRA.DISPATCH.CHANNEL_CALL.NOT_FOUND");
+    // A live deployment's channel cannot be deleted.
+    let (status, body) = acme.call(Method::DELETE, "/v1/channels/payments", None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, body) = acme
+        .post("/v1/channels/payments/responses", json!({"correlation": correlation, "variables": {"paid": true}}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["state"], "COMPLETED");
+    let id = started["instance"].as_str().unwrap();
+    let (_, view) = acme.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(view["variables"]["paid"], json!(true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_tasks_and_incidents_over_http() {
+    let srv = server().await;
+    let acme = srv.tenant("acme", json!({})).await;
+    let (status, body) = acme
+        .call(Method::PUT, "/v1/channels/reviews", Some(json!({"transport": "pull"})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = acme.deploy(&definition("reviews", ""), &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, started) = acme.start("pay", json!({"doc": 1})).await;
+    let fetch = json!({"workerId": "w1", "channels": ["reviews"], "maxTasks": 5, "lockDuration": 60000});
+    for left in [2, 1, 0] {
+        let (status, body) = acme.post("/v1/external-tasks/fetch-and-lock", fetch.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let task = &body["tasks"][0];
+        assert_eq!(task["variables"], json!({"doc": 1}));
+        let id = task["id"].as_str().unwrap();
+        let (status, body) = acme
+            .post(&format!("/v1/external-tasks/{id}/failure"), json!({"workerId": "w1", "errorMessage": "boom"}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["retries"], json!(left));
+    }
+    let (status, body) = acme.get("/v1/incidents?state=OPEN").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let incidents = body["incidents"].as_array().unwrap();
+    assert_eq!(incidents.len(), 1, "{body}");
+    assert_eq!(incidents[0]["instance"], started["instance"]);
+    let metrics = reqwest::get(format!("{}/metrics", srv.url)).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("sutra_incidents{state=\"OPEN\"} 1"), "{metrics}");
+    let incident = incidents[0]["id"].as_str().unwrap();
+    let (status, body) = acme.post(&format!("/v1/incidents/{incident}/resolve"), json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["outcome"], "rearmed");
+    let (_, body) = acme.post("/v1/external-tasks/fetch-and-lock", fetch.clone()).await;
+    let id = body["tasks"][0]["id"].as_str().unwrap().to_string();
+    // Not the holder: refused with a code.
+    let (status, body) = acme
+        .post(&format!("/v1/external-tasks/{id}/complete"), json!({"workerId": "w9"}))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["code"], "SUTRA.RUNTIME.EXTERNAL_TASK.LOCK_LOST");
+    let (status, body) = acme
+        .post(&format!("/v1/external-tasks/{id}/complete"), json!({"workerId": "w1", "variables": {"ok": true}}))
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let iid = started["instance"].as_str().unwrap();
+    let (_, view) = acme.get(&format!("/v1/instances/{iid}")).await;
+    assert_eq!(view["state"], "COMPLETED");
+}
+
+/// A kill -9 after the step committed its request and before the delivery
+/// was recorded: after the restart the request is sent again, with the
+/// same idempotency key (at least once, de-duplicable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_between_commit_and_delivery_resends_with_the_same_key() {
+    let srv = server().await;
+    let acme = srv.tenant("acme", json!({})).await;
+    let cp = Counterpart::start().await;
+    cp.set_mode(Mode::Hang);
+    let (status, body) = acme
+        .call(Method::PUT, "/v1/channels/payments", Some(json!({"transport": "push", "url": cp.url})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = acme.deploy(&definition("payments", ""), &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // The start's answer waits for the delivery on the manual clock: do not wait for it.
+    let starter = {
+        let acme = acme.clone();
+        tokio::spawn(async move { acme.start("pay", json!({"n": 1})).await })
+    };
+    let first = cp.wait_for(1).await[0].clone();
+    starter.abort();
+    // The request is committed; its delivery hangs. Kill -9, restart after
+    // the sender's claim lapsed (connect 5 s + response 30 s + 5 s).
+    cp.set_mode(Mode::Ok);
+    let srv = srv.restart_at("2030-01-01T00:01:00Z").await;
+    let acme = server::Api { base: srv.url.clone(), ..acme };
+    let got = cp.wait_for(2).await;
+    assert_eq!(got.len(), 2, "sent once more, not more: {:?}", got.len());
+    assert_eq!(got[1].idempotency_key, first.idempotency_key);
+    assert_eq!(got[1].body["requestId"], first.body["requestId"]);
+    // The call still waits, and its answer completes it.
+    let (status, body) = acme
+        .post("/v1/channels/payments/responses", json!({"correlation": first.body["correlation"], "variables": {}}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}; log:\n{}", srv.log());
+    assert_eq!(body["state"], "COMPLETED");
+}
