@@ -331,7 +331,173 @@ impl<'a> Machine<'a> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Event, Inputs, NewInstance, Step};
     use super::*;
+    use chrono::TimeZone;
+
+    fn process(ext: &str) -> crate::model::Process {
+        let xml = format!(
+            r#"<?xml version="1.0"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:q="https://sutra.dev/bpmn/q/1.0" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="p" isExecutable="true">
+    <bpmn:startEvent id="s"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="s" targetRef="C"/>
+    <bpmn:serviceTask id="C" implementation="channel:pay">
+      <bpmn:extensionElements>{ext}</bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:sequenceFlow id="f2" sourceRef="C" targetRef="e"/>
+    <bpmn:endEvent id="e"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+        );
+        let loaded = crate::dialect::load(&xml);
+        assert!(loaded.ok(), "{:?}", loaded.diagnostics);
+        loaded.definitions.processes.into_iter().next().unwrap()
+    }
+
+    fn inputs(secs: i64) -> Inputs {
+        Inputs {
+            now: chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
+                + chrono::Duration::seconds(secs),
+            draw: 0.5,
+            attempt_lease: std::time::Duration::from_secs(35),
+        }
+    }
+
+    fn requests(step: &Step) -> Vec<ChannelRequest> {
+        step.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Request(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn start(p: &crate::model::Process) -> Step {
+        let vars = serde_json::json!({"amount": 5}).as_object().cloned().unwrap();
+        super::super::start(
+            p,
+            NewInstance {
+                instance_id: "i1",
+                tenant: "t",
+                deployment_id: "d",
+                start_node: None,
+                variables: vars,
+            },
+            &inputs(0),
+        )
+        .unwrap()
+    }
+
+    fn completed() -> TaskOutcome {
+        TaskOutcome::Completed {
+            output: serde_json::json!({"paid": true}),
+        }
+    }
+
+    #[test]
+    fn entering_a_call_issues_one_request_and_waits() {
+        let p = process(r#"<q:timeout duration="PT30S"/>"#);
+        let step = start(&p);
+        let reqs = requests(&step);
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs[0].input, serde_json::json!({"amount": 5}));
+        assert_eq!(reqs[0].attempt, 1);
+        assert_eq!(step.snapshot.state.as_str(), "WAITING");
+        let park = &step.snapshot.parks[&reqs[0].park];
+        assert_eq!(park.kind, ParkKind::Channel);
+        assert_eq!(park.due, Some(inputs(30).now));
+        let (_, token) = parse_correlation(&reqs[0].correlation).unwrap();
+        let answered = super::super::apply(
+            &p,
+            step.snapshot,
+            Event::ChannelAnswered {
+                token,
+                channel: "pay".into(),
+                sent: None,
+                outcome: completed(),
+            },
+            &inputs(1),
+        )
+        .unwrap();
+        assert_eq!(answered.snapshot.state.as_str(), "COMPLETED");
+        assert_eq!(answered.snapshot.variables["paid"], serde_json::json!(true));
+    }
+
+    #[test]
+    fn a_redrive_issues_a_fresh_request_and_refuses_early_answers() {
+        let p = process(r#"<q:retry maxAttempts="3" initialDelay="PT10S"/><q:timeout duration="PT30S"/>"#);
+        let step = start(&p);
+        let first = requests(&step).remove(0);
+        let (_, token) = parse_correlation(&first.correlation).unwrap();
+        let answer = |snap: Snapshot, sent: Option<String>, at: i64| {
+            super::super::apply(
+                &p,
+                snap,
+                Event::ChannelAnswered {
+                    token,
+                    channel: "pay".into(),
+                    sent,
+                    outcome: completed(),
+                },
+                &inputs(at),
+            )
+        };
+        // The window closes: a failed attempt, a backoff.
+        let timed_out = super::super::apply(&p, step.snapshot, Event::ParkFired { park: first.park }, &inputs(30)).unwrap();
+        assert!(requests(&timed_out).is_empty());
+        let e = answer(timed_out.snapshot.clone(), Some(first.id.clone()), 31).unwrap_err();
+        assert_eq!(e.code, Code::ChannelCallRetryPending);
+        let retry = *timed_out
+            .snapshot
+            .parks
+            .iter()
+            .find(|(_, p)| p.kind == ParkKind::Retry)
+            .unwrap()
+            .0;
+        let redriven = super::super::apply(&p, timed_out.snapshot, Event::ParkFired { park: retry }, &inputs(40)).unwrap();
+        let second = requests(&redriven).remove(0);
+        assert_ne!(second.id, first.id, "a fresh request id (idempotency key)");
+        assert_eq!(second.correlation, first.correlation);
+        assert_eq!(second.attempt, 2);
+        assert_eq!(redriven.snapshot.parks[&second.park].due, Some(inputs(70).now), "a fresh window");
+        // Not gone out yet (or an answer to the dead one): refused.
+        let e = answer(redriven.snapshot.clone(), None, 41).unwrap_err();
+        assert_eq!(e.code, Code::ChannelCallRetryPending);
+        let e = answer(redriven.snapshot.clone(), Some(first.id.clone()), 41).unwrap_err();
+        assert_eq!(e.code, Code::ChannelCallRetryPending);
+        // Gone out: the correlation serves.
+        let done = answer(redriven.snapshot, Some(second.id.clone()), 42).unwrap();
+        assert_eq!(done.snapshot.state.as_str(), "COMPLETED");
+    }
+
+    #[test]
+    fn a_poisoned_delivery_fails_the_attempt_only_with_a_policy() {
+        for (ext, state) in [
+            (r#"<q:timeout duration="PT30S"/>"#, "WAITING"),
+            (r#"<q:retry maxAttempts="1" initialDelay="PT1S"/><q:timeout duration="PT30S"/>"#, "FAILED"),
+        ] {
+            let p = process(ext);
+            let step = start(&p);
+            let req = requests(&step).remove(0);
+            let (_, token) = parse_correlation(&req.correlation).unwrap();
+            let after = super::super::apply(
+                &p,
+                step.snapshot,
+                Event::DeliveryFailed { token, request: req.id.clone(), message: "HTTP 503".into() },
+                &inputs(3),
+            )
+            .unwrap();
+            assert_eq!(after.snapshot.state.as_str(), state, "{ext}");
+            if state == "FAILED" {
+                let err = after.snapshot.error.unwrap();
+                assert_eq!(err.code, "SUTRA.RUNTIME.RETRY.EXHAUSTED");
+                assert_eq!(err.cause.unwrap().code, "SUTRA.OUTBOUND.DELIVERY_ATTEMPTS_EXHAUSTED");
+            }
+        }
+    }
 
     #[test]
     fn correlations_round_trip() {

@@ -101,11 +101,20 @@ impl<S: Store> Runtime<S> {
                 .filter_map(|p| p.due_at)
                 .min();
             // A delivery retry due before the instance's next timed wait is
-            // work to wait for too (a delivery alone is the outside world's).
-            let own_due = match (own_due, self.next_send_of(id).await?) {
+            // work to wait for too (a delivery alone is the outside world's);
+            // a delivery this runtime is making is waited for.
+            let (next_send, sending) = self.next_send_of(id).await?;
+            let own_due = match (own_due, next_send) {
                 (Some(p), Some(d)) => Some(p.min(d)),
                 (p, _) => p,
             };
+            if sending {
+                tokio::select! {
+                    _ = stepped => {}
+                    _ = tokio::time::sleep(HELD_PARK_POLL) => {}
+                }
+                continue;
+            }
             let Some(rec) = self.inner.store.load_instance(id).await? else {
                 return Ok(Settled::Gone);
             };
@@ -153,18 +162,29 @@ impl<S: Store> Runtime<S> {
         }
     }
 
-    /// When the next delivery of instance `id`'s pending push requests is due.
-    async fn next_send_of(&self, id: &str) -> RuntimeResult<Option<i64>> {
+    /// When the next delivery of instance `id`'s pending push requests is
+    /// due, and whether this runtime is delivering one right now.
+    async fn next_send_of(&self, id: &str) -> RuntimeResult<(Option<i64>, bool)> {
         use crate::store::channels::request_state;
-        Ok(self
+        let now = self.inner.clock.now().timestamp_millis();
+        let pending: Vec<_> = self
             .inner
             .store
             .requests_of(id)
             .await?
+            .into_iter()
+            .filter(|r| r.state == request_state::PENDING)
+            .collect();
+        let sending = pending.iter().any(|r| {
+            r.claimed_by.as_deref() == Some(self.inner.owner.as_str())
+                && r.claimed_until.is_some_and(|u| u > now)
+        });
+        let due = pending
             .iter()
-            .filter(|r| r.state == request_state::PENDING && r.claimed_by.is_none())
+            .filter(|r| r.claimed_by.is_none())
             .map(|r| r.due_at)
-            .min())
+            .min();
+        Ok((due, sending))
     }
 
     /// Advance to `due_ms`: jump a virtual clock, or sleep on the system clock.
@@ -313,8 +333,12 @@ impl<S: Store> Runtime<S> {
             let n = self.inner.store.sweep(before, 1000).await?;
             total += n;
             if n < 1000 {
-                return Ok(total);
+                break;
             }
         }
+        // Channel requests that are over (delivered, done, cancelled) go
+        // after the same window; poisoned ones and incidents stay.
+        while self.inner.store.purge_requests(before, 1000).await? == 1000 {}
+        Ok(total)
     }
 }
