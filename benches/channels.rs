@@ -27,7 +27,7 @@ use sutra::config::Config;
 use sutra::engine::TaskOutcome;
 use sutra::runtime::{ChannelSpec, FetchRequest, Runtime, RuntimeOptions, StartRequest};
 use sutra::store::channels::Transport;
-use sutra::store::{AnyStore, SqliteStore, Store};
+use sutra::store::{AnyStore, SqliteStore};
 
 const TENANT: &str = "bench";
 
@@ -117,7 +117,9 @@ async fn counterpart(
 ) -> axum::http::StatusCode {
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let correlation = v["correlation"].as_str().unwrap_or_default().to_string();
-    let out = TaskOutcome::Completed { output: json!({"paid": true}) };
+    let out = TaskOutcome::Completed {
+        output: json!({"paid": true}),
+    };
     match rt.answer(TENANT, "payments", &correlation, out).await {
         Ok(_) => axum::http::StatusCode::OK,
         Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
@@ -139,10 +141,15 @@ async fn roundtrip(dir: &Path) -> Result<()> {
     rt.set_channel(
         TENANT,
         "payments",
-        ChannelSpec { transport: Transport::Push, url: Some(url), secret: None },
+        ChannelSpec {
+            transport: Transport::Push,
+            url: Some(url),
+            secret: None,
+        },
     )
     .await?;
-    rt.deploy(TENANT, &bpmn("channel:payments"), &BTreeMap::new()).await?;
+    rt.deploy(TENANT, &bpmn("channel:payments"), &BTreeMap::new())
+        .await?;
     let mut took = Vec::with_capacity(n);
     for i in 0..n + 20 {
         let t = Instant::now();
@@ -157,12 +164,19 @@ async fn roundtrip(dir: &Path) -> Result<()> {
 
     let chaos = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/guests/chaos.wasm");
     let Ok(bytes) = std::fs::read(&chaos) else {
-        println!("(no {}: the registered-task baseline is skipped)", chaos.display());
+        println!(
+            "(no {}: the registered-task baseline is skipped)",
+            chaos.display()
+        );
         return Ok(());
     };
     let rt = runtime(dir, "registered").await?;
-    rt.deploy(TENANT, &bpmn("registered:chaos"), &BTreeMap::from([("chaos".to_string(), bytes)]))
-        .await?;
+    rt.deploy(
+        TENANT,
+        &bpmn("registered:chaos"),
+        &BTreeMap::from([("chaos".to_string(), bytes)]),
+    )
+    .await?;
     let mut took = Vec::with_capacity(n);
     for _ in 0..n + 20 {
         let t = Instant::now();
@@ -172,7 +186,10 @@ async fn roundtrip(dir: &Path) -> Result<()> {
     }
     let took: Vec<Duration> = took.split_off(20);
     let registered = p50(took.clone());
-    println!("| registered echo task: start → COMPLETED | {} |", dist(took));
+    println!(
+        "| registered echo task: start → COMPLETED | {} |",
+        dist(took)
+    );
     println!(
         "| added latency of a channel call (p50) | {:.3} ms |",
         ms(channel.saturating_sub(registered))
@@ -189,10 +206,15 @@ async fn external(dir: &Path) -> Result<()> {
     rt.set_channel(
         TENANT,
         "work",
-        ChannelSpec { transport: Transport::Pull, url: None, secret: None },
+        ChannelSpec {
+            transport: Transport::Pull,
+            url: None,
+            secret: None,
+        },
     )
     .await?;
-    rt.deploy(TENANT, &bpmn("channel:work"), &BTreeMap::new()).await?;
+    rt.deploy(TENANT, &bpmn("channel:work"), &BTreeMap::new())
+        .await?;
     let mut ids = Vec::with_capacity(n);
     let mut set = tokio::task::JoinSet::new();
     for i in 0..n {
@@ -260,9 +282,14 @@ async fn external(dir: &Path) -> Result<()> {
 }
 
 fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let all = args.is_empty();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let dir = tempfile::tempdir()?;
     rt.block_on(async {
         if all || args.iter().any(|a| a == "roundtrip") {

@@ -270,10 +270,12 @@ fn outbox_values(
         values
             .get(key)
             .map(|v| {
-                v.parse::<u32>()
-                    .ok()
-                    .filter(|n| *n >= min)
-                    .ok_or_else(|| bad(key, format!("`{v}` is not a whole number of at least {min}")))
+                v.parse::<u32>().ok().filter(|n| *n >= min).ok_or_else(|| {
+                    bad(
+                        key,
+                        format!("`{v}` is not a whole number of at least {min}"),
+                    )
+                })
             })
             .transpose()
     };
@@ -299,11 +301,18 @@ fn outbox_values(
     if let Some(v) = values.get("sutra.outbox.allowed-hosts") {
         let hosts: Vec<String> = v
             .split(',')
-            .map(|h| h.trim().trim_matches(|c| c == '[' || c == ']' || c == '"').trim())
+            .map(|h| {
+                h.trim()
+                    .trim_matches(|c| c == '[' || c == ']' || c == '"')
+                    .trim()
+            })
             .filter(|h| !h.is_empty())
             .map(str::to_ascii_lowercase)
             .collect();
-        if let Some(bad_entry) = hosts.iter().find(|h| crate::runtime::HostPolicy::check_entry(h).is_err()) {
+        if let Some(bad_entry) = hosts
+            .iter()
+            .find(|h| crate::runtime::HostPolicy::check_entry(h).is_err())
+        {
             return Err(bad(
                 "sutra.outbox.allowed-hosts",
                 format!("`{bad_entry}` is none of *, loopback, private, a host name, *.domain, an IP or a CIDR"),
@@ -318,7 +327,8 @@ fn outbox_values(
         o.response_timeout = d;
     }
     if let Some(v) = values.get("sutra.outbox.max-response-bytes") {
-        o.max_response_bytes = parse_bytes(v).map_err(|m| bad("sutra.outbox.max-response-bytes", m))?;
+        o.max_response_bytes =
+            parse_bytes(v).map_err(|m| bad("sutra.outbox.max-response-bytes", m))?;
     }
     if let Some(n) = count("sutra.external-task.retries", 1)? {
         o.external_task_retries = n;
@@ -420,22 +430,37 @@ mod tests {
             None,
             &env(&[
                 ("SUTRA_OUTBOX_RETRY_MAX_ATTEMPTS", "3"),
-                ("SUTRA_OUTBOX_ALLOWED_HOSTS", "loopback, api.example.com,10.0.0.0/8"),
+                (
+                    "SUTRA_OUTBOX_ALLOWED_HOSTS",
+                    "loopback, api.example.com,10.0.0.0/8",
+                ),
                 ("SUTRA_EXTERNAL_TASK_RETRIES", "5"),
             ]),
         )
         .unwrap();
         assert_eq!(c.outbox.max_attempts, Some(3));
-        assert_eq!(c.outbox.allowed_hosts, vec!["loopback", "api.example.com", "10.0.0.0/8"]);
+        assert_eq!(
+            c.outbox.allowed_hosts,
+            vec!["loopback", "api.example.com", "10.0.0.0/8"]
+        );
         assert_eq!(c.outbox.external_task_retries, 5);
         let d = Config::load(None, &env(&[])).unwrap();
-        assert_eq!(d.outbox.max_attempts, None, "deliveries retry forever by default");
+        assert_eq!(
+            d.outbox.max_attempts, None,
+            "deliveries retry forever by default"
+        );
         assert_eq!(d.outbox.allowed_hosts, vec!["*"]);
         assert_eq!(d.outbox.external_task_retries, 3);
         for (var, key) in [
-            ("SUTRA_OUTBOX_RETRY_MAX_ATTEMPTS", "sutra.outbox.retry.max-attempts"),
+            (
+                "SUTRA_OUTBOX_RETRY_MAX_ATTEMPTS",
+                "sutra.outbox.retry.max-attempts",
+            ),
             ("SUTRA_OUTBOX_ALLOWED_HOSTS", "sutra.outbox.allowed-hosts"),
-            ("SUTRA_OUTBOX_RESPONSE_TIMEOUT", "sutra.outbox.response-timeout"),
+            (
+                "SUTRA_OUTBOX_RESPONSE_TIMEOUT",
+                "sutra.outbox.response-timeout",
+            ),
             ("SUTRA_EXTERNAL_TASK_RETRIES", "sutra.external-task.retries"),
         ] {
             let e = Config::load(None, &env(&[(var, "0")])).unwrap_err();

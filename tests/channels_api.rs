@@ -11,7 +11,7 @@ mod server;
 
 use counterpart::{Counterpart, Mode};
 use reqwest::{Method, StatusCode};
-use serde_json::{json, Value};
+use serde_json::json;
 use server::Server;
 
 fn definition(channel: &str, ext: &str) -> String {
@@ -47,41 +47,68 @@ async fn a_push_channel_round_trip_over_http() {
     assert_eq!(body["code"], "SUTRA.RUNTIME.CHANNEL.NOT_CONFIGURED");
     // Outside the allowed hosts: refused.
     let (status, body) = acme
-        .call(Method::PUT, "/v1/channels/payments", Some(json!({"transport": "push", "url": "http://10.1.2.3/hook"})))
+        .call(
+            Method::PUT,
+            "/v1/channels/payments",
+            Some(json!({"transport": "push", "url": "http://10.1.2.3/hook"})),
+        )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["code"], "SUTRA.OUTBOUND.HOST_NOT_ALLOWED");
     let (status, body) = acme
-        .call(Method::PUT, "/v1/channels/payments", Some(json!({"transport": "push", "url": cp.url})))
+        .call(
+            Method::PUT,
+            "/v1/channels/payments",
+            Some(json!({"transport": "push", "url": cp.url})),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let secret = body["secret"].as_str().unwrap().to_string();
     let (status, body) = acme.get("/v1/channels/payments").await;
     assert_eq!(status, StatusCode::OK);
-    assert!(body.get("secret").is_none(), "a GET never shows the secret: {body}");
+    assert!(
+        body.get("secret").is_none(),
+        "a GET never shows the secret: {body}"
+    );
     let (status, body) = acme.deploy(&definition("payments", ""), &[]).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (status, started) = acme.start("pay", json!({"amount": 3})).await;
     assert_eq!(status, StatusCode::CREATED, "{started}");
     assert_eq!(started["state"], "WAITING");
     let got = cp.wait_for(1).await;
-    let t: i64 = got[0].signature[2..].split(',').next().unwrap().parse().unwrap();
-    assert_eq!(got[0].signature, sutra::runtime::sign(&secret, t, &got[0].raw));
+    let t: i64 = got[0].signature[2..]
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        got[0].signature,
+        sutra::runtime::sign(&secret, t, &got[0].raw)
+    );
     let correlation = got[0].body["correlation"].clone();
     // Another tenant can neither see the channel nor answer the call.
     let globex = srv.tenant("globex", json!({})).await;
     let (status, _) = globex.get("/v1/channels/payments").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, body) = globex
-        .post("/v1/channels/payments/responses", json!({"correlation": correlation, "variables": {}}))
+        .post(
+            "/v1/channels/payments/responses",
+            json!({"correlation": correlation, "variables": {}}),
+        )
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(body["code"], "SUTRA.DISPATCH.CHANNEL_CALL.NOT_FOUND");
     // A live deployment's channel cannot be deleted.
-    let (status, body) = acme.call(Method::DELETE, "/v1/channels/payments", None).await;
+    let (status, body) = acme
+        .call(Method::DELETE, "/v1/channels/payments", None)
+        .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     let (status, body) = acme
-        .post("/v1/channels/payments/responses", json!({"correlation": correlation, "variables": {"paid": true}}))
+        .post(
+            "/v1/channels/payments/responses",
+            json!({"correlation": correlation, "variables": {"paid": true}}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["state"], "COMPLETED");
@@ -95,21 +122,31 @@ async fn external_tasks_and_incidents_over_http() {
     let srv = server().await;
     let acme = srv.tenant("acme", json!({})).await;
     let (status, body) = acme
-        .call(Method::PUT, "/v1/channels/reviews", Some(json!({"transport": "pull"})))
+        .call(
+            Method::PUT,
+            "/v1/channels/reviews",
+            Some(json!({"transport": "pull"})),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (status, body) = acme.deploy(&definition("reviews", ""), &[]).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (_, started) = acme.start("pay", json!({"doc": 1})).await;
-    let fetch = json!({"workerId": "w1", "channels": ["reviews"], "maxTasks": 5, "lockDuration": 60000});
+    let fetch =
+        json!({"workerId": "w1", "channels": ["reviews"], "maxTasks": 5, "lockDuration": 60000});
     for left in [2, 1, 0] {
-        let (status, body) = acme.post("/v1/external-tasks/fetch-and-lock", fetch.clone()).await;
+        let (status, body) = acme
+            .post("/v1/external-tasks/fetch-and-lock", fetch.clone())
+            .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let task = &body["tasks"][0];
         assert_eq!(task["variables"], json!({"doc": 1}));
         let id = task["id"].as_str().unwrap();
         let (status, body) = acme
-            .post(&format!("/v1/external-tasks/{id}/failure"), json!({"workerId": "w1", "errorMessage": "boom"}))
+            .post(
+                &format!("/v1/external-tasks/{id}/failure"),
+                json!({"workerId": "w1", "errorMessage": "boom"}),
+            )
             .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert_eq!(body["retries"], json!(left));
@@ -119,22 +156,40 @@ async fn external_tasks_and_incidents_over_http() {
     let incidents = body["incidents"].as_array().unwrap();
     assert_eq!(incidents.len(), 1, "{body}");
     assert_eq!(incidents[0]["instance"], started["instance"]);
-    let metrics = reqwest::get(format!("{}/metrics", srv.url)).await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("sutra_incidents{state=\"OPEN\"} 1"), "{metrics}");
+    let metrics = reqwest::get(format!("{}/metrics", srv.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sutra_incidents{state=\"OPEN\"} 1"),
+        "{metrics}"
+    );
     let incident = incidents[0]["id"].as_str().unwrap();
-    let (status, body) = acme.post(&format!("/v1/incidents/{incident}/resolve"), json!({})).await;
+    let (status, body) = acme
+        .post(&format!("/v1/incidents/{incident}/resolve"), json!({}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["outcome"], "rearmed");
-    let (_, body) = acme.post("/v1/external-tasks/fetch-and-lock", fetch.clone()).await;
+    let (_, body) = acme
+        .post("/v1/external-tasks/fetch-and-lock", fetch.clone())
+        .await;
     let id = body["tasks"][0]["id"].as_str().unwrap().to_string();
     // Not the holder: refused with a code.
     let (status, body) = acme
-        .post(&format!("/v1/external-tasks/{id}/complete"), json!({"workerId": "w9"}))
+        .post(
+            &format!("/v1/external-tasks/{id}/complete"),
+            json!({"workerId": "w9"}),
+        )
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["code"], "SUTRA.RUNTIME.EXTERNAL_TASK.LOCK_LOST");
     let (status, body) = acme
-        .post(&format!("/v1/external-tasks/{id}/complete"), json!({"workerId": "w1", "variables": {"ok": true}}))
+        .post(
+            &format!("/v1/external-tasks/{id}/complete"),
+            json!({"workerId": "w1", "variables": {"ok": true}}),
+        )
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     let iid = started["instance"].as_str().unwrap();
@@ -152,7 +207,11 @@ async fn a_kill_between_commit_and_delivery_resends_with_the_same_key() {
     let cp = Counterpart::start().await;
     cp.set_mode(Mode::Hang);
     let (status, body) = acme
-        .call(Method::PUT, "/v1/channels/payments", Some(json!({"transport": "push", "url": cp.url})))
+        .call(
+            Method::PUT,
+            "/v1/channels/payments",
+            Some(json!({"transport": "push", "url": cp.url})),
+        )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (status, body) = acme.deploy(&definition("payments", ""), &[]).await;
@@ -168,14 +227,20 @@ async fn a_kill_between_commit_and_delivery_resends_with_the_same_key() {
     // the sender's claim lapsed (connect 5 s + response 30 s + 5 s).
     cp.set_mode(Mode::Ok);
     let srv = srv.restart_at("2030-01-01T00:01:00Z").await;
-    let acme = server::Api { base: srv.url.clone(), ..acme };
+    let acme = server::Api {
+        base: srv.url.clone(),
+        ..acme
+    };
     let got = cp.wait_for(2).await;
     assert_eq!(got.len(), 2, "sent once more, not more: {:?}", got.len());
     assert_eq!(got[1].idempotency_key, first.idempotency_key);
     assert_eq!(got[1].body["requestId"], first.body["requestId"]);
     // The call still waits, and its answer completes it.
     let (status, body) = acme
-        .post("/v1/channels/payments/responses", json!({"correlation": first.body["correlation"], "variables": {}}))
+        .post(
+            "/v1/channels/payments/responses",
+            json!({"correlation": first.body["correlation"], "variables": {}}),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}; log:\n{}", srv.log());
     assert_eq!(body["state"], "COMPLETED");

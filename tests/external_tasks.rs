@@ -12,7 +12,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use sutra::config::Config;
-use sutra::runtime::{ChannelSpec, ExternalFailure, FetchRequest, ResolveOutcome, Runtime, RuntimeOptions, StartRequest};
+use sutra::runtime::{
+    ChannelSpec, ExternalFailure, FetchRequest, ResolveOutcome, Runtime, RuntimeOptions,
+    StartRequest,
+};
 use sutra::store::channels::{ChannelStore, IncidentFilter, Transport};
 use sutra::store::AnyStore;
 use sutra::time::VirtualClock;
@@ -56,10 +59,20 @@ fn process(ext: &str) -> String {
 }
 
 async fn setup(rt: &Runtime<AnyStore>, tenant: &str) {
-    rt.set_channel(tenant, "reviews", ChannelSpec { transport: Transport::Pull, url: None, secret: None })
+    rt.set_channel(
+        tenant,
+        "reviews",
+        ChannelSpec {
+            transport: Transport::Pull,
+            url: None,
+            secret: None,
+        },
+    )
+    .await
+    .unwrap();
+    rt.deploy(tenant, &process(""), &BTreeMap::new())
         .await
         .unwrap();
-    rt.deploy(tenant, &process(""), &BTreeMap::new()).await.unwrap();
 }
 
 async fn start(rt: &Runtime<AnyStore>, tenant: &str, vars: Value) -> String {

@@ -113,7 +113,10 @@ pub async fn put(
     let transport = Transport::parse(&body.transport).ok_or_else(|| {
         ApiError::new(
             Code::ChannelInvalid,
-            format!("transport `{}` is neither `push` nor `pull`", body.transport),
+            format!(
+                "transport `{}` is neither `push` nor `pull`",
+                body.transport
+            ),
         )
     })?;
     let (record, created) = state

@@ -203,7 +203,13 @@ pub async fn bpmn_error(
     task_id(&id)?;
     state
         .runtime
-        .bpmn_error_external(&tenant, &id, &body.worker_id, &body.error_code, body.error_message)
+        .bpmn_error_external(
+            &tenant,
+            &id,
+            &body.worker_id,
+            &body.error_code,
+            body.error_message,
+        )
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -220,7 +226,12 @@ pub async fn extend_lock(
     task_id(&id)?;
     state
         .runtime
-        .extend_lock(&tenant, &id, &body.worker_id, Duration::from_millis(body.new_duration))
+        .extend_lock(
+            &tenant,
+            &id,
+            &body.worker_id,
+            Duration::from_millis(body.new_duration),
+        )
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -89,7 +89,9 @@ pub async fn list(
 ) -> ApiResult<Json<IncidentList>> {
     if let Some(s) = &q.state {
         if s != INCIDENT_OPEN && s != INCIDENT_RESOLVED {
-            return Err(ApiError::malformed(format!("state `{s}` is neither OPEN nor RESOLVED")));
+            return Err(ApiError::malformed(format!(
+                "state `{s}` is neither OPEN nor RESOLVED"
+            )));
         }
     }
     if let Some(i) = &q.instance {
@@ -100,7 +102,9 @@ pub async fn list(
     }
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
-        return Err(ApiError::malformed(format!("limit must be from 1 to {MAX_PAGE}")));
+        return Err(ApiError::malformed(format!(
+            "limit must be from 1 to {MAX_PAGE}"
+        )));
     }
     let rows = state
         .runtime
@@ -114,8 +118,15 @@ pub async fn list(
         .await?;
     let more = rows.len() as i64 > limit;
     let page: Vec<IncidentBody> = rows.iter().take(limit as usize).map(Into::into).collect();
-    let next = if more { page.last().map(|i| i.id.clone()) } else { None };
-    Ok(Json(IncidentList { incidents: page, next }))
+    let next = if more {
+        page.last().map(|i| i.id.clone())
+    } else {
+        None
+    };
+    Ok(Json(IncidentList {
+        incidents: page,
+        next,
+    }))
 }
 
 /// Resolve an incident: re-arm its delivery (its count starts again) or

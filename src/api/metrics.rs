@@ -116,7 +116,10 @@ async fn channel_metrics(state: &AppState, out: &mut String) -> ApiResult<()> {
         "# HELP sutra_incidents Incidents (poisoned deliveries, external tasks out of retries) by state.\n# TYPE sutra_incidents gauge"
     );
     for st in [INCIDENT_OPEN, INCIDENT_RESOLVED] {
-        let n = incidents.iter().find(|(s, _)| s == st).map_or(0, |(_, n)| *n);
+        let n = incidents
+            .iter()
+            .find(|(s, _)| s == st)
+            .map_or(0, |(_, n)| *n);
         let _ = writeln!(out, "sutra_incidents{{state=\"{st}\"}} {n}");
     }
     let _ = writeln!(
@@ -124,7 +127,11 @@ async fn channel_metrics(state: &AppState, out: &mut String) -> ApiResult<()> {
         "# HELP sutra_channel_requests Channel-call requests in the outbox by state.\n# TYPE sutra_channel_requests gauge"
     );
     for (st, n) in store.request_counts().await? {
-        let _ = writeln!(out, "sutra_channel_requests{{state=\"{}\"}} {n}", label(&st));
+        let _ = writeln!(
+            out,
+            "sutra_channel_requests{{state=\"{}\"}} {n}",
+            label(&st)
+        );
     }
     Ok(())
 }

@@ -151,8 +151,14 @@ fn channel_routes() -> Router<Arc<AppState>> {
         )
         .route("/v1/external-tasks/{id}/complete", post(external::complete))
         .route("/v1/external-tasks/{id}/failure", post(external::failure))
-        .route("/v1/external-tasks/{id}/bpmn-error", post(external::bpmn_error))
-        .route("/v1/external-tasks/{id}/extend-lock", post(external::extend_lock))
+        .route(
+            "/v1/external-tasks/{id}/bpmn-error",
+            post(external::bpmn_error),
+        )
+        .route(
+            "/v1/external-tasks/{id}/extend-lock",
+            post(external::extend_lock),
+        )
         .route("/v1/external-tasks/{id}/unlock", post(external::unlock))
         .route("/v1/incidents", get(incidents::list))
         .route("/v1/incidents/{id}/resolve", post(incidents::resolve))

@@ -96,32 +96,61 @@ fn channel_text(v: &Value) -> String {
     out
 }
 
-fn exec(opts: ServerOpts, method: reqwest::Method, path: String, body: Body, text: fn(&Value) -> String) -> ExitCode {
+fn exec(
+    opts: ServerOpts,
+    method: reqwest::Method,
+    path: String,
+    body: Body,
+    text: fn(&Value) -> String,
+) -> ExitCode {
     let format = opts.format;
-    run(format, async move { call(&opts, method, &path, body, &[]).await }, text)
+    run(
+        format,
+        async move { call(&opts, method, &path, body, &[]).await },
+        text,
+    )
 }
 
 pub fn exec_channel(cmd: ChannelCommand) -> ExitCode {
     match cmd {
         ChannelCommand::Set(a) => {
             let body = match (&a.push, a.pull) {
-                (Some(url), false) => json!({ "transport": "push", "url": url, "secret": a.secret }),
+                (Some(url), false) => {
+                    json!({ "transport": "push", "url": url, "secret": a.secret })
+                }
                 (None, true) => json!({ "transport": "pull", "secret": a.secret }),
                 _ => return usage_error("give exactly one of --push URL and --pull"),
             };
             let path = format!("/v1/channels/{}", enc(&a.name));
-            exec(a.server, reqwest::Method::PUT, path, Body::Json(body), channel_text)
+            exec(
+                a.server,
+                reqwest::Method::PUT,
+                path,
+                Body::Json(body),
+                channel_text,
+            )
         }
         ChannelCommand::Get(a) => {
             let path = format!("/v1/channels/{}", enc(&a.name));
-            exec(a.server, reqwest::Method::GET, path, Body::None, channel_text)
+            exec(
+                a.server,
+                reqwest::Method::GET,
+                path,
+                Body::None,
+                channel_text,
+            )
         }
         ChannelCommand::List(opts) => exec(
             opts,
             reqwest::Method::GET,
             "/v1/channels".into(),
             Body::None,
-            |v| table(&["NAME", "TRANSPORT", "URL"], &rows(v, "channels", &["name", "transport", "url"])),
+            |v| {
+                table(
+                    &["NAME", "TRANSPORT", "URL"],
+                    &rows(v, "channels", &["name", "transport", "url"]),
+                )
+            },
         ),
         ChannelCommand::Delete(a) => {
             let path = format!("/v1/channels/{}", enc(&a.name));
@@ -135,7 +164,11 @@ pub fn exec_channel(cmd: ChannelCommand) -> ExitCode {
 fn incidents_text(v: &Value) -> String {
     table(
         &["ID", "STATE", "KIND", "INSTANCE", "TASK", "MESSAGE"],
-        &rows(v, "incidents", &["id", "state", "kind", "instance", "task", "message"]),
+        &rows(
+            v,
+            "incidents",
+            &["id", "state", "kind", "instance", "task", "message"],
+        ),
     )
 }
 
@@ -143,7 +176,12 @@ pub fn exec_incidents(args: IncidentsArgs) -> ExitCode {
     if let Some(IncidentCommand::Resolve(a)) = args.command {
         let path = format!("/v1/incidents/{}/resolve", enc(&a.id));
         return exec(a.server, reqwest::Method::POST, path, Body::None, |v| {
-            format!("{} {}: {}\n", s(&v["incident"]["id"]), s(&v["incident"]["state"]), s(&v["outcome"]))
+            format!(
+                "{} {}: {}\n",
+                s(&v["incident"]["id"]),
+                s(&v["incident"]["state"]),
+                s(&v["outcome"])
+            )
         });
     }
     let mut query = Vec::new();
@@ -158,7 +196,13 @@ pub fn exec_incidents(args: IncidentsArgs) -> ExitCode {
     } else {
         format!("/v1/incidents?{}", query.join("&"))
     };
-    exec(args.server, reqwest::Method::GET, path, Body::None, incidents_text)
+    exec(
+        args.server,
+        reqwest::Method::GET,
+        path,
+        Body::None,
+        incidents_text,
+    )
 }
 
 pub fn exec_migrate(args: MigrateArgs) -> ExitCode {

@@ -27,10 +27,8 @@
 
 use super::machine::Machine;
 use super::snapshot::{TaskPhase, TaskState};
-use super::{
-    AttemptRecord, EngineError, Park, ParkKind, Snapshot, TaskOutcome, TokenStatus,
-};
 use super::Effect;
+use super::{AttemptRecord, EngineError, Park, ParkKind, Snapshot, TaskOutcome, TokenStatus};
 use crate::codes::Code;
 use crate::model::{Node, NodeKind, OnTimeout, ServiceTask, TaskImpl};
 use serde::{Deserialize, Serialize};
@@ -109,7 +107,8 @@ impl<'a> Machine<'a> {
         input: Value,
     ) {
         let due = task.timeout.as_ref().map(|t| {
-            let d = chrono::Duration::from_std(t.duration.as_std()).unwrap_or(chrono::Duration::MAX);
+            let d =
+                chrono::Duration::from_std(t.duration.as_std()).unwrap_or(chrono::Duration::MAX);
             self.inputs
                 .now
                 .checked_add_signed(d)
@@ -191,12 +190,14 @@ impl<'a> Machine<'a> {
                 message: format!("no call on channel `{channel}` waits for this correlation"),
             });
         };
-        let pending = || EngineError {
+        let pending = || {
+            EngineError {
             code: Code::ChannelCallRetryPending,
             message: format!(
                 "task `{}` is re-issuing its request (attempt {}): an answer to the superseded one is refused until the new one has gone out",
                 node.id, state.attempt
             ),
+        }
         };
         match &state.phase {
             TaskPhase::Backoff { .. } => return Err(pending()),
@@ -253,9 +254,15 @@ impl<'a> Machine<'a> {
             "no response to `{}` (attempt {}) within {}",
             node.id,
             state.attempt,
-            task.timeout.as_ref().map(|t| t.duration.to_string()).unwrap_or_default()
+            task.timeout
+                .as_ref()
+                .map(|t| t.duration.to_string())
+                .unwrap_or_default()
         );
-        let on_timeout = task.timeout.as_ref().map_or(OnTimeout::Fail, |t| t.on_timeout);
+        let on_timeout = task
+            .timeout
+            .as_ref()
+            .map_or(OnTimeout::Fail, |t| t.on_timeout);
         let outcome = match on_timeout {
             // A retry policy: a failed attempt first.
             OnTimeout::Retry if !task.retries.is_empty() => TaskOutcome::Failed {
@@ -277,7 +284,11 @@ impl<'a> Machine<'a> {
                     code: Some(code.as_str().to_string()),
                     message: Some(message),
                 }));
-                self.journal("task_skipped", Some(&node_id), json!({ "reason": "timeout" }));
+                self.journal(
+                    "task_skipped",
+                    Some(&node_id),
+                    json!({ "reason": "timeout" }),
+                );
                 self.complete_task(token, &node_id);
                 return;
             }
@@ -376,7 +387,10 @@ mod tests {
     }
 
     fn start(p: &crate::model::Process) -> Step {
-        let vars = serde_json::json!({"amount": 5}).as_object().cloned().unwrap();
+        let vars = serde_json::json!({"amount": 5})
+            .as_object()
+            .cloned()
+            .unwrap();
         super::super::start(
             p,
             NewInstance {
@@ -428,7 +442,9 @@ mod tests {
 
     #[test]
     fn a_redrive_issues_a_fresh_request_and_refuses_early_answers() {
-        let p = process(r#"<q:retry maxAttempts="3" initialDelay="PT10S"/><q:timeout duration="PT30S"/>"#);
+        let p = process(
+            r#"<q:retry maxAttempts="3" initialDelay="PT10S"/><q:timeout duration="PT30S"/>"#,
+        );
         let step = start(&p);
         let first = requests(&step).remove(0);
         let (_, token) = parse_correlation(&first.correlation).unwrap();
@@ -446,7 +462,13 @@ mod tests {
             )
         };
         // The window closes: a failed attempt, a backoff.
-        let timed_out = super::super::apply(&p, step.snapshot, Event::ParkFired { park: first.park }, &inputs(30)).unwrap();
+        let timed_out = super::super::apply(
+            &p,
+            step.snapshot,
+            Event::ParkFired { park: first.park },
+            &inputs(30),
+        )
+        .unwrap();
         assert!(requests(&timed_out).is_empty());
         let e = answer(timed_out.snapshot.clone(), Some(first.id.clone()), 31).unwrap_err();
         assert_eq!(e.code, Code::ChannelCallRetryPending);
@@ -457,12 +479,22 @@ mod tests {
             .find(|(_, p)| p.kind == ParkKind::Retry)
             .unwrap()
             .0;
-        let redriven = super::super::apply(&p, timed_out.snapshot, Event::ParkFired { park: retry }, &inputs(40)).unwrap();
+        let redriven = super::super::apply(
+            &p,
+            timed_out.snapshot,
+            Event::ParkFired { park: retry },
+            &inputs(40),
+        )
+        .unwrap();
         let second = requests(&redriven).remove(0);
         assert_ne!(second.id, first.id, "a fresh request id (idempotency key)");
         assert_eq!(second.correlation, first.correlation);
         assert_eq!(second.attempt, 2);
-        assert_eq!(redriven.snapshot.parks[&second.park].due, Some(inputs(70).now), "a fresh window");
+        assert_eq!(
+            redriven.snapshot.parks[&second.park].due,
+            Some(inputs(70).now),
+            "a fresh window"
+        );
         // Not gone out yet (or an answer to the dead one): refused.
         let e = answer(redriven.snapshot.clone(), None, 41).unwrap_err();
         assert_eq!(e.code, Code::ChannelCallRetryPending);
@@ -477,7 +509,10 @@ mod tests {
     fn a_poisoned_delivery_fails_the_attempt_only_with_a_policy() {
         for (ext, state) in [
             (r#"<q:timeout duration="PT30S"/>"#, "WAITING"),
-            (r#"<q:retry maxAttempts="1" initialDelay="PT1S"/><q:timeout duration="PT30S"/>"#, "FAILED"),
+            (
+                r#"<q:retry maxAttempts="1" initialDelay="PT1S"/><q:timeout duration="PT30S"/>"#,
+                "FAILED",
+            ),
         ] {
             let p = process(ext);
             let step = start(&p);
@@ -486,7 +521,11 @@ mod tests {
             let after = super::super::apply(
                 &p,
                 step.snapshot,
-                Event::DeliveryFailed { token, request: req.id.clone(), message: "HTTP 503".into() },
+                Event::DeliveryFailed {
+                    token,
+                    request: req.id.clone(),
+                    message: "HTTP 503".into(),
+                },
                 &inputs(3),
             )
             .unwrap();
@@ -494,7 +533,10 @@ mod tests {
             if state == "FAILED" {
                 let err = after.snapshot.error.unwrap();
                 assert_eq!(err.code, "SUTRA.RUNTIME.RETRY.EXHAUSTED");
-                assert_eq!(err.cause.unwrap().code, "SUTRA.OUTBOUND.DELIVERY_ATTEMPTS_EXHAUSTED");
+                assert_eq!(
+                    err.cause.unwrap().code,
+                    "SUTRA.OUTBOUND.DELIVERY_ATTEMPTS_EXHAUSTED"
+                );
             }
         }
     }

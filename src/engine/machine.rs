@@ -167,7 +167,10 @@ impl<'a> Machine<'a> {
             Event::ChannelAnswered { .. } if terminal => {
                 return Err(EngineError::new(
                     Code::ChannelCallNotFound,
-                    format!("instance is {}: no channel call waits", m.snap.state.as_str()),
+                    format!(
+                        "instance is {}: no channel call waits",
+                        m.snap.state.as_str()
+                    ),
                 ))
             }
             _ if terminal => {
@@ -423,8 +426,13 @@ impl<'a> Machine<'a> {
                         match scope {
                             None => self.end(InstanceState::Completed),
                             Some(sub) => {
-                                let siblings: Vec<u64> =
-                                    self.snap.tokens.iter().filter(|t| t.scope == Some(sub)).map(|t| t.id).collect();
+                                let siblings: Vec<u64> = self
+                                    .snap
+                                    .tokens
+                                    .iter()
+                                    .filter(|t| t.scope == Some(sub))
+                                    .map(|t| t.id)
+                                    .collect();
                                 for s in siblings {
                                     self.discard(s);
                                 }
@@ -437,7 +445,9 @@ impl<'a> Machine<'a> {
                         self.discard(token);
                         let raised = Raised {
                             code: code.clone(),
-                            message: message.clone().unwrap_or_else(|| format!("error end event `{}`", node.id)),
+                            message: message
+                                .clone()
+                                .unwrap_or_else(|| format!("error end event `{}`", node.id)),
                             details: None,
                             failure: None,
                         };

@@ -125,7 +125,9 @@ impl Machine<'_> {
         let n = self
             .process
             .find(&node)
-            .filter(|n| n.scope.is_none() && !matches!(n.kind, NodeKind::Start(StartTrigger::Timer(_))))
+            .filter(|n| {
+                n.scope.is_none() && !matches!(n.kind, NodeKind::Start(StartTrigger::Timer(_)))
+            })
             .ok_or_else(|| {
                 state_error(format!(
                     "cannot resume at `{node}`: not a top-level node of the process"

@@ -22,12 +22,12 @@ mod outcome;
 pub mod snapshot;
 mod vars;
 
+pub use channel::{call_of, correlation_of, parse_correlation, CallView, ChannelRequest};
+pub use migrate::migrate;
 pub use snapshot::{
     Cause, InstanceError, InstanceState, MessageKey, Park, ParkKind, Snapshot, Token, TokenStatus,
     SNAPSHOT_FORMAT,
 };
-pub use migrate::migrate;
-pub use channel::{call_of, correlation_of, parse_correlation, CallView, ChannelRequest};
 
 use crate::codes::{Code, ErrorClass};
 use crate::model::Process;

@@ -29,10 +29,13 @@ use std::time::{Duration, Instant};
 /// through this runtime is seen at once).
 const CHANNEL_TTL: Duration = Duration::from_secs(1);
 
-/// Channel settings read recently: (tenant, name) → (read at, settings).
+/// (tenant, name) → (read at, settings).
+type ChannelMap = HashMap<(String, String), (Instant, Option<ChannelRecord>)>;
+
+/// Channel settings read recently.
 #[derive(Default)]
 pub(crate) struct ChannelCache {
-    map: Mutex<HashMap<(String, String), (Instant, Option<ChannelRecord>)>>,
+    map: Mutex<ChannelMap>,
 }
 
 /// A channel's settings as a caller gives them.
@@ -117,7 +120,9 @@ impl<S: Store> Runtime<S> {
         match (spec.transport, &spec.url) {
             (Transport::Push, None) => return Err(invalid("a push channel needs a `url`")),
             (Transport::Pull, Some(_)) => {
-                return Err(invalid("a pull channel has no `url`: workers fetch its requests"))
+                return Err(invalid(
+                    "a pull channel has no `url`: workers fetch its requests",
+                ))
             }
             (Transport::Push, Some(url)) => self
                 .inner

@@ -127,7 +127,8 @@ impl<S: Store> Runtime<S> {
 
     /// The caller's pull request `id`.
     async fn external(&self, tenant: &str, id: &str) -> RuntimeResult<RequestRecord> {
-        let not_found = || RuntimeError::new(Code::ExternalTaskNotFound, format!("no external task {id}"));
+        let not_found =
+            || RuntimeError::new(Code::ExternalTaskNotFound, format!("no external task {id}"));
         let req = self
             .inner
             .store
@@ -221,7 +222,8 @@ impl<S: Store> Runtime<S> {
             &req,
             TaskOutcome::BusinessError {
                 code: code.to_string(),
-                message: message.unwrap_or_else(|| format!("BPMN error {code} from worker {worker}")),
+                message: message
+                    .unwrap_or_else(|| format!("BPMN error {code} from worker {worker}")),
                 details: None,
             },
         )
@@ -256,7 +258,12 @@ impl<S: Store> Runtime<S> {
                 error: message,
             }
         };
-        if !self.inner.store.update_locked(id, worker, now, &change).await? {
+        if !self
+            .inner
+            .store
+            .update_locked(id, worker, now, &change)
+            .await?
+        {
             return Err(lock_lost(id, worker));
         }
         if matches!(change, LockedChange::Retry { .. }) {

@@ -131,11 +131,19 @@ fn is_public(ip: IpAddr) -> bool {
 fn in_cidr(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
     match (canonical(ip), canonical(net)) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = if bits == 0 { 0 } else { u32::MAX << (32 - u32::from(bits.min(32))) };
+            let mask = if bits == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(bits.min(32)))
+            };
             (u32::from(a) & mask) == (u32::from(n) & mask)
         }
         (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let mask = if bits == 0 { 0 } else { u128::MAX << (128 - u32::from(bits.min(128))) };
+            let mask = if bits == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(bits.min(128)))
+            };
             (u128::from(a) & mask) == (u128::from(n) & mask)
         }
         _ => false,
@@ -287,8 +295,18 @@ mod tests {
         let p = policy(&["*"]);
         assert!(p.allows("example.com", ip("93.184.216.34")));
         for internal in [
-            "127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "100.64.0.1",
-            "0.0.0.0", "::1", "fd00::1", "fe80::1", "::ffff:127.0.0.1", "224.0.0.1",
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "224.0.0.1",
         ] {
             assert!(!p.allows("x.example", ip(internal)), "{internal}");
         }

@@ -43,8 +43,7 @@ impl<S: Store> Runtime<S> {
         tenant: &str,
         id: &str,
     ) -> RuntimeResult<(IncidentRecord, ResolveOutcome)> {
-        let not_found =
-            || RuntimeError::new(Code::IncidentNotFound, format!("no incident {id}"));
+        let not_found = || RuntimeError::new(Code::IncidentNotFound, format!("no incident {id}"));
         let incident = self
             .inner
             .store
@@ -86,7 +85,12 @@ impl<S: Store> Runtime<S> {
             self.inner.wake.notify_one();
             self.inner.pull_wake.notify_waiters();
         }
-        let incident = self.inner.store.get_incident(id).await?.ok_or_else(not_found)?;
+        let incident = self
+            .inner
+            .store
+            .get_incident(id)
+            .await?
+            .ok_or_else(not_found)?;
         let outcome = if live {
             ResolveOutcome::Rearmed
         } else {

@@ -38,7 +38,9 @@ impl<S: Store> Runtime<S> {
             .load_instance(id)
             .await?
             .filter(|r| r.tenant == tenant)
-            .ok_or_else(|| RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}")))?;
+            .ok_or_else(|| {
+                RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"))
+            })?;
         let target = self
             .inner
             .store
@@ -81,7 +83,13 @@ impl<S: Store> Runtime<S> {
         }
         let source = self.deployed(&snap.deployment_id).await?;
         let dest = self.deployed(&target.id).await?;
-        let moved = engine::migrate(&source.process, &dest.process, snap, &target.id, &req.mapping)?;
+        let moved = engine::migrate(
+            &source.process,
+            &dest.process,
+            snap,
+            &target.id,
+            &req.mapping,
+        )?;
         self.inner
             .store
             .repin_instance(

@@ -18,13 +18,13 @@ mod alarm;
 // Channel calls, the outbox, external tasks, incidents, migration (issue 14).
 mod channel;
 mod deployed;
+mod driver;
 mod external;
 mod hosts;
 mod incidents;
+mod inline;
 mod migrate;
 mod outbox;
-mod driver;
-mod inline;
 // Schedules, quotas, retirement (the API issue).
 mod lifecycle;
 mod schedule;
@@ -206,7 +206,10 @@ impl<S: Store> Runtime<S> {
         }
         let hosts = Arc::new(
             hosts::HostPolicy::new(&opts.config.outbox.allowed_hosts).map_err(|e| {
-                RuntimeError::new(Code::ConfigInvalid, format!("sutra.outbox.allowed-hosts: {e}"))
+                RuntimeError::new(
+                    Code::ConfigInvalid,
+                    format!("sutra.outbox.allowed-hosts: {e}"),
+                )
             })?,
         );
         let http = reqwest::Client::builder()
@@ -219,7 +222,9 @@ impl<S: Store> Runtime<S> {
             }))
             .user_agent(concat!("sutra/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| RuntimeError::new(Code::ConfigInvalid, format!("outbox HTTP client: {e}")))?;
+            .map_err(|e| {
+                RuntimeError::new(Code::ConfigInvalid, format!("outbox HTTP client: {e}"))
+            })?;
         let alarms = if opts.alarms && opts.clock.is_wall_clock() {
             alarm::Alarms::start()
                 .map_err(|e| tracing::warn!(error = %e, "no alarm thread; short waits go through the poller"))

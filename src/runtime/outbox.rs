@@ -98,7 +98,12 @@ impl<S: Store> Runtime<S> {
             let due = self
                 .inner
                 .store
-                .claim_deliveries(now, CLAIM_BATCH, &self.inner.owner, self.delivery_lease_ms())
+                .claim_deliveries(
+                    now,
+                    CLAIM_BATCH,
+                    &self.inner.owner,
+                    self.delivery_lease_ms(),
+                )
                 .await?;
             if due.is_empty() {
                 return Ok(sent);
@@ -127,7 +132,8 @@ impl<S: Store> Runtime<S> {
                 },
                 _ => {
                     let delay = self.delivery_delay(failed);
-                    let due_at = now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
+                    let due_at =
+                        now.saturating_add(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX));
                     DeliveryOutcome::Retry { due_at, error }
                 }
             },
@@ -203,7 +209,10 @@ impl<S: Store> Runtime<S> {
         if status.is_success() {
             Ok(())
         } else {
-            let snippet: String = String::from_utf8_lossy(&head).chars().take(ERROR_SNIPPET).collect();
+            let snippet: String = String::from_utf8_lossy(&head)
+                .chars()
+                .take(ERROR_SNIPPET)
+                .collect();
             Err(format!("HTTP {}: {}", status.as_u16(), snippet.trim()))
         }
     }

@@ -263,14 +263,9 @@ pub trait ChannelStore: Send + Sync {
         change: &LockedChange,
     ) -> impl Future<Output = StoreResult<bool>> + Send;
     /// Releases whatever lock a PENDING request holds; `false` if it is not PENDING.
-    fn unlock_request(
-        &self,
-        id: &str,
-        now: i64,
-    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    fn unlock_request(&self, id: &str, now: i64) -> impl Future<Output = StoreResult<bool>> + Send;
     /// Marks a request DONE (its call was answered).
-    fn finish_request(&self, id: &str, now: i64)
-        -> impl Future<Output = StoreResult<()>> + Send;
+    fn finish_request(&self, id: &str, now: i64) -> impl Future<Output = StoreResult<()>> + Send;
     /// Deletes DELIVERED, DONE and CANCELLED requests last updated at or
     /// before `before` (POISONED and INCIDENT ones are retained).
     fn purge_requests(

@@ -10,8 +10,8 @@
 //! wait on each other's locks); SQLite serialises writers on its file lock.
 
 use super::channels::{
-    ChannelRecord, ChannelStore, DeliveryOutcome, IncidentFilter, IncidentRecord,
-    LockedChange, NewRequest, RequestRecord, Transport, INCIDENT_DELIVERY_POISONED,
+    ChannelRecord, ChannelStore, DeliveryOutcome, IncidentFilter, IncidentRecord, LockedChange,
+    NewRequest, RequestRecord, Transport, INCIDENT_DELIVERY_POISONED,
     INCIDENT_EXTERNAL_TASK_FAILED,
 };
 use super::rows::effective_limit;

@@ -44,7 +44,11 @@ pub struct Counterpart {
     task: tokio::task::JoinHandle<()>,
 }
 
-async fn hook(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMap, body: String) -> StatusCode {
+async fn hook(
+    State(shared): State<Arc<Mutex<Shared>>>,
+    headers: HeaderMap,
+    body: String,
+) -> StatusCode {
     let header = |n: &str| {
         headers
             .get(n)
@@ -64,7 +68,9 @@ async fn hook(State(shared): State<Arc<Mutex<Shared>>>, headers: HeaderMap, body
     };
     match mode {
         Mode::Ok => StatusCode::OK,
-        Mode::Status(code) => StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        Mode::Status(code) => {
+            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        }
         Mode::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::OK
