@@ -11,7 +11,7 @@ mod server;
 
 use counterpart::{Counterpart, Mode};
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 use server::Server;
 
 fn definition(channel: &str, ext: &str) -> String {
@@ -244,4 +244,88 @@ async fn a_kill_between_commit_and_delivery_resends_with_the_same_key() {
         .await;
     assert_eq!(status, StatusCode::OK, "{body}; log:\n{}", srv.log());
     assert_eq!(body["state"], "COMPLETED");
+}
+
+fn sutra(srv: &Server, token: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(args)
+        .env("SUTRA_SERVER", &srv.url)
+        .env("SUTRA_TOKEN", token)
+        .output()
+        .expect("run sutra")
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// `sutra channel`, `sutra incidents [resolve]`, `sutra migrate`, and
+/// `sutra run --channel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_verbs() {
+    let srv = server().await;
+    let acme = srv.tenant("acme", json!({})).await;
+    let key = acme.token.clone().unwrap();
+    let set = ok(&sutra(&srv, &key, &["channel", "set", "reviews", "--pull"]));
+    assert!(set.contains("reviews") && set.contains("pull") && set.contains("secret"), "{set}");
+    let usage = sutra(&srv, &key, &["channel", "set", "reviews", "--pull", "--push", "http://127.0.0.1:1/x"]);
+    assert_eq!(usage.status.code(), Some(2), "--push and --pull exclude each other");
+    let list = ok(&sutra(&srv, &key, &["channel", "list"]));
+    assert!(list.starts_with("NAME") && list.contains("reviews"), "{list}");
+    // A FAILED instance: the call times out (PT1S) with nobody to catch it.
+    let (status, body) = acme.deploy(&definition("reviews", r#"<q:timeout duration="PT1S"/>"#), &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, started) = acme.start("pay", json!({})).await;
+    let id = started["instance"].as_str().unwrap().to_string();
+    // A worker fails it three times: an incident.
+    let fetch = json!({"workerId": "w1", "channels": ["reviews"], "lockDuration": 60000});
+    for _ in 0..3 {
+        let (_, body) = acme.post("/v1/external-tasks/fetch-and-lock", fetch.clone()).await;
+        let task = body["tasks"][0]["id"].as_str().unwrap().to_string();
+        acme.post(&format!("/v1/external-tasks/{task}/failure"), json!({"workerId": "w1", "errorMessage": "down"})).await;
+    }
+    let incidents = ok(&sutra(&srv, &key, &["incidents", "--instance", &id]));
+    assert!(incidents.starts_with("ID") && incidents.contains("external_task_failed"), "{incidents}");
+    let listed: Value = serde_json::from_str(&ok(&sutra(&srv, &key, &["incidents", "--format", "json"]))).unwrap();
+    let incident = listed["incidents"][0]["id"].as_str().unwrap().to_string();
+    let resolved = ok(&sutra(&srv, &key, &["incidents", "resolve", &incident]));
+    assert!(resolved.contains("RESOLVED") && resolved.contains("rearmed"), "{resolved}");
+    srv.advance("PT2S").await;
+    let (_, view) = acme.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(view["state"], "FAILED", "{view}");
+    // Version 2 waits longer; the instance moves there and waits again.
+    let (_, deployed) = acme.deploy(&definition("reviews", r#"<q:timeout duration="PT1H"/>"#), &[]).await;
+    let v2 = deployed["deployments"][0]["id"].as_str().unwrap().to_string();
+    let moved = ok(&sutra(&srv, &key, &["migrate", &id, "--to", &v2]));
+    assert!(moved.contains("state WAITING"), "{moved}");
+    let bad = sutra(&srv, &key, &["migrate", &id, "--to", &v2, "--map", "nonsense"]);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn sutra_run_configures_its_channels() {
+    let dir = tempfile::tempdir().unwrap();
+    let def = dir.path().join("pay.bpmn");
+    std::fs::write(&def, definition("reviews", "")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(["run", def.to_str().unwrap(), "--channel", "reviews=pull", "--format", "json"])
+        .output()
+        .unwrap();
+    let text = ok(&out);
+    let view: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(view["state"], "WAITING", "{text}");
+    // Without it: refused at deploy.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(["run", def.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SUTRA.RUNTIME.CHANNEL.NOT_CONFIGURED"));
 }

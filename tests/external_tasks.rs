@@ -202,6 +202,19 @@ backends::store_tests! {
         assert!(waited < Duration::from_secs(30), "woken by the work, not by its timeout ({waited:?})");
     }
 
+    /// Nothing but a worker can move a pull request: settling on the
+    /// virtual clock jumps to the call's timeout (and never spins on it).
+    async fn settle_jumps_past_an_unfetched_request_to_the_timeout(db) {
+        let (rt, _vc) = runtime(db.store.clone());
+        rt.set_channel(TENANT, "reviews", ChannelSpec { transport: Transport::Pull, url: None, secret: None }).await.unwrap();
+        rt.deploy(TENANT, &process(r#"<q:timeout duration="PT1H"/>"#), &BTreeMap::new()).await.unwrap();
+        let id = start(&rt, TENANT, json!({})).await;
+        rt.settle(&id).await.unwrap();
+        let view = rt.inspect(&id).await.unwrap();
+        assert_eq!(view.error.unwrap().code, "SUTRA.DISPATCH.CHANNEL_CALL.TIMEOUT");
+        assert_eq!(view.ended_at.unwrap(), t0() + chrono::Duration::hours(1));
+    }
+
     async fn a_bpmn_error_routes_to_the_boundary(db) {
         let (rt, _vc) = runtime(db.store.clone());
         setup(&rt, TENANT).await;

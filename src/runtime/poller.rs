@@ -179,11 +179,17 @@ impl<S: Store> Runtime<S> {
             r.claimed_by.as_deref() == Some(self.inner.owner.as_str())
                 && r.claimed_until.is_some_and(|u| u > now)
         });
-        let due = pending
-            .iter()
-            .filter(|r| r.claimed_by.is_none())
-            .map(|r| r.due_at)
-            .min();
+        let mut due: Option<i64> = None;
+        for r in pending.iter().filter(|r| r.claimed_by.is_none()) {
+            // A pull request waits for a worker: the outside world's business.
+            let push = matches!(
+                self.channel(&r.tenant, &r.channel).await?,
+                Some(c) if c.transport == crate::store::channels::Transport::Push
+            );
+            if push {
+                due = Some(due.map_or(r.due_at, |d| d.min(r.due_at)));
+            }
+        }
         Ok((due, sending))
     }
 
