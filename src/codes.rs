@@ -180,6 +180,8 @@ codes! {
     // ---- Configuration and load-time diagnostics ----
     /// A stateful process was started without a datasource.
     DatasourceRequired => "SUTRA.CONFIG.DATASOURCE_REQUIRED", InvalidInput, false;
+    /// A command that only reads was given a SQLite file that does not exist.
+    DatasourceMissing => "SUTRA.CONFIG.DATASOURCE_MISSING", InvalidInput, false;
     /// A configuration key has a bad value.
     ConfigInvalid => "SUTRA.CONFIG.INVALID", InvalidInput, false;
     /// A timer expression is not well-formed ISO 8601.

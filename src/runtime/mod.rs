@@ -29,7 +29,7 @@ mod poller;
 mod view;
 
 pub use deployed::Deployed;
-pub use view::{AttemptView, ErrorView, HistoryView, InstanceView};
+pub use view::{AttemptView, ErrorView, HistoryView, InstanceView, WaitView};
 
 use crate::codes::Code;
 use crate::config::Config;
