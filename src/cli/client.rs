@@ -329,12 +329,23 @@ pub fn instance_text(v: &Value) -> String {
             s(&a["outcome"])
         ));
     }
+    if let Some(nodes) = v["nodes"].as_object().filter(|n| !n.is_empty()) {
+        let nodes: Vec<String> = nodes.iter().map(|(n, st)| format!("{n}={}", s(st))).collect();
+        out.push_str(&format!("  nodes {}\n", nodes.join(" ")));
+    }
     if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
         out.push_str(&format!(
             "  error {}: {}\n",
             s(&e["code"]),
             s(&e["message"])
         ));
+        for f in e["compensationFailures"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  compensation failed {}: {}\n",
+                s(&f["code"]),
+                s(&f["message"])
+            ));
+        }
     }
     out.push_str(&format!("  variables {}\n", v["variables"]));
     out
@@ -475,9 +486,9 @@ pub fn exec_inspect(args: InspectArgs) -> ExitCode {
                 }
                 Format::Text => print!("{}", instance_text(&v)),
             }
-            // Like the local inspect: a FAILED or TERMINATED instance exits 1.
+            // Like the local inspect: a FAILED, TERMINATED or COMPENSATED instance exits 1.
             match v["state"].as_str() {
-                Some("FAILED" | "TERMINATED") => ExitCode::from(1),
+                Some("FAILED" | "TERMINATED" | "COMPENSATED") => ExitCode::from(1),
                 _ => ExitCode::SUCCESS,
             }
         }

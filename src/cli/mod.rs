@@ -5,6 +5,8 @@
 mod check;
 mod client;
 mod demo;
+/// The HX payment flow of `sutra demo` (wired in by `demo.rs`).
+pub mod demo_hx;
 mod run;
 mod serve;
 mod task;

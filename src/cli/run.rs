@@ -229,7 +229,7 @@ pub(crate) fn fail_exit(message: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// Print an instance; exit 0 unless it FAILED or was TERMINATED.
+/// Print an instance; exit 0 unless it FAILED, was TERMINATED or COMPENSATED.
 pub(crate) fn print_view(view: &InstanceView, format: Format) -> ExitCode {
     match format {
         Format::Json => match serde_json::to_string_pretty(view) {
@@ -239,7 +239,7 @@ pub(crate) fn print_view(view: &InstanceView, format: Format) -> ExitCode {
         Format::Text => print!("{}", render(view)),
     }
     match view.state.as_str() {
-        "FAILED" | "TERMINATED" => ExitCode::from(1),
+        "FAILED" | "TERMINATED" | "COMPENSATED" => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     }
 }
@@ -259,10 +259,17 @@ pub(crate) fn render(view: &InstanceView) -> String {
             a.code.as_ref().map(|c| format!(" {c}")).unwrap_or_default()
         ));
     }
+    if !view.nodes.is_empty() {
+        let nodes: Vec<String> = view.nodes.iter().map(|(n, st)| format!("{n}={st}")).collect();
+        s.push_str(&format!("  nodes {}\n", nodes.join(" ")));
+    }
     if let Some(e) = &view.error {
         s.push_str(&format!("  error {}: {}\n", e.code, e.message));
         if let Some(c) = &e.cause {
             s.push_str(&format!("  cause {}: {}\n", c.code, c.message));
+        }
+        for f in &e.compensation_failures {
+            s.push_str(&format!("  compensation failed {}: {}\n", f.code, f.message));
         }
     }
     s.push_str(&format!(

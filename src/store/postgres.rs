@@ -633,7 +633,7 @@ impl Store for PgStore {
         let done = sqlx::query(
             "DELETE FROM instances WHERE id IN ( \
                SELECT i.id FROM instances i \
-               WHERE i.state IN ('COMPLETED', 'TERMINATED') AND i.ended_at IS NOT NULL AND i.ended_at <= $1 \
+               WHERE i.state IN ('COMPLETED', 'TERMINATED', 'COMPENSATED') AND i.ended_at IS NOT NULL AND i.ended_at <= $1 \
                  AND NOT EXISTS (SELECT 1 FROM parks p WHERE p.instance_id = i.id) \
                ORDER BY i.ended_at, i.id LIMIT $2 \
                FOR UPDATE SKIP LOCKED)",
