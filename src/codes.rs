@@ -158,6 +158,12 @@ codes! {
     TenantExists => "SUTRA.TENANT.EXISTS", InvalidInput, false;
     /// No deployment with that id (or not visible to the caller).
     DeploymentNotFound => "SUTRA.RUNTIME.DEPLOYMENT_NOT_FOUND", InvalidInput, false;
+    /// A compensator failed (its retries spent, a business error, a timeout):
+    /// the unwind goes on and the instance ends FAILED, not COMPENSATED.
+    CompensationFailed => "SUTRA.RUNTIME.COMPENSATION.FAILED", Internal, false;
+    /// A node that joins `all` of its incoming edges has one that can never be
+    /// satisfied (its guard was false, or its source was skipped or failed).
+    JoinDeadEdge => "SUTRA.RUNTIME.JOIN.DEAD_EDGE", Internal, false;
 
     // ---- The HTTP API ----
     /// The request is malformed: bad JSON, an unknown field, a bad path id or query, a bundle without a definition.
@@ -237,6 +243,42 @@ codes! {
     BpmnNotExecutable => "SUTRA.CONFIG.BPMN.NOT_EXECUTABLE", InvalidInput, false;
 
     // ---- The HX dialect (HX-*; seed 002) ----
+    /// The document is not an HX workflow (the root is not `<workflow>`, or it has no id).
+    HxNotWorkflow => "HX-1001", InvalidInput, false;
+    /// An element HX does not define at that place (or one that may appear only once, repeated).
+    HxUnknownElement => "HX-1002", InvalidInput, false;
+    /// An attribute HX does not define on that element.
+    HxUnknownAttribute => "HX-1003", InvalidInput, false;
+    /// A required attribute is missing, or an attribute has a bad value.
+    HxInvalidAttribute => "HX-1004", InvalidInput, false;
+    /// Two nodes share an id.
+    HxDuplicateId => "HX-2001", InvalidInput, false;
+    /// An edge (or `compensates`) names a node that does not exist.
+    HxDanglingEdge => "HX-2002", InvalidInput, false;
+    /// The control, data and error edges form a cycle.
+    HxCycle => "HX-2003", InvalidInput, false;
+    /// `compensates` disagrees with the compensation edge.
+    HxCompensatesMismatch => "HX-2004", InvalidInput, false;
+    /// A compensator is reachable by forward (control, data or error) edges.
+    HxCompensatorReachable => "HX-2005", InvalidInput, false;
+    /// An edge that cannot be executed as written: a duplicate, a guard on a
+    /// non-control edge, an error or compensation edge between the wrong kinds
+    /// of node, a second compensator, a compensator with edges of its own.
+    HxInvalidEdge => "HX-2006", InvalidInput, false;
+    /// A workflow without nodes.
+    HxEmptyWorkflow => "HX-2007", InvalidInput, false;
+    /// A node `type` HX does not know.
+    HxUnknownNodeType => "HX-3001", InvalidInput, false;
+    /// A `<retry>` with a bad value (maxAttempts, backoff, multiplier, jitter, retryOn).
+    HxInvalidRetry => "HX-3101", InvalidInput, false;
+    /// A `<timeout>` with a bad value (onTimeout).
+    HxInvalidTimeout => "HX-3201", InvalidInput, false;
+    /// `idempotent="false"` together with a `<retry>` policy.
+    HxNonIdempotentRetry => "HX-3301", InvalidInput, false;
+    /// A duration with months or years (well-formed, but its length is not fixed), or a cron string.
+    HxDurationUnsupported => "HX-3401", InvalidInput, false;
+    /// A duration or date-time that is not well-formed ISO 8601.
+    HxDurationMalformed => "HX-3402", InvalidInput, false;
 
     // ---- The States language (States.*; seed 004) ----
 }
@@ -275,7 +317,11 @@ mod tests {
                 c.as_str()
             );
             assert_eq!(Code::parse(c.as_str()), Some(c));
-            assert!(c.as_str().starts_with("SUTRA."), "{c}");
+            let s = c.as_str();
+            let hx = s
+                .strip_prefix("HX-")
+                .is_some_and(|n| n.len() == 4 && n.bytes().all(|b| b.is_ascii_digit()));
+            assert!(s.starts_with("SUTRA.") || hx, "{c}");
         }
     }
 

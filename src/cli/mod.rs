@@ -8,6 +8,8 @@
 mod check;
 mod client;
 mod demo;
+/// The HX payment flow of `sutra demo` (wired in by `demo.rs`).
+pub mod demo_hx;
 mod run;
 mod serve;
 mod show;
@@ -135,6 +137,9 @@ mod tests {
         }
         let mut missing = Vec::new();
         walk(&Cli::command(), "sutra", &mut missing);
-        assert!(missing.is_empty(), "arguments without a description: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "arguments without a description: {missing:?}"
+        );
     }
 }

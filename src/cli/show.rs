@@ -3,9 +3,10 @@
 //! view's JSON, and the one exit-code rule.
 //!
 //! Exit-code rule (every verb): 0 when the command did what was asked and the
-//! instance it shows, if any, is not FAILED; 1 for a negative result (a FAILED
-//! instance, an invalid definition, not found, a refused or failed request);
-//! 2 for a usage error. A TERMINATED instance is what a cancel asked for: 0.
+//! instance it shows, if any, is not FAILED or COMPENSATED; 1 for a negative
+//! result (a FAILED instance, a COMPENSATED one — its work was undone —, an
+//! invalid definition, not found, a refused or failed request); 2 for a usage
+//! error. A TERMINATED instance is what a cancel asked for: 0.
 
 use super::run::Format;
 use serde_json::Value;
@@ -29,9 +30,9 @@ pub fn print_instance(v: &Value, format: Format) -> ExitCode {
     instance_exit(v)
 }
 
-/// 1 when the instance FAILED, else 0 (see the module docs).
+/// 1 when the instance FAILED or was COMPENSATED, else 0 (see the module docs).
 pub fn instance_exit(v: &Value) -> ExitCode {
-    if v["state"].as_str() == Some("FAILED") {
+    if matches!(v["state"].as_str(), Some("FAILED" | "COMPENSATED")) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
@@ -66,10 +67,29 @@ pub fn instance_text(v: &Value) -> String {
     for w in v["waits"].as_array().into_iter().flatten() {
         out.push_str(&format!("  {}\n", wait_text(w)));
     }
+    if let Some(nodes) = v["nodes"].as_object().filter(|n| !n.is_empty()) {
+        let nodes: Vec<String> = nodes
+            .iter()
+            .map(|(n, st)| format!("{n}={}", s(st)))
+            .collect();
+        out.push_str(&format!("  nodes {}\n", nodes.join(" ")));
+    }
     if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
-        out.push_str(&format!("  error {}: {}\n", s(&e["code"]), s(&e["message"])));
+        out.push_str(&format!(
+            "  error {}: {}\n",
+            s(&e["code"]),
+            s(&e["message"])
+        ));
         if let Some(c) = e.get("cause").filter(|c| !c.is_null()) {
-            out.push_str(&format!("  cause {}: {}\n", s(&c["code"]), s(&c["message"])));
+            out.push_str(&format!(
+                "  cause {}: {}\n",
+                s(&c["code"]),
+                s(&c["message"])
+            ));
+        }
+        for f in e["compensationFailures"].as_array().into_iter().flatten() {
+            let (code, message) = (s(&f["code"]), s(&f["message"]));
+            out.push_str(&format!("  compensation failed {code}: {message}\n"));
         }
     }
     out.push_str(&format!("  variables {}\n", v["variables"]));
@@ -117,16 +137,35 @@ mod tests {
             ],
         });
         let text = instance_text(&v);
-        assert!(text.contains("waits at courier for a timer due 2030-01-01T02:00:00Z"), "{text}");
-        assert!(text.contains("waits at T for a retry: attempt 2 due 2030-01-01T00:00:03Z"), "{text}");
-        assert!(text.contains("waits at wait for message `go` with correlation key `k1`"), "{text}");
+        assert!(
+            text.contains("waits at courier for a timer due 2030-01-01T02:00:00Z"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waits at T for a retry: attempt 2 due 2030-01-01T00:00:03Z"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waits at wait for message `go` with correlation key `k1`"),
+            "{text}"
+        );
     }
 
     #[test]
-    fn only_a_failed_instance_exits_1() {
-        for (state, code) in [("FAILED", 1), ("TERMINATED", 0), ("COMPLETED", 0), ("WAITING", 0)] {
+    fn only_a_failed_or_compensated_instance_exits_1() {
+        for (state, code) in [
+            ("FAILED", 1),
+            ("COMPENSATED", 1),
+            ("TERMINATED", 0),
+            ("COMPLETED", 0),
+            ("WAITING", 0),
+        ] {
             let exit = instance_exit(&json!({ "state": state }));
-            assert_eq!(format!("{exit:?}"), format!("{:?}", ExitCode::from(code)), "{state}");
+            assert_eq!(
+                format!("{exit:?}"),
+                format!("{:?}", ExitCode::from(code)),
+                "{state}"
+            );
         }
     }
 }

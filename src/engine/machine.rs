@@ -1,8 +1,9 @@
 //! The token walk: entering nodes, leaving them along flows, scopes, joins,
 //! boundaries, parks and the terminal stamp. Attempt outcomes are judged in
-//! `outcome.rs`.
+//! `outcome.rs`; join rules, dead paths and error flows are in `flow.rs`;
+//! compensation (the unwind) in `unwind.rs`.
 
-use super::snapshot::{CycleState, TaskPhase, TaskState};
+use super::snapshot::{CycleState, NodeState, TaskPhase, TaskState};
 use super::{
     vars, AttemptRequest, EngineError, Event, Inputs, InstanceError, InstanceState, JournalEntry,
     MessageKey, NewInstance, Park, ParkKind, Snapshot, Step, Token, TokenStatus, SNAPSHOT_FORMAT,
@@ -68,6 +69,10 @@ impl<'a> Machine<'a> {
             next_park: 1,
             next_journal: 1,
             completed: Vec::new(),
+            node_states: Default::default(),
+            outputs: Default::default(),
+            joins: Vec::new(),
+            unwind: None,
             error: None,
             started_at: now,
             ended_at: None,
@@ -225,7 +230,9 @@ impl<'a> Machine<'a> {
         self.process.find(&t.node)
     }
 
-    fn spawn(&mut self, node: NodeIx, scope: Option<u64>, via: Option<FlowIx>) -> u64 {
+    pub(super) fn spawn(&mut self, node: NodeIx, scope: Option<u64>, via: Option<FlowIx>) -> u64 {
+        let node_id = self.process.node(node).id.clone();
+        self.set_state(&node_id, NodeState::Ready);
         let id = self.snap.next_token;
         self.snap.next_token += 1;
         self.snap.tokens.push(Token {
@@ -269,22 +276,85 @@ impl<'a> Machine<'a> {
         }
         if let Some(pos) = self.snap.tokens.iter().position(|t| t.id == token) {
             let t = self.snap.tokens.remove(pos);
+            if let TokenStatus::Task(TaskState {
+                attempt,
+                phase: TaskPhase::Running { .. },
+                ..
+            }) = &t.status
+            {
+                let interruptible = match self.process.find(&t.node).map(|n| &n.kind) {
+                    Some(NodeKind::ServiceTask(task)) => task.idempotent,
+                    _ => true,
+                };
+                self.effects.push(Effect::AttemptAbandoned {
+                    token: t.id,
+                    node: t.node.clone(),
+                    attempt: *attempt,
+                    interruptible,
+                });
+            }
             for p in t.parks() {
                 self.withdraw(p);
             }
         }
     }
 
+    pub(super) fn clear_queue(&mut self) {
+        self.queue.clear();
+    }
+
+    /// Record a node's state (start and boundary events have none).
+    pub(super) fn set_state(&mut self, node_id: &str, state: NodeState) {
+        let Some(node) = self.process.find(node_id) else {
+            return;
+        };
+        if matches!(node.kind, NodeKind::Start(_) | NodeKind::Boundary(_)) {
+            return;
+        }
+        self.snap.node_states.insert(node_id.to_string(), state);
+    }
+
+    pub(super) fn state_of(&self, node_id: &str) -> Option<NodeState> {
+        self.snap.node_states.get(node_id).copied()
+    }
+
+    /// Mark the node of every live token that is READY or RUNNING as CANCELLED.
+    pub(super) fn cancel_active(&mut self) {
+        let nodes: Vec<String> = self.snap.tokens.iter().map(|t| t.node.clone()).collect();
+        for n in nodes {
+            if self.state_of(&n).is_some_and(NodeState::is_active) {
+                self.set_state(&n, NodeState::Cancelled);
+            }
+        }
+    }
+
     /// A token finished at its node (an end event, or an outgoing-less node):
     /// remove it and complete its scope if it was the last one there.
-    fn consume(&mut self, token: u64) {
+    pub(super) fn consume(&mut self, token: u64) {
         let scope = self.snap.token(token).and_then(|t| t.scope);
         self.discard(token);
         self.complete_scope_if_empty(scope);
     }
 
-    fn complete_scope_if_empty(&mut self, scope: Option<u64>) {
+    pub(super) fn complete_scope_if_empty(&mut self, scope: Option<u64>) {
         if self.snap.state.is_terminal() || self.snap.tokens.iter().any(|t| t.scope == scope) {
+            return;
+        }
+        if self.snap.unwind.is_some() {
+            // The unwind ends the instance itself (unwind.rs).
+            return;
+        }
+        if let Some(j) = self.snap.joins.iter().find(|j| j.scope == scope).cloned() {
+            // Nothing is left to decide the join's other flows.
+            self.snap.joins.retain(|x| x != &j);
+            self.fail_code(
+                Code::JoinDeadEdge,
+                format!(
+                    "node `{}` waits for incoming edges that nothing is left to decide (decided: {:?} satisfied, {:?} dead)",
+                    j.node, j.satisfied, j.dead
+                ),
+                Some(&j.node),
+            );
             return;
         }
         match scope {
@@ -305,6 +375,8 @@ impl<'a> Machine<'a> {
         if self.snap.state.is_terminal() {
             return;
         }
+        self.cancel_active();
+        self.snap.joins.clear();
         let tokens: Vec<u64> = self
             .snap
             .tokens
@@ -326,6 +398,7 @@ impl<'a> Machine<'a> {
         let kind = match state {
             InstanceState::Completed => "instance_completed",
             InstanceState::Terminated => "instance_terminated",
+            InstanceState::Compensated => "instance_compensated",
             _ => "instance_failed",
         };
         let data = json!({ "error": self.snap.error });
@@ -341,16 +414,29 @@ impl<'a> Machine<'a> {
         node: Option<&str>,
         cause: Option<Cause>,
     ) {
+        if let Some(n) = node {
+            if self.state_of(n).is_some_and(NodeState::is_active) {
+                self.set_state(n, NodeState::Failed);
+            }
+        }
+        if self.snap.unwind.is_some() {
+            // A failure while unwinding fails the compensation in progress.
+            self.unwind_failure(code, message, cause);
+            return;
+        }
         self.snap.error = Some(InstanceError {
             code: code.to_string(),
             message,
             node: node.map(str::to_string),
             cause,
+            compensation_failures: Vec::new(),
         });
-        self.end(InstanceState::Failed);
+        if !self.begin_unwind() {
+            self.end(InstanceState::Failed);
+        }
     }
 
-    fn fail_code(&mut self, code: Code, message: String, node: Option<&str>) {
+    pub(super) fn fail_code(&mut self, code: Code, message: String, node: Option<&str>) {
         self.fail(code.as_str(), message, node, None);
     }
 
@@ -397,6 +483,12 @@ impl<'a> Machine<'a> {
             }
             NodeKind::End(kind) => {
                 self.snap.completed.push(node.id.clone());
+                let state = if matches!(kind, EndKind::Error { .. }) {
+                    NodeState::Failed
+                } else {
+                    NodeState::Succeeded
+                };
+                self.set_state(&node.id, state);
                 match kind {
                     EndKind::None => self.consume(token),
                     EndKind::Terminate => {
@@ -448,8 +540,12 @@ impl<'a> Machine<'a> {
                 if let (Some(park), Some(t)) = (park, self.snap.token_mut(token)) {
                     t.status = TokenStatus::Waiting { park };
                 }
+                if !self.snap.state.is_terminal() {
+                    self.set_state(&node.id, NodeState::Running);
+                }
             }
             NodeKind::SubProcess => {
+                self.set_state(&node.id, NodeState::Running);
                 if let Some(t) = self.snap.token_mut(token) {
                     t.status = TokenStatus::InSubProcess;
                 }
@@ -467,53 +563,6 @@ impl<'a> Machine<'a> {
                     self.complete_scope_if_empty(Some(token));
                 }
             }
-        }
-    }
-
-    /// Leave a node along its outgoing flows: every unconditional flow and
-    /// every flow whose condition holds. No outgoing flow ends the token.
-    pub(super) fn leave(&mut self, token: u64) {
-        let Some(node) = self.node_of(token) else {
-            return;
-        };
-        let Some(scope) = self.snap.token(token).map(|t| t.scope) else {
-            return;
-        };
-        if node.outgoing.is_empty() {
-            self.consume(token);
-            return;
-        }
-        let mut targets = Vec::new();
-        for &f in &node.outgoing {
-            let flow = self.process.flow(f);
-            match &flow.condition {
-                None => targets.push(f),
-                Some(c) => match c.eval_bool(&self.snap.variables) {
-                    Ok(true) => targets.push(f),
-                    Ok(false) => {}
-                    Err(e) => {
-                        self.fail_code(
-                            Code::ConditionFailed,
-                            format!("condition on `{}` failed: {e}", flow.id),
-                            Some(&node.id),
-                        );
-                        return;
-                    }
-                },
-            }
-        }
-        if targets.is_empty() {
-            self.fail_code(
-                Code::NoFlowTaken,
-                format!("no condition on the flows out of `{}` holds", node.id),
-                Some(&node.id),
-            );
-            return;
-        }
-        self.discard(token);
-        for f in targets {
-            let target = self.process.flow(f).target;
-            self.spawn(target, scope, Some(f));
         }
     }
 
@@ -556,6 +605,7 @@ impl<'a> Machine<'a> {
             return;
         };
         let scope = self.snap.token(token).and_then(|t| t.scope);
+        self.set_state(&node.id, NodeState::Succeeded);
         self.discard(token);
         self.spawn(self.process.flow(f).target, scope, Some(f));
     }
@@ -725,6 +775,10 @@ impl<'a> Machine<'a> {
                             return;
                         };
                         if ev.interrupting {
+                            if let Some(host) = self.snap.token(park.token).map(|t| t.node.clone())
+                            {
+                                self.set_state(&host, NodeState::Cancelled);
+                            }
                             self.discard(park.token);
                         } else {
                             self.rearm_boundary(&park, node);
@@ -783,7 +837,7 @@ impl<'a> Machine<'a> {
             return;
         };
         let input = match &task.io.input_path {
-            None => Value::Object(self.snap.variables.clone()),
+            None => Value::Object(self.compensator_input(token)),
             Some(p) => match vars::get(&self.snap.variables, p) {
                 Ok(v) => v,
                 Err(e) => {
@@ -819,6 +873,7 @@ impl<'a> Machine<'a> {
                 since: self.inputs.now,
             });
         }
+        self.set_state(&node.id, NodeState::Running);
         let idempotency_key = format!("{}:{}:{}", self.snap.instance_id, node.id, token);
         self.journal(
             "attempt_started",
@@ -861,6 +916,16 @@ impl<'a> Machine<'a> {
     /// the activity token `at` (a task) or, for `None`, at the process level,
     /// walking up through enclosing sub-processes. Uncaught: the instance fails.
     pub(super) fn raise_from(&mut self, at: Option<u64>, raised: Raised, origin: &str) {
+        self.set_state(origin, NodeState::Failed);
+        if let Some(tok) = at {
+            if self.is_compensating(tok) {
+                self.compensator_failed(raised);
+                return;
+            }
+            if self.take_error_flows(tok, &raised, origin) {
+                return;
+            }
+        }
         let mut current = at;
         while let Some(tok) = current {
             let Some(node) = self.node_of(tok) else { break };

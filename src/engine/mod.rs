@@ -15,14 +15,16 @@
 //! - an event that no longer applies (a late attempt result for a token that
 //!   left, a park already withdrawn) changes nothing but the journal.
 
+mod flow;
 mod machine;
 mod outcome;
 pub mod snapshot;
+mod unwind;
 mod vars;
 
 pub use snapshot::{
-    Cause, InstanceError, InstanceState, MessageKey, Park, ParkKind, Snapshot, Token, TokenStatus,
-    SNAPSHOT_FORMAT,
+    Cause, Compensation, CompensationFailure, InstanceError, InstanceState, MessageKey, NodeState,
+    Park, ParkKind, Snapshot, Token, TokenStatus, Unwind, SNAPSHOT_FORMAT,
 };
 
 use crate::codes::{Code, ErrorClass};
@@ -151,6 +153,17 @@ pub enum Effect {
     /// The instance reached a terminal state: stamp it, remove every park.
     Ended {
         state: InstanceState,
+    },
+    /// Attempt `attempt` of `token` was in flight when its token was removed
+    /// (a cancel, an unwind, an interrupting boundary): its result will be
+    /// discarded when it arrives. `interruptible` is false for a task declared
+    /// non-idempotent, whose attempt must be let finish; a runtime that can
+    /// interrupt attempts may stop the others.
+    AttemptAbandoned {
+        token: u64,
+        node: String,
+        attempt: u32,
+        interruptible: bool,
     },
 }
 

@@ -4,7 +4,7 @@
 //! instance with `SUTRA.RUNTIME.RETRY.EXHAUSTED` / `SUTRA.RUNTIME.TASK_FAILED`.
 
 use super::machine::{Machine, Raised};
-use super::snapshot::{TaskPhase, TaskState};
+use super::snapshot::{NodeState, TaskPhase, TaskState};
 use super::{vars, AttemptRecord, Cause, Effect, Park, ParkKind, TaskOutcome, TokenStatus};
 use crate::codes::Code;
 use crate::model::{NodeKind, OnTimeout, RetryPolicy, ServiceTask};
@@ -46,6 +46,10 @@ impl Machine<'_> {
         if let TaskPhase::Running { park } = state.phase {
             self.withdraw(park);
         }
+        // The attempt is over: nothing of this token is in flight any more.
+        if let Some(t) = self.snap.token_mut(token) {
+            t.status = TokenStatus::Ready;
+        }
         let (code, message) = match &outcome {
             TaskOutcome::Completed { .. } => (None, None),
             TaskOutcome::BusinessError { code, message, .. }
@@ -70,6 +74,11 @@ impl Machine<'_> {
         );
         match outcome {
             TaskOutcome::Completed { output } => {
+                let compensable =
+                    self.process.compensator(node.ix).is_some() && !self.is_compensating(token);
+                if compensable {
+                    self.snap.outputs.insert(node.id.clone(), output.clone());
+                }
                 if let Err(e) = vars::merge_output(
                     &mut self.snap.variables,
                     &node.id,
@@ -112,12 +121,26 @@ impl Machine<'_> {
                 let timed_out = code == Code::TaskDeadlineExceeded.as_str();
                 if let (true, Some(t)) = (timed_out, &task.timeout) {
                     match t.on_timeout {
+                        OnTimeout::Skip if self.is_compensating(token) => {
+                            // A rollback that did not happen is a failed compensation.
+                            self.unwind_failure(
+                                &code,
+                                format!("onTimeout=\"skip\": {message}"),
+                                Some(Cause {
+                                    code: code.clone(),
+                                    message: message.clone(),
+                                }),
+                            );
+                            return;
+                        }
                         OnTimeout::Skip => {
                             self.journal(
                                 "task_skipped",
                                 Some(&node.id),
                                 json!({ "reason": "timeout" }),
                             );
+                            self.set_state(&node.id, NodeState::Skipped);
+                            self.snap.outputs.remove(&node.id);
                             self.complete_task(token, &node.id);
                             return;
                         }
@@ -179,6 +202,10 @@ impl Machine<'_> {
     }
 
     fn complete_task(&mut self, token: u64, node_id: &str) {
+        if self.is_compensating(token) {
+            self.compensator_succeeded(token);
+            return;
+        }
         self.snap.completed.push(node_id.to_string());
         if let Some(t) = self.snap.token_mut(token) {
             t.status = TokenStatus::Ready;
@@ -249,7 +276,9 @@ fn judge(
     if policy.non_retryable_codes.iter().any(|c| c == code) {
         return stop(format!("{code} is listed in nonRetryableCodes"));
     }
-    if !retryable {
+    // A policy that names the classes it retries (HX `retryOn`) is
+    // authoritative; otherwise a code's default retryability applies.
+    if !retryable && policy.retry_on.is_none() {
         return stop(format!("{code} is not retryable"));
     }
     if let Some(classes) = &policy.retry_on {

@@ -121,6 +121,16 @@ impl Process {
         })
     }
 
+    /// The compensator of a node: the target of its compensation flow.
+    pub fn compensator(&self, ix: NodeIx) -> Option<NodeIx> {
+        self.node(ix)
+            .outgoing
+            .iter()
+            .map(|&f| self.flow(f))
+            .find(|f| f.kind == FlowKind::Compensation)
+            .map(|f| f.target)
+    }
+
     /// Rebuild `by_id` (loaders call this once the node list is final).
     pub fn index(&mut self) {
         self.by_id = self.nodes.iter().map(|n| (n.id.clone(), n.ix)).collect();
@@ -141,6 +151,30 @@ pub struct Node {
     pub outgoing: Vec<FlowIx>,
     /// Boundary events attached to this activity.
     pub boundaries: Vec<NodeIx>,
+    /// `Some`: the node waits until every incoming sequence and error flow is
+    /// decided (satisfied or dead) and then runs, is skipped, or fails the
+    /// instance as the rule says; it receives dead-path signals and, when
+    /// skipped, passes them on (HX nodes). `None`: every arriving token runs
+    /// it (BPMN; a parallel gateway joins by itself).
+    pub join: Option<JoinRule>,
+}
+
+/// How a node with a join rule decides once all its incoming flows are decided.
+///
+/// A flow is *satisfied* when its source succeeded (or was skipped by
+/// `onTimeout="skip"`, whose flow goes on) and its condition held, or, for an
+/// error flow, when its source failed; it is *dead* otherwise (a false
+/// condition, a source skipped as dead, a failed source for a sequence flow, a
+/// succeeded one for an error flow). Every flow dead: the node is SKIPPED and
+/// its outgoing flows are dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinRule {
+    /// Runs when every incoming flow is satisfied; some satisfied and some
+    /// dead fails the instance with `SUTRA.RUNTIME.JOIN.DEAD_EDGE`.
+    All,
+    /// Runs when at least one incoming flow is satisfied.
+    Any,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -287,7 +321,14 @@ pub struct Flow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FlowKind {
+    /// Taken when the source completes (and the condition, if any, holds).
     Sequence,
-    /// HX compensation edge: source's effects are undone by target.
+    /// Taken when the source activity FAILS (its retries spent, a business
+    /// error, `onTimeout="fail"`): the failure is handled, not propagated — no
+    /// unwind — and `{node, code, message, cause}` is placed in the variable
+    /// `error`. The source stays FAILED.
+    Error,
+    /// The source's effects are undone by the target (a task, run only during
+    /// an unwind, never along forward flows).
     Compensation,
 }

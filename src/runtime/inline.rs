@@ -166,6 +166,9 @@ impl<S: Store> Runtime<S> {
                 }),
                 Effect::Journal(_) => {}
                 Effect::RunAttempt(a) => spec.pending.push(a.clone()),
+                // The runtime never interrupts an attempt (yet): an abandoned
+                // one runs to its end and its result is discarded.
+                Effect::AttemptAbandoned { .. } => {}
                 Effect::Ended { state } => {
                     w.withdraw_all = true;
                     // Retention PT0S: no history at all, but FAILED is always retained.

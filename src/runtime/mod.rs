@@ -96,6 +96,9 @@ pub struct RuntimeOptions {
     /// (alarm.rs; only on the system clock). `false` leaves every wait to the
     /// pollers — for a runtime that only starts instances.
     pub alarms: bool,
+    /// Seed the random draws the engine gets (retry jitter), so a run is
+    /// reproducible; `None` = seeded from the OS.
+    pub seed: Option<u64>,
 }
 
 impl RuntimeOptions {
@@ -109,7 +112,15 @@ impl RuntimeOptions {
             owner: format!("sutra-{}", std::process::id()),
             cache_dir: None,
             alarms: true,
+            seed: None,
         }
+    }
+
+    /// Seed the engine's random draws (retry jitter): the same seed and the
+    /// same sequence of steps give the same delays.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
     }
 
     /// Run on a virtual clock starting at `start`.
@@ -208,7 +219,10 @@ impl<S: Store> Runtime<S> {
                 hot: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 active_refresh: tokio::sync::Mutex::new(()),
-                rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
+                rng: Mutex::new(match opts.seed {
+                    Some(seed) => rand::rngs::StdRng::seed_from_u64(seed),
+                    None => rand::rngs::StdRng::from_os_rng(),
+                }),
                 tenancy: tenancy::TenancyCache::default(),
             }),
         })

@@ -20,6 +20,9 @@ pub struct ErrorView {
     pub code: String,
     pub message: String,
     pub cause: Option<CauseView>,
+    /// Compensators that failed during the unwind this error began.
+    #[serde(rename = "compensationFailures", skip_serializing_if = "Vec::is_empty")]
+    pub compensation_failures: Vec<crate::engine::CompensationFailure>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -66,6 +69,9 @@ pub struct InstanceView {
     pub attempts: Vec<AttemptView>,
     /// What it waits for, earliest due first (message waits last); empty once it ended.
     pub waits: Vec<WaitView>,
+    /// Each reached node's state (READY, RUNNING, SUCCEEDED, FAILED, SKIPPED,
+    /// CANCELLED, COMPENSATED), by node id.
+    pub nodes: std::collections::BTreeMap<String, String>,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -150,9 +156,15 @@ impl<S: Store> Runtime<S> {
                     code: c.code,
                     message: c.message,
                 }),
+                compensation_failures: e.compensation_failures,
             }),
             attempts: attempts.iter().map(attempt_view).collect(),
             waits,
+            nodes: snap
+                .node_states
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().to_string()))
+                .collect(),
             started_at: at(rec.started_at),
             ended_at: rec.ended_at.map(at),
             retry_of: rec.retry_of,

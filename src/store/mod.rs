@@ -408,7 +408,7 @@ pub trait Store: tenancy::TenancyStore + Send + Sync + Clone + 'static {
     ) -> impl Future<Output = StoreResult<Vec<JournalRow>>> + Send;
 
     // ---- retention ----
-    /// Deletes COMPLETED and TERMINATED instances (and their attempts and
+    /// Deletes COMPLETED, TERMINATED and COMPENSATED instances (and their attempts and
     /// journal) that ended at or before `ended_before`, up to `limit`; never a
     /// FAILED one, never one with a park. Returns how many were deleted.
     fn sweep(&self, ended_before: i64, limit: i64)
