@@ -15,6 +15,11 @@
 //! - an event that no longer applies (a late attempt result for a token that
 //!   left, a park already withdrawn) changes nothing but the journal.
 
+mod choice;
+mod docflow;
+pub mod document;
+mod fanout;
+mod intrinsics;
 mod machine;
 mod outcome;
 pub mod snapshot;

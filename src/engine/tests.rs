@@ -48,6 +48,7 @@ impl B {
             incoming: vec![],
             outgoing: vec![],
             boundaries: vec![],
+            data: None,
         });
         ix
     }

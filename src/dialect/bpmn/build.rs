@@ -376,6 +376,7 @@ impl<'d> Builder<'d> {
             incoming: Vec::new(),
             outgoing: Vec::new(),
             boundaries: Vec::new(),
+            data: None,
         });
         self.elements.push(el);
         ix
