@@ -156,13 +156,13 @@ pub struct TenantCreateArgs {
 /// An HTTP call's outcome: the JSON answer, or the exit code already reported.
 type Answer = Result<Value, ExitCode>;
 
-enum Body {
+pub(crate) enum Body {
     None,
     Json(Value),
     Form(reqwest::multipart::Form),
 }
 
-async fn call(
+pub(crate) async fn call(
     opts: &ServerOpts,
     method: reqwest::Method,
     path: &str,
@@ -217,7 +217,7 @@ async fn call(
 }
 
 /// Run `f` on a fresh async runtime and print its answer.
-fn run(
+pub(crate) fn run(
     format: Format,
     f: impl std::future::Future<Output = Answer>,
     text: impl FnOnce(&Value) -> String,
@@ -340,7 +340,7 @@ pub fn instance_text(v: &Value) -> String {
     out
 }
 
-fn enc(id: &str) -> String {
+pub(crate) fn enc(id: &str) -> String {
     // Path segments: ids are [A-Za-z0-9._:-]; anything else is escaped and refused by the server.
     id.bytes()
         .map(|b| {

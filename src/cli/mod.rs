@@ -5,6 +5,9 @@
 mod check;
 mod client;
 mod demo;
+/// The States-language flow of the demo (the demo calls `demo_states::run`).
+pub mod demo_states;
+mod resume;
 mod run;
 mod serve;
 mod task;
@@ -59,6 +62,8 @@ enum Command {
     Retry(client::RetryArgs),
     /// Send a message to a server (correlates to a wait, or starts a process).
     Send(client::SendArgs),
+    /// Resume an instance that waits on a named event (a States-language `EventName` wait).
+    Resume(resume::ResumeArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -88,6 +93,7 @@ pub fn main() -> ExitCode {
         Command::Cancel(args) => client::exec_cancel(args),
         Command::Retry(args) => client::exec_retry(args),
         Command::Send(args) => client::exec_send(args),
+        Command::Resume(args) => resume::exec(args),
     }
 }
 

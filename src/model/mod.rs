@@ -114,6 +114,23 @@ impl Process {
         v
     }
 
+    /// The code a deploy refuses a missing module `name` with: what the first
+    /// task calling it renames `SUTRA.RUNTIME.TASK_NOT_REGISTERED` to (the
+    /// States language's `ResourceNotFound`), else that code.
+    pub fn missing_module_code(&self, name: &str) -> crate::codes::Code {
+        use crate::codes::Code;
+        let missing = Code::TaskNotRegistered.as_str();
+        self.nodes
+            .iter()
+            .find(|n| match &n.kind {
+                NodeKind::ServiceTask(t) => t.implementation == TaskImpl::Registered(name.to_string()),
+                _ => false,
+            })
+            .and_then(|n| n.data.as_ref())
+            .and_then(|d| Code::parse(d.error_name(missing)))
+            .unwrap_or(Code::TaskNotRegistered)
+    }
+
     /// A stateful process can park (a timer, a message wait, a channel call, a
     /// retry policy) and so needs a datasource; otherwise it runs to completion.
     pub fn stateful(&self) -> bool {
