@@ -201,7 +201,7 @@ pub struct TenantCreateArgs {
 /// An HTTP call's outcome: the JSON answer, or the exit code already reported.
 type Answer = Result<Value, ExitCode>;
 
-enum Body {
+pub(crate) enum Body {
     None,
     Json(Value),
     Form(reqwest::multipart::Form),
@@ -252,7 +252,7 @@ fn unreachable(base: &str, url: &str, e: &reqwest::Error) -> String {
     }
 }
 
-async fn call(
+pub(crate) async fn call(
     opts: &ServerOpts,
     method: reqwest::Method,
     path: &str,
@@ -329,7 +329,10 @@ fn run(
 }
 
 /// Like [`run`] for an answer that is an instance: exit by its state (1 when FAILED).
-fn run_instance(format: Format, f: impl std::future::Future<Output = Answer>) -> ExitCode {
+pub(crate) fn run_instance(
+    format: Format,
+    f: impl std::future::Future<Output = Answer>,
+) -> ExitCode {
     run_then(format, f, instance_text, instance_exit)
 }
 
@@ -413,7 +416,7 @@ fn deployments_table(v: &Value) -> String {
     table(&["ID", "PROCESS", "VERSION", "STATE"], &rows)
 }
 
-fn enc(id: &str) -> String {
+pub(crate) fn enc(id: &str) -> String {
     // Path segments: ids are [A-Za-z0-9._:-]; anything else is escaped and refused by the server.
     id.bytes()
         .map(|b| {

@@ -10,6 +10,9 @@ mod client;
 mod demo;
 /// The HX payment flow of `sutra demo` (wired in by `demo.rs`).
 pub mod demo_hx;
+/// The States-language flow of the demo (the demo calls `demo_states::run`).
+pub mod demo_states;
+mod resume;
 mod run;
 mod serve;
 mod show;
@@ -65,6 +68,8 @@ enum Command {
     Retry(client::RetryArgs),
     /// Send a message to a server (correlates to a wait, or starts a process).
     Send(client::SendArgs),
+    /// Resume an instance that waits on a named event (a States-language `EventName` wait).
+    Resume(resume::ResumeArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -94,6 +99,7 @@ pub fn main() -> ExitCode {
         Command::Cancel(args) => client::exec_cancel(args),
         Command::Retry(args) => client::exec_retry(args),
         Command::Send(args) => client::exec_send(args),
+        Command::Resume(args) => resume::exec(args),
     }
 }
 

@@ -17,6 +17,7 @@
 mod alarm;
 mod deployed;
 mod driver;
+mod events;
 mod inline;
 // Schedules, quotas, retirement (the API issue).
 mod lifecycle;

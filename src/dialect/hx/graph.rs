@@ -415,6 +415,7 @@ fn push_node(
         outgoing: Vec::new(),
         boundaries: Vec::new(),
         join,
+        data: None,
     });
     ix
 }
