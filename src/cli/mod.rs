@@ -8,7 +8,7 @@
 mod check;
 mod client;
 mod demo;
-/// The HX payment flow of `sutra demo` (wired in by `demo.rs`).
+/// The HX payment flow of `sutra demo` (called by `demo`).
 pub mod demo_hx;
 /// The States-language flow of the demo (the demo calls `demo_states::run`).
 pub mod demo_states;

@@ -100,6 +100,7 @@ pub fn exec(args: DemoArgs) -> ExitCode {
         .iter()
         .flat_map(|f| f.guests.iter().copied())
         .collect();
+    guests.push("chaos"); // the HX and States-language flows run on it too
     guests.sort_unstable();
     guests.dedup();
     let (path, _tmp) = match database(args.keep.as_deref()) {
@@ -152,6 +153,27 @@ pub fn exec(args: DemoArgs) -> ExitCode {
             };
             print_summary(flow, &rows);
             last_instance = rows.last().map(|r| r.instance.clone());
+        }
+        // The other two dialects, on the same engine: an HX payment that unwinds
+        // by compensation, and a States-language Map over order lines.
+        let Some(chaos) = modules.get("chaos") else {
+            return fail_exit("the `chaos` guest was not built");
+        };
+        println!();
+        match super::demo_hx::payment(&runtime, TENANT, chaos).await {
+            Ok(story) => print!("{story}"),
+            Err(e) => return fail_exit(&e),
+        }
+        println!();
+        let chaos_only = BTreeMap::from([("chaos".to_string(), chaos.clone())]);
+        match super::demo_states::run(&runtime, TENANT, &chaos_only).await {
+            Ok(rows) => {
+                println!("{:<8} {:<12} {:>8}  {}", "ORDER", "STATE", "ATTEMPTS", "VIRTUAL TIME");
+                for (order, state, attempts, took) in rows {
+                    println!("{order:<8} {state:<12} {attempts:>8}  {took}");
+                }
+            }
+            Err(e) => return fail_exit(&e),
         }
         runtime.store().close().await;
         if let (Some(_), Some(id)) = (&args.keep, last_instance) {
