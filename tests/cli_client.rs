@@ -130,7 +130,11 @@ fn help_names_each_argument_and_lists_the_states() {
     let history = stdout(&sutra(&["history", "--help"]));
     assert!(history.contains("The instance id"), "{history}");
     assert!(!history.contains("deployment"), "{history}");
-    let instances = stdout(&sutra(&["instances", "--help"]));
+    // Help wraps with the terminal's width: compare with whitespace collapsed.
+    let instances = stdout(&sutra(&["instances", "--help"]))
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(
         instances.contains("RUNNING, WAITING, COMPLETED, TERMINATED, FAILED"),
         "{instances}"
@@ -152,7 +156,11 @@ fn check_takes_text_like_every_verb_and_human_as_its_alias() {
     let human = sutra(&["check", file, "--format", "human"]);
     assert_eq!(human.status.code(), Some(0), "{}", stderr(&human));
     assert_eq!(stdout(&text), stdout(&human));
-    assert!(stdout(&text).contains(": ok: 1 process"), "{}", stdout(&text));
+    assert!(
+        stdout(&text).contains(": ok: 1 process"),
+        "{}",
+        stdout(&text)
+    );
     // And `human` is accepted wherever `text` is.
     let out = sutra(&["instances", "--format", "human", "--server", "nope"]);
     assert_eq!(out.status.code(), Some(2));
@@ -166,19 +174,50 @@ async fn every_verb_that_shows_a_failed_instance_exits_1() {
     let srv = Server::start().await;
     let key = deployed(&srv).await;
 
-    let started = client(&srv, &key, &["start", "order", "--input", r#"{"x": 2}"#, "--format", "json"]);
-    assert_eq!(started.status.code(), Some(1), "start of a FAILED instance: {}", stderr(&started));
+    let started = client(
+        &srv,
+        &key,
+        &[
+            "start",
+            "order",
+            "--input",
+            r#"{"x": 2}"#,
+            "--format",
+            "json",
+        ],
+    );
+    assert_eq!(
+        started.status.code(),
+        Some(1),
+        "start of a FAILED instance: {}",
+        stderr(&started)
+    );
     let failed = json(&started);
     assert_eq!(failed["state"], "FAILED", "{failed}");
     let id = failed["instance"].as_str().unwrap();
     let shown = client(&srv, &key, &["inspect", id]);
     assert_eq!(shown.status.code(), Some(1));
-    assert!(stdout(&shown).contains("state FAILED"), "{}", stdout(&shown));
+    assert!(
+        stdout(&shown).contains("state FAILED"),
+        "{}",
+        stdout(&shown)
+    );
     let retried = client(&srv, &key, &["retry", id, "--format", "json"]);
     assert_eq!(retried.status.code(), Some(1), "{}", stderr(&retried));
     assert_eq!(json(&retried)["state"], "FAILED");
 
-    let waiting = client(&srv, &key, &["start", "waits", "--input", r#"{"key": "k"}"#, "--format", "json"]);
+    let waiting = client(
+        &srv,
+        &key,
+        &[
+            "start",
+            "waits",
+            "--input",
+            r#"{"key": "k"}"#,
+            "--format",
+            "json",
+        ],
+    );
     assert_eq!(waiting.status.code(), Some(0), "{}", stderr(&waiting));
     let wid = json(&waiting)["instance"].as_str().unwrap().to_string();
     let cancelled = client(&srv, &key, &["cancel", &wid]);
@@ -192,7 +231,11 @@ async fn every_verb_that_shows_a_failed_instance_exits_1() {
     assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
     let table = stdout(&listed);
     assert!(table.contains(id) && !table.contains(&wid), "{table}");
-    let listed = client(&srv, &key, &["instances", "--state", "Terminated", "--format", "json"]);
+    let listed = client(
+        &srv,
+        &key,
+        &["instances", "--state", "Terminated", "--format", "json"],
+    );
     let ids: Vec<String> = json(&listed)["instances"]
         .as_array()
         .unwrap()
@@ -206,7 +249,18 @@ async fn every_verb_that_shows_a_failed_instance_exits_1() {
 async fn history_with_the_journal_off_prints_the_reason() {
     let srv = Server::start_with(&[("SUTRA_AUDIT_SQL", "false")]).await;
     let key = deployed(&srv).await;
-    let started = client(&srv, &key, &["start", "waits", "--input", r#"{"key": "k"}"#, "--format", "json"]);
+    let started = client(
+        &srv,
+        &key,
+        &[
+            "start",
+            "waits",
+            "--input",
+            r#"{"key": "k"}"#,
+            "--format",
+            "json",
+        ],
+    );
     let id = json(&started)["instance"].as_str().unwrap().to_string();
     let out = client(&srv, &key, &["history", &id]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -2,9 +2,9 @@
 //! and JSON, locally and from a server), and a mistyped `--db` refused without
 //! creating a database.
 
-mod common;
 #[path = "common/backends.rs"]
 mod backends;
+mod common;
 #[path = "common/server.rs"]
 mod server;
 
@@ -179,7 +179,11 @@ async fn a_server_instance_shows_its_timer_retry_and_message_waits() {
         waits,
         vec![
             ("retry".into(), "T".into(), "2030-01-01T00:01:00Z".into()),
-            ("timer".into(), "courier".into(), "2030-01-01T01:00:00Z".into()),
+            (
+                "timer".into(),
+                "courier".into(),
+                "2030-01-01T01:00:00Z".into()
+            ),
             ("message".into(), "wait".into(), Value::Null),
         ],
         "earliest due first, the message last: {view}"
@@ -219,8 +223,15 @@ fn inspect_refuses_a_missing_sqlite_file_and_creates_none() {
             .unwrap();
         assert_eq!(out.status.code(), Some(1), "{db}: {}", stderr(&out));
         let err = stderr(&out);
-        assert!(err.contains("SUTRA.CONFIG.DATASOURCE_MISSING"), "{db}: {err}");
+        assert!(
+            err.contains("SUTRA.CONFIG.DATASOURCE_MISSING"),
+            "{db}: {err}"
+        );
         assert!(err.contains(&missing.display().to_string()), "{db}: {err}");
-        assert!(!missing.exists(), "{db}: inspect created {}", missing.display());
+        assert!(
+            !missing.exists(),
+            "{db}: inspect created {}",
+            missing.display()
+        );
     }
 }

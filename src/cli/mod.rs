@@ -135,6 +135,9 @@ mod tests {
         }
         let mut missing = Vec::new();
         walk(&Cli::command(), "sutra", &mut missing);
-        assert!(missing.is_empty(), "arguments without a description: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "arguments without a description: {missing:?}"
+        );
     }
 }

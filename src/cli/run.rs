@@ -122,7 +122,9 @@ pub(crate) async fn open_store(
 /// For verbs that only read: refuse a SQLite file that does not exist (opening
 /// it would create an empty database and answer "not found").
 pub(crate) fn existing_database(url: &str) -> Result<(), String> {
-    if crate::store::any::is_postgres_url(url) || url.contains(":memory:") || url.contains("mode=memory")
+    if crate::store::any::is_postgres_url(url)
+        || url.contains(":memory:")
+        || url.contains("mode=memory")
     {
         return Ok(());
     }

@@ -67,9 +67,17 @@ pub fn instance_text(v: &Value) -> String {
         out.push_str(&format!("  {}\n", wait_text(w)));
     }
     if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
-        out.push_str(&format!("  error {}: {}\n", s(&e["code"]), s(&e["message"])));
+        out.push_str(&format!(
+            "  error {}: {}\n",
+            s(&e["code"]),
+            s(&e["message"])
+        ));
         if let Some(c) = e.get("cause").filter(|c| !c.is_null()) {
-            out.push_str(&format!("  cause {}: {}\n", s(&c["code"]), s(&c["message"])));
+            out.push_str(&format!(
+                "  cause {}: {}\n",
+                s(&c["code"]),
+                s(&c["message"])
+            ));
         }
     }
     out.push_str(&format!("  variables {}\n", v["variables"]));
@@ -117,16 +125,34 @@ mod tests {
             ],
         });
         let text = instance_text(&v);
-        assert!(text.contains("waits at courier for a timer due 2030-01-01T02:00:00Z"), "{text}");
-        assert!(text.contains("waits at T for a retry: attempt 2 due 2030-01-01T00:00:03Z"), "{text}");
-        assert!(text.contains("waits at wait for message `go` with correlation key `k1`"), "{text}");
+        assert!(
+            text.contains("waits at courier for a timer due 2030-01-01T02:00:00Z"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waits at T for a retry: attempt 2 due 2030-01-01T00:00:03Z"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waits at wait for message `go` with correlation key `k1`"),
+            "{text}"
+        );
     }
 
     #[test]
     fn only_a_failed_instance_exits_1() {
-        for (state, code) in [("FAILED", 1), ("TERMINATED", 0), ("COMPLETED", 0), ("WAITING", 0)] {
+        for (state, code) in [
+            ("FAILED", 1),
+            ("TERMINATED", 0),
+            ("COMPLETED", 0),
+            ("WAITING", 0),
+        ] {
             let exit = instance_exit(&json!({ "state": state }));
-            assert_eq!(format!("{exit:?}"), format!("{:?}", ExitCode::from(code)), "{state}");
+            assert_eq!(
+                format!("{exit:?}"),
+                format!("{:?}", ExitCode::from(code)),
+                "{state}"
+            );
         }
     }
 }

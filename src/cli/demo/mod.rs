@@ -66,9 +66,8 @@ fn database(keep: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>),
                     path.display()
                 )));
             }
-            let absolute = std::path::absolute(path).map_err(|e| {
-                usage_error(format!("--keep {}: {e}", path.display()))
-            })?;
+            let absolute = std::path::absolute(path)
+                .map_err(|e| usage_error(format!("--keep {}: {e}", path.display())))?;
             if !absolute.parent().is_some_and(Path::is_dir) {
                 return Err(usage_error(format!(
                     "--keep {}: its directory does not exist",
@@ -78,9 +77,8 @@ fn database(keep: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>),
             Ok((absolute, None))
         }
         None => {
-            let dir = tempfile::tempdir().map_err(|e| {
-                fail_exit(&format!("cannot create a temporary directory: {e}"))
-            })?;
+            let dir = tempfile::tempdir()
+                .map_err(|e| fail_exit(&format!("cannot create a temporary directory: {e}")))?;
             Ok((dir.path().join("demo.db"), Some(dir)))
         }
     }
@@ -98,7 +96,10 @@ struct Row {
 
 pub fn exec(args: DemoArgs) -> ExitCode {
     let flows = flows::flows();
-    let mut guests: Vec<&str> = flows.iter().flat_map(|f| f.guests.iter().copied()).collect();
+    let mut guests: Vec<&str> = flows
+        .iter()
+        .flat_map(|f| f.guests.iter().copied())
+        .collect();
     guests.sort_unstable();
     guests.dedup();
     let (path, _tmp) = match database(args.keep.as_deref()) {
@@ -155,7 +156,7 @@ pub fn exec(args: DemoArgs) -> ExitCode {
         runtime.store().close().await;
         if let (Some(_), Some(id)) = (&args.keep, last_instance) {
             println!(
-                "\nThe database is kept at {0}; look at an instance again with\n  sutra inspect --db {0} {id}",
+                "The database is kept at {0}; look at an instance again with\n  sutra inspect --db {0} {id}",
                 path.display()
             );
         }
@@ -202,7 +203,12 @@ async fn run_flow(
             })
             .await
             .map_err(|e| e.to_string())?;
-        println!("{} {}: {}  (instance {id})", capitalised(flow.noun), case.label, case.about);
+        println!(
+            "{} {}: {}  (instance {id})",
+            capitalised(flow.noun),
+            case.label,
+            case.about
+        );
         runtime.settle(&id).await.map_err(|e| e.to_string())?;
         let history = runtime.history(&id).await.map_err(|e| e.to_string())?;
         let completed = match runtime.store().load_instance(&id).await {

@@ -101,8 +101,12 @@ pub fn tell(
 fn finishes(kind: &str, data: &Value) -> bool {
     match kind {
         "attempt_ended" => data["outcome"].as_str() == Some("completed"),
-        "instance_started" | "timer_fired" | "message_received" | "error_caught"
-        | "subprocess_completed" | "joined" => true,
+        "instance_started"
+        | "timer_fired"
+        | "message_received"
+        | "error_caught"
+        | "subprocess_completed"
+        | "joined" => true,
         _ => false,
     }
 }
@@ -197,8 +201,14 @@ fn describe(kind: &str, node: &str, data: &Value, noun: &str, ends: &[String]) -
         "timer_armed" => format!("{node}: timer armed"),
         "timer_fired" => format!("{node}: timer fired"),
         "message_awaited" => match data["key"].as_str() {
-            Some(key) => format!("{node}: waits for message `{}` with key `{key}`", data["name"].as_str().unwrap_or("")),
-            None => format!("{node}: waits for message `{}`", data["name"].as_str().unwrap_or("")),
+            Some(key) => format!(
+                "{node}: waits for message `{}` with key `{key}`",
+                data["name"].as_str().unwrap_or("")
+            ),
+            None => format!(
+                "{node}: waits for message `{}`",
+                data["name"].as_str().unwrap_or("")
+            ),
         },
         "message_received" => format!("{node}: message received"),
         "error_caught" => format!("{node}: caught {code}, routed to its boundary"),
