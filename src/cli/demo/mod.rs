@@ -100,7 +100,10 @@ pub fn exec(args: DemoArgs) -> ExitCode {
         .iter()
         .flat_map(|f| f.guests.iter().copied())
         .collect();
+<<<<<<< HEAD
     guests.push("chaos"); // the HX and States-language flows run on it too
+=======
+>>>>>>> newcomer
     guests.sort_unstable();
     guests.dedup();
     let (path, _tmp) = match database(args.keep.as_deref()) {
@@ -178,7 +181,7 @@ pub fn exec(args: DemoArgs) -> ExitCode {
         runtime.store().close().await;
         if let (Some(_), Some(id)) = (&args.keep, last_instance) {
             println!(
-                "\nThe database is kept at {0}; look at an instance again with\n  sutra inspect --db {0} {id}",
+                "The database is kept at {0}; look at an instance again with\n  sutra inspect --db {0} {id}",
                 path.display()
             );
         }
