@@ -126,11 +126,18 @@ mod tests {
                     .unwrap()
                     .map(|e| e.unwrap().path())
                     .find(|p| {
-                        p.file_name().unwrap().to_string_lossy().starts_with(&format!("{:04}_", m.version))
+                        p.file_name()
+                            .unwrap()
+                            .to_string_lossy()
+                            .starts_with(&format!("{:04}_", m.version))
                     })
                     .unwrap();
                 let text = std::fs::read_to_string(file).unwrap();
-                assert_eq!(m.checksum, Migration::new(0, "".into(), MigrationType::Simple, text.into(), false).checksum);
+                assert_eq!(
+                    m.checksum,
+                    Migration::new(0, "".into(), MigrationType::Simple, text.into(), false)
+                        .checksum
+                );
             }
         }
     }
@@ -146,9 +153,16 @@ mod tests {
             .unwrap_or_default();
         files.sort();
         let listed: Vec<&str> = SHARED.iter().map(|(file, _)| *file).collect();
-        assert_eq!(files, listed, "list every migrations/shared/*.sql in SHARED");
+        assert_eq!(
+            files, listed,
+            "list every migrations/shared/*.sql in SHARED"
+        );
         for dialect in [Dialect::Sqlite, Dialect::Postgres] {
-            let versions: Vec<i64> = migrations(dialect).unwrap().iter().map(|m| m.version).collect();
+            let versions: Vec<i64> = migrations(dialect)
+                .unwrap()
+                .iter()
+                .map(|m| m.version)
+                .collect();
             assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
         }
     }
@@ -164,7 +178,10 @@ mod tests {
             render(text, Dialect::Postgres).unwrap(),
             "CREATE TABLE t (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, body BYTEA NOT NULL, at BIGINT NOT NULL);"
         );
-        assert_eq!(render("x {{blob}} y", Dialect::Sqlite).unwrap_err(), "unknown placeholder \"{{blob\"");
+        assert_eq!(
+            render("x {{blob}} y", Dialect::Sqlite).unwrap_err(),
+            "unknown placeholder \"{{blob\""
+        );
         assert!(shared("outbox.sql", "", Dialect::Sqlite).is_err());
         let m = shared("0004_outbox_rows.sql", "SELECT 1;", Dialect::Postgres).unwrap();
         assert_eq!((m.version, m.description.as_ref()), (4, "outbox rows"));
@@ -174,11 +191,18 @@ mod tests {
     fn a_rendered_shared_table_is_written_and_read_on_sqlite() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         let text = "CREATE TABLE t (id {{id}}, body {{bytes}} NOT NULL, at BIGINT NOT NULL);";
-        conn.execute_batch(&render(text, Dialect::Sqlite).unwrap()).unwrap();
-        conn.execute("INSERT INTO t (body, at) VALUES (?1, ?2)", rusqlite::params![vec![0u8, 255], i64::MAX])
+        conn.execute_batch(&render(text, Dialect::Sqlite).unwrap())
             .unwrap();
-        let (id, body, at): (i64, Vec<u8>, i64) =
-            conn.query_row("SELECT id, body, at FROM t", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
+        conn.execute(
+            "INSERT INTO t (body, at) VALUES (?1, ?2)",
+            rusqlite::params![vec![0u8, 255], i64::MAX],
+        )
+        .unwrap();
+        let (id, body, at): (i64, Vec<u8>, i64) = conn
+            .query_row("SELECT id, body, at FROM t", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
         assert_eq!((id, body, at), (1, vec![0, 255], i64::MAX));
     }
 }

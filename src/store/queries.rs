@@ -30,14 +30,14 @@
 //! CASCADE`).
 
 use super::rows::{
-    duplicate_or_db, effective_limit, encode_modules, load_from_counts, AttemptDbRow, DeploymentRow, InstanceRow,
-    JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS, INSTANCE_COLUMNS, JOURNAL_COLUMNS,
-    NEXT_DUE_SQL, PARK_COLUMNS,
+    duplicate_or_db, effective_limit, encode_modules, load_from_counts, AttemptDbRow,
+    DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS,
+    INSTANCE_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
 };
 use super::{
-    AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
-    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite,
-    Store, StoreError, StoreResult,
+    AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
+    InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite, Store,
+    StoreError, StoreResult,
 };
 use sqlx::{
     ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type,
@@ -58,10 +58,7 @@ pub(super) const SWEPT: &str = "'COMPLETED', 'TERMINATED'";
 pub(super) type Conn<B> = <<B as SqlBackend>::Db as Database>::Connection;
 
 /// A column type the shared queries bind and decode on database `DB`.
-pub trait Column<DB: Database>:
-    Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB>
-{
-}
+pub trait Column<DB: Database>: Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB> {}
 impl<DB: Database, T> Column<DB> for T where
     T: Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB>
 {

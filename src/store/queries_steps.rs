@@ -13,10 +13,10 @@
 //! first use (`$1` before `$2` ...): rusqlite binds by position, and SQLite
 //! numbers a `$N` parameter by its first use (checked by a test).
 
+use super::queries::Column;
 use super::rows::{duplicate_or_db, park_claim_columns};
 use super::{NewInstance, StepWrite, StoreError, StoreResult};
 use sqlx::query::Query;
-use super::queries::Column;
 use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
 use std::marker::PhantomData;
 
@@ -185,7 +185,9 @@ where
         }
         if !step.withdraw.is_empty() {
             // One statement for all the seqs (a round trip each on PostgreSQL otherwise).
-            let seqs: Vec<String> = (2..step.withdraw.len() + 2).map(|n| format!("${n}")).collect();
+            let seqs: Vec<String> = (2..step.withdraw.len() + 2)
+                .map(|n| format!("${n}"))
+                .collect();
             let sql = format!(
                 "DELETE FROM parks WHERE instance_id = $1 AND seq IN ({})",
                 seqs.join(", ")

@@ -125,13 +125,11 @@ where
     }
 
     async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<String>> {
-        Ok(
-            sqlx::query_scalar(super::queries_steps::INSTANCE_BY_KEY)
-                .bind(tenant)
-                .bind(key)
-                .fetch_optional(self.reads())
-                .await?,
-        )
+        Ok(sqlx::query_scalar(super::queries_steps::INSTANCE_BY_KEY)
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(self.reads())
+            .await?)
     }
 
     async fn arm_schedule(&self, s: &ScheduleRecord) -> StoreResult<()> {

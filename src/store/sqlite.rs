@@ -212,7 +212,6 @@ impl SqliteStore {
             WritePath::Group(group) => group.submit(op).await,
         }
     }
-
 }
 
 impl SqlBackend for SqliteStore {
@@ -275,4 +274,3 @@ impl SqlBackend for SqliteStore {
         Ok(())
     }
 }
-

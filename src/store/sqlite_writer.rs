@@ -43,10 +43,10 @@
 //!   batch answers an error, the transaction is rolled back, the thread
 //!   goes on.
 
-use super::rows::{park_claim_columns, sort_claimed};
 use super::queries::Claim;
-use super::sqlite::Synchronous;
 use super::queries_steps as sql;
+use super::rows::{park_claim_columns, sort_claimed};
+use super::sqlite::Synchronous;
 use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::panic::{catch_unwind, AssertUnwindSafe};
