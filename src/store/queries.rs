@@ -72,13 +72,13 @@ pub trait RowsAffected {
 
 impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
     fn rows_affected(&self) -> u64 {
-        self.rows_affected()
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self) // the inherent method
     }
 }
 
 impl RowsAffected for sqlx::postgres::PgQueryResult {
     fn rows_affected(&self) -> u64 {
-        self.rows_affected()
+        sqlx::postgres::PgQueryResult::rows_affected(self) // the inherent method
     }
 }
 
@@ -514,5 +514,18 @@ where
 
     async fn watch_parks(&self, notify: Arc<Notify>) -> StoreResult<()> {
         self.watch(notify).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_sql_list_of_live_states_is_the_live_states() {
+        let quoted: Vec<String> = super::super::LIVE_STATES
+            .iter()
+            .map(|s| format!("'{s}'"))
+            .collect();
+        assert_eq!(super::LIVE, quoted.join(", "));
+        assert!(super::HOLDING.starts_with(super::LIVE));
     }
 }
