@@ -25,11 +25,11 @@
 //! lock order of a group commit and the notifications.
 
 use super::migrations::{migrator, Dialect};
-use super::queries::SqlBackend;
+use super::queries::{Claim, SqlBackend};
 use super::queries_steps::{StepSql, INSERT_INSTANCE};
 use super::rows::{duplicate_or_db, sort_claimed, ParkRow, PARK_COLUMNS};
 use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgQueryResult};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Postgres, Transaction};
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
@@ -179,10 +179,6 @@ impl SqlBackend for PgStore {
         &self.pool
     }
 
-    fn rows_affected(done: &PgQueryResult) -> u64 {
-        done.rows_affected()
-    }
-
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Postgres>> {
         Ok(self.pool.begin().await?)
     }
@@ -244,18 +240,12 @@ impl SqlBackend for PgStore {
         Ok(())
     }
 
-    async fn claim(
-        &self,
-        now: i64,
-        limit: i64,
-        owner: &str,
-        lease_ms: i64,
-    ) -> StoreResult<Vec<ParkRecord>> {
+    async fn claim(&self, claim: Claim) -> StoreResult<Vec<ParkRecord>> {
         let rows: Vec<ParkRow> = sqlx::query_as(&CLAIM_DUE)
-            .bind(owner)
-            .bind(now.saturating_add(lease_ms.max(0)))
-            .bind(now)
-            .bind(limit)
+            .bind(&claim.owner)
+            .bind(claim.until)
+            .bind(claim.now)
+            .bind(claim.limit)
             .fetch_all(&self.pool)
             .await?;
         Ok(sort_claimed(rows))

@@ -64,9 +64,38 @@ impl<DB: Database, T> Column<DB> for T where
 {
 }
 
+/// How many rows a statement changed (sqlx's two results have the method,
+/// no trait for it).
+pub trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self) // the inherent method
+    }
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self) // the inherent method
+    }
+}
+
+/// A claim as the shared code hands it to a backend: up to `limit` (> 0)
+/// parks due at `now`, for `owner` until `until`.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub owner: String,
+    pub now: i64,
+    /// When the claim lapses: `now + lease_ms` (at once for a lease <= 0).
+    pub until: i64,
+    pub limit: i64,
+}
+
 /// What a backend brings to the shared queries.
 pub trait SqlBackend: Clone + Send + Sync + 'static {
-    type Db: Database;
+    type Db: Database<QueryResult: RowsAffected>;
     /// [`Store::backend`]: `sqlite` or `postgres`.
     const NAME: &'static str;
     /// Appended to the sweep's choice of rows. PostgreSQL: `FOR UPDATE SKIP
@@ -76,8 +105,6 @@ pub trait SqlBackend: Clone + Send + Sync + 'static {
 
     /// The pool reads run on.
     fn reads(&self) -> &Pool<Self::Db>;
-    /// How many rows a statement changed.
-    fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
     /// A write transaction. SQLite: `BEGIN IMMEDIATE` on the single write
     /// connection; PostgreSQL: a pooled transaction.
     fn begin_write(
@@ -109,13 +136,7 @@ pub trait SqlBackend: Clone + Send + Sync + 'static {
         &self,
         steps: &[(String, i64, StepWrite)],
     ) -> impl Future<Output = StoreResult<()>> + Send;
-    fn claim(
-        &self,
-        now: i64,
-        limit: i64,
-        owner: &str,
-        lease_ms: i64,
-    ) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
+    fn claim(&self, claim: Claim) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
     fn release(
         &self,
         instance_id: &str,
@@ -262,7 +283,7 @@ where
                     format!("another deployment of the process of {id} is ACTIVE")
                 })
             })?;
-        if B::rows_affected(&done) == 0 {
+        if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("deployment {id}")));
         }
         tx.commit().await?;
@@ -360,7 +381,13 @@ where
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        self.claim(now, limit, owner, lease_ms).await
+        self.claim(Claim {
+            owner: owner.to_string(),
+            now,
+            until: now.saturating_add(lease_ms.max(0)),
+            limit,
+        })
+        .await
     }
 
     async fn release_claim(&self, instance_id: &str, seq: i64, owner: &str) -> StoreResult<()> {
@@ -447,7 +474,7 @@ where
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(B::rows_affected(&done))
+        Ok(done.rows_affected())
     }
 
     async fn try_lease(
@@ -487,5 +514,18 @@ where
 
     async fn watch_parks(&self, notify: Arc<Notify>) -> StoreResult<()> {
         self.watch(notify).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_sql_list_of_live_states_is_the_live_states() {
+        let quoted: Vec<String> = super::super::LIVE_STATES
+            .iter()
+            .map(|s| format!("'{s}'"))
+            .collect();
+        assert_eq!(super::LIVE, quoted.join(", "));
+        assert!(super::HOLDING.starts_with(super::LIVE));
     }
 }

@@ -2,7 +2,7 @@
 //! schedules and metric counts have no statement that differs between
 //! SQLite and PostgreSQL (see `queries.rs` for the rules).
 
-use super::queries::{Column, Conn, SqlBackend, LIVE};
+use super::queries::{Column, Conn, RowsAffected, SqlBackend, LIVE};
 use super::rows::{duplicate_or_db, fire_counts, EVENT_COLUMNS, SCHEDULE_COLUMNS, TENANT_COLUMNS};
 use super::tenancy::{
     ApiKeyRecord, MetricCounts, ScheduleEvent, ScheduleRecord, TenancyStore, TenantLimits,
@@ -75,7 +75,7 @@ where
         .bind(name)
         .execute(&mut *tx)
         .await?;
-        if B::rows_affected(&done) == 0 {
+        if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(format!("tenant {name}")));
         }
         tx.commit().await?;
@@ -160,7 +160,7 @@ where
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(B::rows_affected(&done))
+        Ok(done.rows_affected())
     }
 
     async fn due_schedules(&self, now: i64, limit: i64) -> StoreResult<Vec<ScheduleRecord>> {

@@ -31,13 +31,13 @@
 //! `BEGIN IMMEDIATE`, and the claim statement (`sqlite_writer.rs`).
 
 use super::migrations::{migrator, Dialect};
-use super::queries::SqlBackend;
+use super::queries::{Claim, SqlBackend};
 use super::sqlite_group::GroupCommit;
 use super::sqlite_writer::{Done, Op, Writer};
 use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteQueryResult, SqliteSynchronous,
+    SqliteSynchronous,
 };
 use sqlx::{Sqlite, Transaction};
 use std::str::FromStr;
@@ -223,10 +223,6 @@ impl SqlBackend for SqliteStore {
         &self.read
     }
 
-    fn rows_affected(done: &SqliteQueryResult) -> u64 {
-        done.rows_affected()
-    }
-
     /// The single writer, taken with `BEGIN IMMEDIATE`: the write lock at
     /// once, so the transaction waits (busy timeout) instead of failing
     /// when it would upgrade a read.
@@ -259,21 +255,8 @@ impl SqlBackend for SqliteStore {
         self.submit(Op::CommitAll(steps.to_vec())).await.map(|_| ())
     }
 
-    async fn claim(
-        &self,
-        now: i64,
-        limit: i64,
-        owner: &str,
-        lease_ms: i64,
-    ) -> StoreResult<Vec<ParkRecord>> {
-        self.submit(Op::Claim {
-            now,
-            limit,
-            owner: owner.to_string(),
-            lease_ms,
-        })
-        .await?
-        .claimed()
+    async fn claim(&self, claim: Claim) -> StoreResult<Vec<ParkRecord>> {
+        self.submit(Op::Claim(claim)).await?.claimed()
     }
 
     async fn release(&self, instance_id: &str, seq: i64, owner: &str) -> StoreResult<()> {

@@ -17,6 +17,7 @@
 //! - a caller alone pays one transaction, as before: batching only happens
 //!   when requests queue up while a commit is in progress.
 
+use super::queries::Claim;
 use super::queries_steps::{StepSql, INSERT_INSTANCE};
 use super::rows::{duplicate_or_db, sort_claimed, ParkRow};
 use super::sqlite_writer::{stopped, Done, Op, CLAIM_DUE, MAX_BATCH};
@@ -92,14 +93,7 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> StoreResult<Done> {
             }
             Ok(Done::Written)
         }
-        Op::Claim {
-            now,
-            limit,
-            owner,
-            lease_ms,
-        } => claim_one(conn, *now, *limit, owner, *lease_ms)
-            .await
-            .map(Done::Claimed),
+        Op::Claim(claim) => claim_one(conn, claim).await.map(Done::Claimed),
         Op::Release {
             instance_id,
             seq,
@@ -132,18 +126,12 @@ async fn create_one(
 }
 
 /// Claims up to `limit` parks due at `now`.
-async fn claim_one(
-    conn: &mut SqliteConnection,
-    now: i64,
-    limit: i64,
-    owner: &str,
-    lease_ms: i64,
-) -> StoreResult<Vec<ParkRecord>> {
+async fn claim_one(conn: &mut SqliteConnection, claim: &Claim) -> StoreResult<Vec<ParkRecord>> {
     let rows: Vec<ParkRow> = sqlx::query_as(CLAIM_DUE)
-        .bind(owner)
-        .bind(now.saturating_add(lease_ms.max(0)))
-        .bind(now)
-        .bind(limit)
+        .bind(&claim.owner)
+        .bind(claim.until)
+        .bind(claim.now)
+        .bind(claim.limit)
         .fetch_all(conn)
         .await?;
     Ok(sort_claimed(rows))

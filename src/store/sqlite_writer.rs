@@ -43,6 +43,7 @@
 //!   batch answers an error, the transaction is rolled back, the thread
 //!   goes on.
 
+use super::queries::Claim;
 use super::queries_steps as sql;
 use super::rows::{park_claim_columns, sort_claimed};
 use super::sqlite::Synchronous;
@@ -90,12 +91,7 @@ pub(super) enum Op {
     },
     /// Several steps, all or nothing (one savepoint for them all).
     CommitAll(Vec<(String, i64, StepWrite)>),
-    Claim {
-        now: i64,
-        limit: i64,
-        owner: String,
-        lease_ms: i64,
-    },
+    Claim(Claim),
     Release {
         instance_id: String,
         seq: i64,
@@ -324,12 +320,7 @@ fn apply(conn: &Connection, op: &Op) -> StoreResult<Done> {
             }
             Ok(Done::Written)
         }
-        Op::Claim {
-            now,
-            limit,
-            owner,
-            lease_ms,
-        } => claim_due(conn, *now, *limit, owner, *lease_ms).map(Done::Claimed),
+        Op::Claim(claim) => claim_due(conn, claim).map(Done::Claimed),
         Op::Release {
             instance_id,
             seq,
@@ -498,20 +489,11 @@ fn apply_step(
 }
 
 /// Claims up to `limit` parks due at `now` (see `Store::claim_due`).
-fn claim_due(
-    conn: &Connection,
-    now: i64,
-    limit: i64,
-    owner: &str,
-    lease_ms: i64,
-) -> StoreResult<Vec<ParkRecord>> {
-    if limit <= 0 {
-        return Ok(Vec::new());
-    }
-    let until = now.saturating_add(lease_ms.max(0));
-    let mut claim = conn.prepare_cached(CLAIM_DUE)?;
-    let rows = claim
-        .query_map(params![owner, until, now, limit], |r| {
+fn claim_due(conn: &Connection, claim: &Claim) -> StoreResult<Vec<ParkRecord>> {
+    let mut statement = conn.prepare_cached(CLAIM_DUE)?;
+    let binds = params![claim.owner, claim.until, claim.now, claim.limit];
+    let rows = statement
+        .query_map(binds, |r| {
             Ok(ParkRecord {
                 instance_id: r.get(0)?,
                 seq: r.get(1)?,
