@@ -49,7 +49,7 @@ pub(super) fn build(wf: &Workflow<'_>, out: &mut Vec<Diagnostic>) -> Process {
     }
     let edges = check_edges(wf, &ids, out);
     check_compensation(wf, &ids, &edges, out);
-    check_cycles(wf, &ids, &edges, out);
+    check_cycles(wf, &edges, out);
     ir(wf, &ids, &edges, out)
 }
 
@@ -221,7 +221,6 @@ fn check_compensation(
 /// Report every back edge of the forward (control, data, error) graph.
 fn check_cycles(
     wf: &Workflow<'_>,
-    _ids: &HashMap<&str, usize>,
     edges: &[Resolved<'_, '_>],
     out: &mut Vec<Diagnostic>,
 ) {
@@ -309,12 +308,13 @@ fn ir(
         }
         let id = match e.kind {
             EdgeKind::Control | EdgeKind::Data => format!("{}->{}", e.from, e.to),
-            other => format!("{}-{}->{}", e.from, other.as_str(), e.to),
+            // `[` never occurs in an id: flow ids stay unique.
+            other => format!("{}->{}[{}]", e.from, e.to, other.as_str()),
         };
         push_flow(&mut p, id, e.el.pos, ix[&from], ix[&to], e.when.clone(), kind);
     }
     let mut entries = 0;
-    for (i, _) in wf.nodes.iter().enumerate() {
+    for i in 0..wf.nodes.len() {
         let Some(&nix) = ix.get(&i) else { continue };
         if has_forward_in.contains(&i) || compensators.contains(&i) {
             continue;
