@@ -25,11 +25,7 @@ fn runtime(store: AnyStore) -> Runtime<AnyStore> {
         audit_sql: true,
         ..Config::default()
     };
-    Runtime::new(
-        store,
-        RuntimeOptions::new(config).with_virtual_clock(t0()),
-    )
-    .unwrap()
+    Runtime::new(store, RuntimeOptions::new(config).with_virtual_clock(t0())).unwrap()
 }
 
 fn modules() -> BTreeMap<String, Vec<u8>> {
@@ -45,7 +41,9 @@ fn wf(body: &str) -> String {
 
 async fn start(rt: &Runtime<AnyStore>, src: &str, vars: Value) -> String {
     rt.deploy(TENANT, src, &modules()).await.unwrap();
-    let process = sutra::dialect::load(src).definitions.processes[0].id.clone();
+    let process = sutra::dialect::load(src).definitions.processes[0]
+        .id
+        .clone();
     rt.start(StartRequest {
         tenant: TENANT.into(),
         process_id: process,
@@ -443,7 +441,10 @@ fn fixtures_load_or_are_refused_with_code_and_position() {
         let path = entry.unwrap().path();
         let loaded = sutra::dialect::load_bytes(&std::fs::read(&path).unwrap());
         assert!(loaded.ok(), "{}: {:?}", path.display(), loaded.diagnostics);
-        assert_eq!(loaded.definitions.processes[0].dialect, sutra::model::Dialect::Hx);
+        assert_eq!(
+            loaded.definitions.processes[0].dialect,
+            sutra::model::Dialect::Hx
+        );
     }
     for (file, code, line, column) in [
         ("hx-3301.hx.xml", "HX-3301", 2, 3),

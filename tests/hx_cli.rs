@@ -88,16 +88,20 @@ async fn a_kill_during_an_unwind_is_finished_by_serve_with_each_compensator_once
 
     // uc's first attempt failed and its retry is parked for 3 s: kill -9 now.
     let store = SqliteStore::open(&db).await.unwrap();
-    wait_for("the compensator's retry park", Duration::from_secs(60), || {
-        let (store, id) = (store.clone(), id.clone());
-        async move {
-            store
-                .parks_of(&id)
-                .await
-                .map(|p| p.iter().any(|p| p.kind == "retry"))
-                .unwrap_or(false)
-        }
-    })
+    wait_for(
+        "the compensator's retry park",
+        Duration::from_secs(60),
+        || {
+            let (store, id) = (store.clone(), id.clone());
+            async move {
+                store
+                    .parks_of(&id)
+                    .await
+                    .map(|p| p.iter().any(|p| p.kind == "retry"))
+                    .unwrap_or(false)
+            }
+        },
+    )
     .await;
     run.kill().unwrap(); // SIGKILL
     let _ = run.wait();
@@ -127,13 +131,20 @@ async fn a_kill_during_an_unwind_is_finished_by_serve_with_each_compensator_once
         .status()
         .unwrap();
     assert!(status.success());
-    assert!(serve.wait().unwrap().success(), "serve stops cleanly on SIGTERM");
+    assert!(
+        serve.wait().unwrap().success(),
+        "serve stops cleanly on SIGTERM"
+    );
 
     let out = sutra()
         .args(["inspect", "--db", &db, &id, "--format", "json"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "a compensated instance is a negative result");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a compensated instance is a negative result"
+    );
     let view: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(view["state"], "COMPENSATED");
     let attempts: Vec<(String, i64, String)> = view["attempts"]
@@ -161,7 +172,10 @@ async fn a_kill_during_an_unwind_is_finished_by_serve_with_each_compensator_once
     .iter()
     .map(|(t, n, o)| (t.to_string(), *n, o.to_string()))
     .collect();
-    assert_eq!(attempts, expect, "each compensator succeeded exactly once, newest first");
+    assert_eq!(
+        attempts, expect,
+        "each compensator succeeded exactly once, newest first"
+    );
     for n in ["a", "b", "c"] {
         assert_eq!(view["nodes"][n], "COMPENSATED", "{n}");
     }
@@ -214,5 +228,8 @@ fn run_shows_node_states_of_a_compensated_workflow() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("state COMPENSATED"), "{text}");
-    assert!(text.contains("a=COMPENSATED") && text.contains("d=FAILED"), "{text}");
+    assert!(
+        text.contains("a=COMPENSATED") && text.contains("d=FAILED"),
+        "{text}"
+    );
 }

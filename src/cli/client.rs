@@ -330,7 +330,10 @@ pub fn instance_text(v: &Value) -> String {
         ));
     }
     if let Some(nodes) = v["nodes"].as_object().filter(|n| !n.is_empty()) {
-        let nodes: Vec<String> = nodes.iter().map(|(n, st)| format!("{n}={}", s(st))).collect();
+        let nodes: Vec<String> = nodes
+            .iter()
+            .map(|(n, st)| format!("{n}={}", s(st)))
+            .collect();
         out.push_str(&format!("  nodes {}\n", nodes.join(" ")));
     }
     if let Some(e) = v.get("error").filter(|e| !e.is_null()) {

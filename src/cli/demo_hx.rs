@@ -84,7 +84,11 @@ fn describe(kind: &str, node: &str, data: &Value) -> Option<String> {
             "{node} FAILED for good: unwinding, newest first: {}",
             data["compensate"]
                 .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(", "))
+                .map(|a| a
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "))
                 .unwrap_or_default()
         ),
         "compensation_started" => format!(

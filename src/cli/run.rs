@@ -260,7 +260,11 @@ pub(crate) fn render(view: &InstanceView) -> String {
         ));
     }
     if !view.nodes.is_empty() {
-        let nodes: Vec<String> = view.nodes.iter().map(|(n, st)| format!("{n}={st}")).collect();
+        let nodes: Vec<String> = view
+            .nodes
+            .iter()
+            .map(|(n, st)| format!("{n}={st}"))
+            .collect();
         s.push_str(&format!("  nodes {}\n", nodes.join(" ")));
     }
     if let Some(e) = &view.error {
@@ -269,7 +273,10 @@ pub(crate) fn render(view: &InstanceView) -> String {
             s.push_str(&format!("  cause {}: {}\n", c.code, c.message));
         }
         for f in &e.compensation_failures {
-            s.push_str(&format!("  compensation failed {}: {}\n", f.code, f.message));
+            s.push_str(&format!(
+                "  compensation failed {}: {}\n",
+                f.code, f.message
+            ));
         }
     }
     s.push_str(&format!(

@@ -102,7 +102,12 @@ impl Machine<'_> {
                 },
             }
         }
-        let tracked = |f: &FlowIx| self.process.node(self.process.flow(*f).target).join.is_some();
+        let tracked = |f: &FlowIx| {
+            self.process
+                .node(self.process.flow(*f).target)
+                .join
+                .is_some()
+        };
         if taken.is_empty() && !forward.is_empty() && !dead.iter().any(tracked) {
             self.fail_code(
                 Code::NoFlowTaken,

@@ -781,7 +781,8 @@ impl<'a> Machine<'a> {
                             return;
                         };
                         if ev.interrupting {
-                            if let Some(host) = self.snap.token(park.token).map(|t| t.node.clone()) {
+                            if let Some(host) = self.snap.token(park.token).map(|t| t.node.clone())
+                            {
                                 self.set_state(&host, NodeState::Cancelled);
                             }
                             self.discard(park.token);

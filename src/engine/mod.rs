@@ -18,8 +18,8 @@
 mod flow;
 mod machine;
 mod outcome;
-mod unwind;
 pub mod snapshot;
+mod unwind;
 mod vars;
 
 pub use snapshot::{

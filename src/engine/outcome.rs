@@ -74,8 +74,8 @@ impl Machine<'_> {
         );
         match outcome {
             TaskOutcome::Completed { output } => {
-                let compensable = self.process.compensator(node.ix).is_some()
-                    && !self.is_compensating(token);
+                let compensable =
+                    self.process.compensator(node.ix).is_some() && !self.is_compensating(token);
                 if compensable {
                     self.snap.outputs.insert(node.id.clone(), output.clone());
                 }
@@ -126,7 +126,10 @@ impl Machine<'_> {
                             self.unwind_failure(
                                 &code,
                                 format!("onTimeout=\"skip\": {message}"),
-                                Some(Cause { code: code.clone(), message: message.clone() }),
+                                Some(Cause {
+                                    code: code.clone(),
+                                    message: message.clone(),
+                                }),
                             );
                             return;
                         }

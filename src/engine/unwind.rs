@@ -133,7 +133,12 @@ impl Machine<'_> {
         let mut input = self.snap.variables.clone();
         let current = self.snap.unwind.as_ref().and_then(|u| u.current.as_ref());
         if let Some((c, _)) = current.filter(|(_, t)| *t == token) {
-            let output = self.snap.outputs.get(&c.node).cloned().unwrap_or(Value::Null);
+            let output = self
+                .snap
+                .outputs
+                .get(&c.node)
+                .cloned()
+                .unwrap_or(Value::Null);
             input.insert(
                 "compensating".into(),
                 json!({ "node": c.node, "output": output }),

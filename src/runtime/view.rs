@@ -20,10 +20,7 @@ pub struct ErrorView {
     pub message: String,
     pub cause: Option<CauseView>,
     /// Compensators that failed during the unwind this error began.
-    #[serde(
-        rename = "compensationFailures",
-        skip_serializing_if = "Vec::is_empty"
-    )]
+    #[serde(rename = "compensationFailures", skip_serializing_if = "Vec::is_empty")]
     pub compensation_failures: Vec<crate::engine::CompensationFailure>,
 }
 

@@ -9,11 +9,11 @@ use super::START_ID;
 use crate::codes::Code;
 use crate::diag::Diagnostic;
 use crate::dialect::xml::Element;
+use crate::model::CatchTrigger;
 use crate::model::{
     Dialect, Flow, FlowIx, FlowKind, IoMapping, Node, NodeIx, NodeKind, Process, ServiceTask,
     StartTrigger, TaskImpl,
 };
-use crate::model::CatchTrigger;
 use std::collections::{HashMap, HashSet};
 
 fn diag(code: Code, el: &Element, message: impl Into<String>) -> Diagnostic {
@@ -42,9 +42,12 @@ pub(super) fn build(wf: &Workflow<'_>, out: &mut Vec<Diagnostic>) -> Process {
     }
     if wf.nodes.is_empty() {
         out.push(
-            Diagnostic::error(Code::HxEmptyWorkflow, format!("workflow `{}` has no node", wf.id))
-                .at(wf.pos)
-                .element(wf.id.clone()),
+            Diagnostic::error(
+                Code::HxEmptyWorkflow,
+                format!("workflow `{}` has no node", wf.id),
+            )
+            .at(wf.pos)
+            .element(wf.id.clone()),
         );
     }
     let edges = check_edges(wf, &ids, out);
@@ -78,7 +81,11 @@ fn check_edges<'a, 'd>(
         };
         let label = format!("{} edge {} → {}", e.kind.as_str(), e.from, e.to);
         if from == to {
-            out.push(diag(Code::HxCycle, e.el, format!("{label} loops on itself")));
+            out.push(diag(
+                Code::HxCycle,
+                e.el,
+                format!("{label} loops on itself"),
+            ));
             continue;
         }
         let class = (
@@ -143,7 +150,10 @@ fn check_compensation(
             out.push(diag(
                 Code::HxInvalidEdge,
                 e.el,
-                format!("`{}` has a second compensation edge: a node has one compensator", e.from),
+                format!(
+                    "`{}` has a second compensation edge: a node has one compensator",
+                    e.from
+                ),
             ));
         }
         let i = in_count.entry(to).or_default();
@@ -152,14 +162,20 @@ fn check_compensation(
             out.push(diag(
                 Code::HxInvalidEdge,
                 e.el,
-                format!("`{}` already compensates another node: a compensator compensates one node", e.to),
+                format!(
+                    "`{}` already compensates another node: a compensator compensates one node",
+                    e.to
+                ),
             ));
         }
         if compensators.contains(&from) {
             out.push(diag(
                 Code::HxInvalidEdge,
                 e.el,
-                format!("`{}` is itself a compensator: a rollback of a rollback never runs", e.from),
+                format!(
+                    "`{}` is itself a compensator: a rollback of a rollback never runs",
+                    e.from
+                ),
             ));
         }
     }
@@ -195,7 +211,10 @@ fn check_compensation(
             out.push(diag(
                 Code::HxDanglingEdge,
                 n.el,
-                format!("node `{}` compensates `{target}`, but there is no such node", n.id),
+                format!(
+                    "node `{}` compensates `{target}`, but there is no such node",
+                    n.id
+                ),
             ));
             continue;
         };
@@ -212,18 +231,17 @@ fn check_compensation(
             out.push(diag(
                 Code::HxCompensatesMismatch,
                 n.el,
-                format!("node `{}` says compensates=\"{target}\" but {edge_says}", n.id),
+                format!(
+                    "node `{}` says compensates=\"{target}\" but {edge_says}",
+                    n.id
+                ),
             ));
         }
     }
 }
 
 /// Report every back edge of the forward (control, data, error) graph.
-fn check_cycles(
-    wf: &Workflow<'_>,
-    edges: &[Resolved<'_, '_>],
-    out: &mut Vec<Diagnostic>,
-) {
+fn check_cycles(wf: &Workflow<'_>, edges: &[Resolved<'_, '_>], out: &mut Vec<Diagnostic>) {
     let n = wf.nodes.len();
     let mut adj: Vec<Vec<(usize, &RawEdge<'_>)>> = vec![Vec::new(); n];
     for &(e, from, to) in edges {
@@ -252,7 +270,9 @@ fn check_cycles(
                         e.el,
                         format!(
                             "{} edge {} → {} closes a cycle: an HX workflow is acyclic",
-                            e.kind.as_str(), e.from, e.to
+                            e.kind.as_str(),
+                            e.from,
+                            e.to
                         ),
                     )),
                     _ => {}
@@ -281,7 +301,14 @@ fn ir(
         flows: Vec::new(),
         by_id: HashMap::new(),
     };
-    let start = push_node(&mut p, START_ID.to_string(), None, wf.pos, NodeKind::Start(StartTrigger::None), None);
+    let start = push_node(
+        &mut p,
+        START_ID.to_string(),
+        None,
+        wf.pos,
+        NodeKind::Start(StartTrigger::None),
+        None,
+    );
     // Raw node index → IR index (only the first of duplicate ids).
     let mut ix: HashMap<usize, NodeIx> = HashMap::new();
     for (i, n) in wf.nodes.iter().enumerate() {
@@ -311,7 +338,15 @@ fn ir(
             // `[` never occurs in an id: flow ids stay unique.
             other => format!("{}->{}[{}]", e.from, e.to, other.as_str()),
         };
-        push_flow(&mut p, id, e.el.pos, ix[&from], ix[&to], e.when.clone(), kind);
+        push_flow(
+            &mut p,
+            id,
+            e.el.pos,
+            ix[&from],
+            ix[&to],
+            e.when.clone(),
+            kind,
+        );
     }
     let mut entries = 0;
     for i in 0..wf.nodes.len() {

@@ -108,7 +108,12 @@ fn check_attrs(el: &Element, allowed: &[&str], what: &str, out: &mut Vec<Diagnos
     }
 }
 
-fn required<'e>(el: &'e Element, name: &str, what: &str, out: &mut Vec<Diagnostic>) -> Option<&'e str> {
+fn required<'e>(
+    el: &'e Element,
+    name: &str,
+    what: &str,
+    out: &mut Vec<Diagnostic>,
+) -> Option<&'e str> {
     match el.attr(name) {
         Some(v) if !v.trim().is_empty() => Some(v.trim()),
         _ => {
@@ -175,7 +180,10 @@ pub(super) fn workflow<'d>(doc: &'d Document, out: &mut Vec<Diagnostic>) -> Opti
         out.push(diag(
             Code::HxNotWorkflow,
             root,
-            format!("the root element is `<{}>`, not an HX `<workflow>`", root.qname),
+            format!(
+                "the root element is `<{}>`, not an HX `<workflow>`",
+                root.qname
+            ),
         ));
         return None;
     }
@@ -183,7 +191,11 @@ pub(super) fn workflow<'d>(doc: &'d Document, out: &mut Vec<Diagnostic>) -> Opti
     let id = match root.attr("id").map(str::trim) {
         Some(id) if !id.is_empty() => id.to_string(),
         _ => {
-            out.push(diag(Code::HxNotWorkflow, root, "`<workflow>` needs an `id`"));
+            out.push(diag(
+                Code::HxNotWorkflow,
+                root,
+                "`<workflow>` needs an `id`",
+            ));
             "workflow".to_string()
         }
     };
@@ -254,12 +266,18 @@ fn node<'d>(el: &'d Element, out: &mut Vec<Diagnostic>) -> RawNode<'d> {
             out.push(diag(
                 Code::HxInvalidAttribute,
                 el,
-                format!("node id `{id}` is not valid: use 1 to {MAX_ID_LEN} of A-Z a-z 0-9 _ - . :"),
+                format!(
+                    "node id `{id}` is not valid: use 1 to {MAX_ID_LEN} of A-Z a-z 0-9 _ - . :"
+                ),
             ));
             String::new()
         }
         None => {
-            out.push(diag(Code::HxInvalidAttribute, el, "a `<node>` needs an `id`"));
+            out.push(diag(
+                Code::HxInvalidAttribute,
+                el,
+                "a `<node>` needs an `id`",
+            ));
             String::new()
         }
     };
@@ -278,7 +296,15 @@ fn node<'d>(el: &'d Element, out: &mut Vec<Diagnostic>) -> RawNode<'d> {
     let what = format!("node `{id}`");
     let ty = el.attr("type").map(str::trim);
     let allowed: &[&str] = match ty {
-        Some("task") => &["id", "type", "name", "impl", "idempotent", "compensates", "join"],
+        Some("task") => &[
+            "id",
+            "type",
+            "name",
+            "impl",
+            "idempotent",
+            "compensates",
+            "join",
+        ],
         Some("wait") => &["id", "type", "name", "join", "duration", "until"],
         Some("pass") => &["id", "type", "name", "join"],
         _ => &NODE_ATTRS,
@@ -354,7 +380,10 @@ fn task(el: &Element, what: &str, out: &mut Vec<Diagnostic>) -> RawKind {
                 out.push(diag(
                     Code::HxUnknownElement,
                     c,
-                    format!("`<{}>` is not allowed in a task (only `<retry>` and `<timeout>`)", c.qname),
+                    format!(
+                        "`<{}>` is not allowed in a task (only `<retry>` and `<timeout>`)",
+                        c.qname
+                    ),
                 ));
                 continue;
             }
@@ -397,7 +426,15 @@ fn task(el: &Element, what: &str, out: &mut Vec<Diagnostic>) -> RawKind {
 fn retry(el: &Element, out: &mut Vec<Diagnostic>) -> Option<RetryPolicy> {
     check_attrs(
         el,
-        &["maxAttempts", "backoff", "initialDelay", "maxDelay", "multiplier", "jitter", "retryOn"],
+        &[
+            "maxAttempts",
+            "backoff",
+            "initialDelay",
+            "maxDelay",
+            "multiplier",
+            "jitter",
+            "retryOn",
+        ],
         "`<retry>`",
         out,
     );
@@ -419,7 +456,10 @@ fn retry(el: &Element, out: &mut Vec<Diagnostic>) -> Option<RetryPolicy> {
         Some(t) => match t.parse::<f64>() {
             Ok(m) if m.is_finite() && m > 0.0 && m <= 1000.0 => m,
             _ => {
-                bad(out, format!("`multiplier` must be a number above 0 (at most 1000), not `{t}`"));
+                bad(
+                    out,
+                    format!("`multiplier` must be a number above 0 (at most 1000), not `{t}`"),
+                );
                 2.0
             }
         },
@@ -431,7 +471,10 @@ fn retry(el: &Element, out: &mut Vec<Diagnostic>) -> Option<RetryPolicy> {
         Some("fixed") => Backoff::Fixed,
         Some("linear") => Backoff::Linear,
         Some(other) => {
-            bad(out, format!("`backoff` must be exponential, fixed or linear, not `{other}`"));
+            bad(
+                out,
+                format!("`backoff` must be exponential, fixed or linear, not `{other}`"),
+            );
             Backoff::Fixed
         }
     };
@@ -497,7 +540,11 @@ fn timeout(el: &Element, out: &mut Vec<Diagnostic>) -> Option<TaskTimeout> {
         }
     };
     if el.attr("duration").is_none() {
-        out.push(diag(Code::HxInvalidTimeout, el, "`<timeout>` needs a `duration`"));
+        out.push(diag(
+            Code::HxInvalidTimeout,
+            el,
+            "`<timeout>` needs a `duration`",
+        ));
         return None;
     }
     let d = duration(el, "duration", out)?;
@@ -559,7 +606,10 @@ fn edge<'d>(el: &'d Element, out: &mut Vec<Diagnostic>) -> Option<RawEdge<'d>> {
             out.push(diag(
                 Code::HxInvalidEdge,
                 el,
-                format!("only a control edge takes a `when` guard, not a {} edge", kind.as_str()),
+                format!(
+                    "only a control edge takes a `when` guard, not a {} edge",
+                    kind.as_str()
+                ),
             ));
             return None;
         }

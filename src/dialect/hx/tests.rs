@@ -84,12 +84,17 @@ fn a_workflow_compiles_into_the_ir() {
     let guarded = p.flows.iter().find(|f| f.id == "capture->big").unwrap();
     assert!(guarded.condition.is_some());
     assert_eq!(guarded.kind, FlowKind::Sequence);
-    assert_eq!(p.registered_tasks(), vec!["pay.capture", "pay.release", "pay.reserve"]);
+    assert_eq!(
+        p.registered_tasks(),
+        vec!["pay.capture", "pay.release", "pay.reserve"]
+    );
 }
 
 #[test]
 fn defaults_one_attempt_and_every_class() {
-    let p = ok(r#"<workflow id="w"><node id="a" type="task" impl="m"><retry/></node><node id="b" type="task" impl="m"/></workflow>"#);
+    let p = ok(
+        r#"<workflow id="w"><node id="a" type="task" impl="m"><retry/></node><node id="b" type="task" impl="m"/></workflow>"#,
+    );
     let NodeKind::ServiceTask(a) = &p.find("a").unwrap().kind else {
         panic!()
     };
@@ -110,10 +115,14 @@ fn defaults_one_attempt_and_every_class() {
 
 #[test]
 fn any_namespace_is_accepted_for_the_root_and_its_children() {
-    let p = ok(r#"<hx:workflow xmlns:hx="urn:hx" id="w"><hx:node id="a" type="pass"/><hx:edges/></hx:workflow>"#);
+    let p = ok(
+        r#"<hx:workflow xmlns:hx="urn:hx" id="w"><hx:node id="a" type="pass"/><hx:edges/></hx:workflow>"#,
+    );
     assert!(p.find("a").is_some());
     assert_eq!(
-        codes(r#"<hx:workflow xmlns:hx="urn:hx" id="w"><hx:node id="b" type="pass"/><node id="a" type="pass"/></hx:workflow>"#),
+        codes(
+            r#"<hx:workflow xmlns:hx="urn:hx" id="w"><hx:node id="b" type="pass"/><node id="a" type="pass"/></hx:workflow>"#
+        ),
         vec![Code::HxUnknownElement]
     );
 }
@@ -159,7 +168,9 @@ fn graph_errors_have_their_own_codes() {
     let b = r#"<node id="b" type="pass"/>"#;
     assert_eq!(codes(&w(&format!("{a}{a}"))), vec![Code::HxDuplicateId]);
     assert_eq!(
-        codes(&w(&format!(r#"{a}<edges><edge from="a" to="zz"/></edges>"#))),
+        codes(&w(&format!(
+            r#"{a}<edges><edge from="a" to="zz"/></edges>"#
+        ))),
         vec![Code::HxDanglingEdge]
     );
     assert_eq!(
@@ -216,7 +227,9 @@ fn graph_errors_have_their_own_codes() {
     );
     assert_eq!(codes(&w("")), vec![Code::HxEmptyWorkflow]);
     assert_eq!(
-        codes(&w(&format!(r#"{a}<edges><edge from="a" to="a" when="("/></edges>"#))),
+        codes(&w(&format!(
+            r#"{a}<edges><edge from="a" to="a" when="("/></edges>"#
+        ))),
         vec![Code::ConditionSyntax]
     );
     assert_eq!(
@@ -242,7 +255,10 @@ fn retry_and_timeout_values_are_checked() {
     ] {
         assert_eq!(t(bad), vec![Code::HxInvalidRetry], "{bad}");
     }
-    assert_eq!(t(r#"<timeout duration="PT1S" onTimeout="pray"/>"#), vec![Code::HxInvalidTimeout]);
+    assert_eq!(
+        t(r#"<timeout duration="PT1S" onTimeout="pray"/>"#),
+        vec![Code::HxInvalidTimeout]
+    );
     assert_eq!(t(r#"<timeout/>"#), vec![Code::HxInvalidTimeout]);
     assert_eq!(t(r#"<retry/><retry/>"#), vec![Code::HxUnknownElement]);
 }
@@ -255,12 +271,16 @@ fn compensation_rules() {
         ))
     };
     assert_eq!(
-        w(r#"<edge from="a" to="u" type="compensation"/><edge from="a" to="v" type="compensation"/>"#),
+        w(
+            r#"<edge from="a" to="u" type="compensation"/><edge from="a" to="v" type="compensation"/>"#
+        ),
         vec![Code::HxInvalidEdge],
         "two compensators"
     );
     assert_eq!(
-        w(r#"<edge from="a" to="u" type="compensation"/><edge from="u" to="v" type="compensation"/>"#),
+        w(
+            r#"<edge from="a" to="u" type="compensation"/><edge from="u" to="v" type="compensation"/>"#
+        ),
         vec![Code::HxInvalidEdge],
         "a rollback of a rollback"
     );
@@ -273,12 +293,21 @@ fn compensation_rules() {
 
 #[test]
 fn hostile_xml_is_refused_as_for_bpmn() {
-    let d = load("<?xml version=\"1.0\"?>\n<!DOCTYPE workflow [<!ENTITY x \"y\">]>\n<workflow id=\"w\"/>");
+    let d = load(
+        "<?xml version=\"1.0\"?>\n<!DOCTYPE workflow [<!ENTITY x \"y\">]>\n<workflow id=\"w\"/>",
+    );
     assert_eq!(d.errors().next().unwrap().code, Code::XmlDtdForbidden);
     let deep = format!("<workflow id=\"w\">{}", "<node>".repeat(300));
-    assert_eq!(load(&deep).errors().next().unwrap().code, Code::XmlLimitExceeded);
     assert_eq!(
-        load("<workflow id=\"w\"><node").errors().next().unwrap().code,
+        load(&deep).errors().next().unwrap().code,
+        Code::XmlLimitExceeded
+    );
+    assert_eq!(
+        load("<workflow id=\"w\"><node")
+            .errors()
+            .next()
+            .unwrap()
+            .code,
         Code::XmlMalformed
     );
 }
@@ -287,5 +316,8 @@ fn hostile_xml_is_refused_as_for_bpmn() {
 fn the_dialect_sniffer_routes_workflows_here() {
     let l = crate::dialect::load(PAYMENT);
     assert!(l.ok());
-    assert_eq!(l.definitions.processes[0].dialect, crate::model::Dialect::Hx);
+    assert_eq!(
+        l.definitions.processes[0].dialect,
+        crate::model::Dialect::Hx
+    );
 }

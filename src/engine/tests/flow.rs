@@ -192,8 +192,7 @@ fn an_uncaught_failure_unwinds_newest_first_one_at_a_time() {
     for _ in 0..3 {
         let a = r.one_attempt();
         assert_eq!(
-            a.input["compensating"]["output"]["out"],
-            a.input["compensating"]["node"],
+            a.input["compensating"]["output"]["out"], a.input["compensating"]["node"],
             "a compensator gets the compensated node's recorded output"
         );
         order.push(a.node.clone());
@@ -204,7 +203,10 @@ fn an_uncaught_failure_unwinds_newest_first_one_at_a_time() {
     for n in ["a", "b", "c"] {
         assert_eq!(state(&r, n), Some(NodeState::Compensated));
     }
-    assert_eq!(r.snap.error.as_ref().unwrap().cause.as_ref().unwrap().code, "DOWN");
+    assert_eq!(
+        r.snap.error.as_ref().unwrap().cause.as_ref().unwrap().code,
+        "DOWN"
+    );
     assert!(r.effects.contains(&Effect::Ended {
         state: InstanceState::Compensated
     }));
@@ -226,7 +228,10 @@ fn a_failed_compensator_is_recorded_and_the_unwind_goes_on() {
     });
     let record = record.unwrap();
     assert_eq!(record.outcome, "compensation_failed");
-    assert_eq!(record.code.as_deref(), Some("SUTRA.RUNTIME.COMPENSATION.FAILED"));
+    assert_eq!(
+        record.code.as_deref(),
+        Some("SUTRA.RUNTIME.COMPENSATION.FAILED")
+    );
     assert!(kinds(&r).contains(&"compensation_failed".to_string()));
     assert_eq!(r.one_attempt().node, "ua", "the unwind goes on");
     finish(&mut r, "ua", completed(json!({})));
@@ -254,7 +259,11 @@ fn the_unwind_resumes_from_a_stored_snapshot_and_never_repeats_a_compensation() 
     r.snap = stored;
     let (seq, due) = r.due_park(ParkKind::Attempt);
     r.apply(Event::ParkFired { park: seq }, due);
-    assert_eq!(r.one_attempt().node, "ub", "the lost attempt is re-run, uc is not");
+    assert_eq!(
+        r.one_attempt().node,
+        "ub",
+        "the lost attempt is re-run, uc is not"
+    );
     finish(&mut r, "ub", completed(json!({})));
     finish(&mut r, "ua", completed(json!({})));
     assert_eq!(r.snap.state, InstanceState::Compensated);
@@ -285,7 +294,9 @@ fn unwinding_cancels_running_work_and_spares_non_idempotent_attempts() {
         .iter()
         .filter_map(|e| match e {
             Effect::AttemptAbandoned {
-                node, interruptible, ..
+                node,
+                interruptible,
+                ..
             } => Some((node.clone(), *interruptible)),
             _ => None,
         })
@@ -358,5 +369,8 @@ fn resuming_inside_a_join_graph_is_refused_unless_well_defined() {
     assert!(resume_at(&p, new(), "c", &inputs(t0())).is_ok());
     let p = chain();
     let step = resume_at(&p, new(), "c", &inputs(t0())).unwrap();
-    assert!(step.effects.iter().any(|e| matches!(e, Effect::RunAttempt(a) if a.node == "c")));
+    assert!(step
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RunAttempt(a) if a.node == "c")));
 }
