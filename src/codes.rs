@@ -186,6 +186,8 @@ codes! {
     // ---- Configuration and load-time diagnostics ----
     /// A stateful process was started without a datasource.
     DatasourceRequired => "SUTRA.CONFIG.DATASOURCE_REQUIRED", InvalidInput, false;
+    /// A command that only reads was given a SQLite file that does not exist.
+    DatasourceMissing => "SUTRA.CONFIG.DATASOURCE_MISSING", InvalidInput, false;
     /// A configuration key has a bad value.
     ConfigInvalid => "SUTRA.CONFIG.INVALID", InvalidInput, false;
     /// A timer expression is not well-formed ISO 8601.
@@ -279,6 +281,68 @@ codes! {
     HxDurationMalformed => "HX-3402", InvalidInput, false;
 
     // ---- The States language (States.*; seed 004) ----
+    /// The document is not well-formed JSON (or uses JSON extensions: comments, trailing commas).
+    StatesJsonMalformed => "SUTRA.CONFIG.STATES.JSON_MALFORMED", InvalidInput, false;
+    /// The document exceeds a size, nesting-depth or count limit.
+    StatesLimitExceeded => "SUTRA.CONFIG.STATES.LIMIT_EXCEEDED", InvalidInput, false;
+    /// An object has the same key twice.
+    StatesDuplicateKey => "SUTRA.CONFIG.STATES.DUPLICATE_KEY", InvalidInput, false;
+    /// The JSON top level is not a state machine (`StartAt` and `States`).
+    StatesNotAStateMachine => "SUTRA.CONFIG.STATES.NOT_A_STATE_MACHINE", InvalidInput, false;
+    /// A required field is missing.
+    StatesMissingField => "SUTRA.CONFIG.STATES.MISSING_FIELD", InvalidInput, false;
+    /// A field the state (or rule, retrier, catcher) does not have.
+    StatesUnknownField => "SUTRA.CONFIG.STATES.UNKNOWN_FIELD", InvalidInput, false;
+    /// A field has a value of the wrong type or out of range.
+    StatesInvalidField => "SUTRA.CONFIG.STATES.INVALID_FIELD", InvalidInput, false;
+    /// Fields that exclude each other (`Next` and `End`, `Seconds` and `SecondsPath`, ...).
+    StatesConflictingFields => "SUTRA.CONFIG.STATES.CONFLICTING_FIELDS", InvalidInput, false;
+    /// A path, payload template or intrinsic function call does not parse.
+    StatesInvalidPath => "SUTRA.CONFIG.STATES.INVALID_PATH", InvalidInput, false;
+    /// A JSONata expression is not `{% ... %}` or does not parse.
+    StatesJsonataSyntax => "SUTRA.CONFIG.STATES.JSONATA_SYNTAX", InvalidInput, false;
+    /// `StartAt`, `Next` or `Default` names no state of its scope.
+    StatesUnknownState => "SUTRA.CONFIG.STATES.UNKNOWN_STATE", InvalidInput, false;
+    /// Two states share a name (names are unique across the whole machine).
+    StatesDuplicateState => "SUTRA.CONFIG.STATES.DUPLICATE_STATE", InvalidInput, false;
+    /// A state no transition reaches.
+    StatesUnreachableState => "SUTRA.CONFIG.STATES.UNREACHABLE_STATE", InvalidInput, false;
+    /// A state machine (or branch) with no terminal state.
+    StatesNoTerminalState => "SUTRA.CONFIG.STATES.NO_TERMINAL_STATE", InvalidInput, false;
+    /// `ErrorEquals` is empty, or `States.ALL` is not alone in the last retrier/catcher.
+    StatesInvalidErrorEquals => "SUTRA.CONFIG.STATES.INVALID_ERROR_EQUALS", InvalidInput, false;
+    /// Well-formed States language that Sutra does not run (JSONata, distributed Map, ...): the message names the field.
+    StatesUnsupported => "SUTRA.CONFIG.STATES.UNSUPPORTED", InvalidInput, false;
+    /// No instance waits for that event (unknown event name, or the instance is not waiting).
+    EventNotAwaited => "SUTRA.RUNTIME.EVENT.NOT_AWAITED", InvalidInput, false;
+
+    /// Error names raised at run time (seed 004's table).
+    /// Wildcard in `ErrorEquals`: matches every error.
+    StatesAll => "States.ALL", Internal, false;
+    /// Matches any task failure except `States.Timeout`.
+    StatesTaskFailed => "States.TaskFailed", Internal, true;
+    /// A task attempt ran past its `TimeoutSeconds`.
+    StatesTimeout => "States.Timeout", Timeout, true;
+    /// A Choice had no matching rule and no `Default`.
+    StatesNoChoiceMatched => "States.NoChoiceMatched", Internal, false;
+    /// A Map's `ItemsPath` did not resolve to an array.
+    StatesItemsNotArray => "States.ItemsNotArray", InvalidInput, false;
+    /// A path did not resolve, or a value had the wrong type (`InputPath`, `OutputPath`, ...).
+    StatesRuntime => "States.Runtime", InvalidInput, false;
+    /// A `.$` path of a payload template did not resolve.
+    StatesParameterPathFailure => "States.ParameterPathFailure", InvalidInput, false;
+    /// A result could not be placed at its `ResultPath`.
+    StatesResultPathMatchFailure => "States.ResultPathMatchFailure", InvalidInput, false;
+    /// An intrinsic function failed (a bad argument).
+    StatesIntrinsicFailure => "States.IntrinsicFailure", InvalidInput, false;
+    /// A Parallel branch or Map iteration failed.
+    StatesBranchFailed => "States.BranchFailed", Internal, false;
+    /// A Fail state that names no `Error`.
+    StatesFail => "States.Fail", Internal, false;
+    /// A task returned a failure without a specific code.
+    ActionFailed => "ActionFailed", Internal, true;
+    /// A `Resource` names no deployed module.
+    ResourceNotFound => "ResourceNotFound", InvalidInput, false;
 }
 
 impl fmt::Display for Code {
@@ -315,11 +379,19 @@ mod tests {
                 c.as_str()
             );
             assert_eq!(Code::parse(c.as_str()), Some(c));
+            // Sutra's own codes, the HX codes (HX-NNNN, seed 002) and the States
+            // language's public error names (seed 004).
             let s = c.as_str();
             let hx = s
                 .strip_prefix("HX-")
                 .is_some_and(|n| n.len() == 4 && n.bytes().all(|b| b.is_ascii_digit()));
-            assert!(s.starts_with("SUTRA.") || hx, "{c}");
+            assert!(
+                s.starts_with("SUTRA.")
+                    || hx
+                    || s.starts_with("States.")
+                    || matches!(c, Code::ActionFailed | Code::ResourceNotFound),
+                "{c}"
+            );
         }
     }
 

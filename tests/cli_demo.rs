@@ -27,3 +27,84 @@ fn the_demo_runs_three_orders_to_completion() {
         "2 s + 4 s of backoff, then the PT2H wait: {summary}"
     );
 }
+
+/// The line of `label` in the demo's summary.
+fn summary_row<'a>(stdout: &'a str, label: &str) -> &'a str {
+    let summary = stdout.split("Summary").nth(1).expect("a summary");
+    summary
+        .lines()
+        .find(|l| l.trim_start().starts_with(label))
+        .unwrap_or_else(|| panic!("no row {label} in {summary}"))
+}
+
+/// Three orders that all COMPLETED read differently: each names the way the
+/// credit gateway went and the end event it reached; `--keep` leaves the
+/// database for `sutra inspect`.
+#[test]
+fn the_demo_tells_each_orders_path_and_keeps_its_database_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(["demo", "--keep"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for line in [
+        "Credit approved?: `credit.approved == true` held → Reserve stock",
+        "Credit approved?: no condition held, the default flow → Order declined",
+        "Order shipped: end event reached",
+        "Payment failed: end event reached",
+        "Order declined: end event reached",
+    ] {
+        assert!(stdout.contains(line), "missing {line:?} in:\n{stdout}");
+    }
+    for (label, end) in [
+        ("#1001 Ada", "Order shipped"),
+        ("#1002 Grace", "Payment failed"),
+        ("#1003 Mallory", "Order declined"),
+    ] {
+        let row = summary_row(&stdout, label);
+        assert!(row.contains("COMPLETED") && row.contains(end), "{row}");
+    }
+
+    // The kept database answers `inspect` for the order it names.
+    let mallory = stdout
+        .lines()
+        .find(|l| l.starts_with("Order #1003 Mallory"))
+        .and_then(|l| l.split("(instance ").nth(1))
+        .map(|rest| rest.trim_end_matches(')').to_string())
+        .unwrap_or_else(|| panic!("no instance id for #1003 in:\n{stdout}"));
+    assert!(
+        stdout.contains(&format!("sutra inspect --db {}", db.display())),
+        "{stdout}"
+    );
+    let inspect = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(["inspect", "--format", "json", "--db"])
+        .arg(&db)
+        .arg(&mallory)
+        .output()
+        .unwrap();
+    assert!(
+        inspect.status.success(),
+        "{}",
+        String::from_utf8_lossy(&inspect.stderr)
+    );
+    let view: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
+    assert_eq!(view["state"], "COMPLETED");
+    assert_eq!(view["variables"]["credit"]["approved"], false, "{view}");
+
+    // `--keep` never overwrites a file.
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(["demo", "--keep"])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists already"));
+}

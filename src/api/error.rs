@@ -36,7 +36,7 @@ pub fn status_of(code: Code) -> StatusCode {
         ApiMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ApiPayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ApiUnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        InstanceState | TenantExists => StatusCode::CONFLICT,
+        InstanceState | TenantExists | EventNotAwaited => StatusCode::CONFLICT,
         QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         StoreFailed => StatusCode::SERVICE_UNAVAILABLE,
         ApiInternal | SnapshotVersion => StatusCode::INTERNAL_SERVER_ERROR,

@@ -15,6 +15,7 @@ pub mod admin;
 pub mod auth;
 pub mod deployments;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod instances;
 pub mod metrics;
@@ -111,6 +112,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/history", get(instances::history))
         .route("/v1/instances/{id}/cancel", post(instances::cancel))
         .route("/v1/instances/{id}/retry", post(instances::retry))
+        .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))
         .route("/v1/admin/tenants", post(admin::create).get(admin::list))
         .route("/v1/admin/tenants/{name}", get(admin::get))

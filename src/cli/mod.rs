@@ -1,14 +1,21 @@
 //! The `sutra` command line: argument parsing and dispatch. Each verb lives in
-//! its own file; this one only routes. Exit status: 0 success, 1 a negative
-//! result (a failed attempt, an invalid file), 2 a usage error.
+//! its own file; this one only routes. Exit status, for every verb (see
+//! `show`): 0 when the command did what was asked and the instance it shows,
+//! if any, is not FAILED; 1 a negative result (a FAILED instance, a failed
+//! attempt, an invalid file, not found, a refused request, no server); 2 a
+//! usage error.
 
 mod check;
 mod client;
 mod demo;
-/// The HX payment flow of `sutra demo` (wired in by `demo.rs`).
+/// The HX payment flow of `sutra demo` (called by `demo`).
 pub mod demo_hx;
+/// The States-language flow of the demo (the demo calls `demo_states::run`).
+pub mod demo_states;
+mod resume;
 mod run;
 mod serve;
+mod show;
 mod task;
 
 use clap::{Parser, Subcommand};
@@ -38,7 +45,7 @@ enum Command {
     Inspect(client::InspectArgs),
     /// Re-arm and drive every parked instance in a store until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
-    /// Run the example order flow on embedded SQLite with the virtual clock.
+    /// Run the example flows on embedded SQLite with the virtual clock and tell what happened.
     Demo(demo::DemoArgs),
     /// Manage tenants in a database (`tenant create <name> --db URL` prints its key once).
     #[command(subcommand)]
@@ -48,19 +55,21 @@ enum Command {
     /// List the deployments on a server.
     Deployments(client::ServerOpts),
     /// Undeploy: no new starts; the deployment drains, then retires.
-    Undeploy(client::IdArgs),
+    Undeploy(client::DeploymentIdArgs),
     /// Start an instance on a server.
     Start(client::StartArgs),
     /// List instances on a server.
     Instances(client::InstancesArgs),
     /// Show an instance's history (the audit journal) from a server.
-    History(client::IdArgs),
+    History(client::InstanceIdArgs),
     /// Cancel an instance on a server.
     Cancel(client::CancelArgs),
     /// Retry a terminal instance on a server (`--mode full|from-failure`).
     Retry(client::RetryArgs),
     /// Send a message to a server (correlates to a wait, or starts a process).
     Send(client::SendArgs),
+    /// Resume an instance that waits on a named event (a States-language `EventName` wait).
+    Resume(resume::ResumeArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -90,6 +99,7 @@ pub fn main() -> ExitCode {
         Command::Cancel(args) => client::exec_cancel(args),
         Command::Retry(args) => client::exec_retry(args),
         Command::Send(args) => client::exec_send(args),
+        Command::Resume(args) => resume::exec(args),
     }
 }
 
@@ -106,4 +116,36 @@ fn init_tracing() {
 pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_argument_of_every_verb_is_described() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.get_help().is_none() && !matches!(id, "help" | "version") {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "sutra", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "arguments without a description: {missing:?}"
+        );
+    }
 }

@@ -15,7 +15,7 @@ use super::machine::{Machine, Raised};
 use super::snapshot::{JoinState, NodeState};
 use crate::codes::Code;
 use crate::model::{FlowIx, FlowKind, JoinRule, NodeIx, Process};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::{HashSet, VecDeque};
 
 /// Why an instance cannot resume at `at` (a from-failure retry, which starts
@@ -116,18 +116,26 @@ impl Machine<'_> {
             );
             return;
         }
+        // The token's document (a data-flow token's state) travels along its flows.
+        let doc = self.snap.token(token).and_then(|t| t.doc.clone());
         self.discard(token);
         let signals = taken
             .into_iter()
             .map(|f| (f, true))
             .chain(dead.into_iter().map(|f| (f, false)));
-        self.signal_all(signals.collect(), scope);
+        self.signal_all(signals.collect(), scope, doc);
         self.complete_scope_if_empty(scope);
     }
 
     /// Deliver flow decisions (satisfied or dead), and those they cause: a
-    /// node skipped as dead makes its own outgoing flows dead.
-    pub(super) fn signal_all(&mut self, signals: Vec<(FlowIx, bool)>, scope: Option<u64>) {
+    /// node skipped as dead makes its own outgoing flows dead. A token spawned
+    /// by a satisfied flow carries `doc` (the leaving token's document).
+    pub(super) fn signal_all(
+        &mut self,
+        signals: Vec<(FlowIx, bool)>,
+        scope: Option<u64>,
+        doc: Option<Value>,
+    ) {
         let mut work: VecDeque<(FlowIx, bool)> = signals.into();
         while let Some((f, satisfied)) = work.pop_front() {
             if self.snap.state.is_terminal() {
@@ -137,7 +145,7 @@ impl Machine<'_> {
             let target = self.process.node(flow.target);
             let Some(rule) = target.join else {
                 if satisfied {
-                    self.spawn(target.ix, scope, Some(f));
+                    self.spawn_doc(target.ix, scope, Some(f), doc.clone());
                 }
                 continue;
             };
@@ -198,7 +206,7 @@ impl Machine<'_> {
                 );
                 return;
             } else {
-                self.spawn(target.ix, scope, None);
+                self.spawn_doc(target.ix, scope, None, doc.clone());
             }
         }
     }
@@ -245,8 +253,9 @@ impl Machine<'_> {
             json!({ "code": raised.code, "message": raised.message, "cause": cause, "from": origin, "to": handlers }),
         );
         self.snap.variables.insert("error".into(), error);
+        let doc = self.snap.token(token).and_then(|t| t.doc.clone());
         self.discard(token);
-        self.signal_all(signals, scope);
+        self.signal_all(signals, scope, doc);
         self.complete_scope_if_empty(scope);
         true
     }

@@ -39,6 +39,8 @@ pub(super) struct Raised {
     pub details: Option<Value>,
     /// A spent retry budget (only boundaries with `catch_failures` catch it).
     pub failure: Option<Cause>,
+    /// Further names the error answers to (a node's `task_failure_name`).
+    pub also: Vec<String>,
 }
 
 impl<'a> Machine<'a> {
@@ -112,7 +114,11 @@ impl<'a> Machine<'a> {
             Some(&start.id),
             json!({ "variables": new.variables }),
         );
-        m.spawn(start.ix, None, None);
+        let doc = start
+            .data
+            .as_ref()
+            .map(|_| Value::Object(new.variables.clone()));
+        m.spawn_doc(start.ix, None, None, doc);
         m.run();
         Ok(m.finish())
     }
@@ -141,7 +147,11 @@ impl<'a> Machine<'a> {
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
         m.journal("instance_resumed", Some(node), json!({}));
-        m.spawn(n.ix, None, None);
+        let doc = n
+            .data
+            .as_ref()
+            .map(|_| Value::Object(new.variables.clone()));
+        m.spawn_doc(n.ix, None, None, doc);
         m.run();
         Ok(m.finish())
     }
@@ -248,8 +258,24 @@ impl<'a> Machine<'a> {
             via: via.map(|f| self.process.flow(f).id.clone()),
             status: TokenStatus::Ready,
             boundary_parks: Vec::new(),
+            doc: None,
         });
         self.queue.push_back(id);
+        id
+    }
+
+    /// Spawn a token that carries `doc`.
+    pub(super) fn spawn_doc(
+        &mut self,
+        node: NodeIx,
+        scope: Option<u64>,
+        via: Option<FlowIx>,
+        doc: Option<Value>,
+    ) -> u64 {
+        let id = self.spawn(node, scope, via);
+        if let Some(t) = self.snap.token_mut(id) {
+            t.doc = doc;
+        }
         id
     }
 
@@ -338,6 +364,7 @@ impl<'a> Machine<'a> {
     /// remove it and complete its scope if it was the last one there.
     pub(super) fn consume(&mut self, token: u64) {
         let scope = self.snap.token(token).and_then(|t| t.scope);
+        self.doc_consumed(token);
         self.discard(token);
         self.complete_scope_if_empty(scope);
     }
@@ -366,6 +393,9 @@ impl<'a> Machine<'a> {
         match scope {
             None => self.end(InstanceState::Completed),
             Some(sub) => {
+                if self.branch_completed(sub) {
+                    return;
+                }
                 let Some(node) = self.node_of(sub) else {
                     return;
                 };
@@ -478,6 +508,9 @@ impl<'a> Machine<'a> {
         ) {
             return;
         }
+        if node.data.is_some() && self.doc_enter(token, node) {
+            return;
+        }
         match &node.kind {
             NodeKind::Start(_) | NodeKind::Boundary(_) => self.leave(token),
             NodeKind::Pass { set } => {
@@ -520,6 +553,7 @@ impl<'a> Machine<'a> {
                             message: message.clone().unwrap_or_else(|| format!("error end event `{}`", node.id)),
                             details: None,
                             failure: None,
+                            also: Vec::new(),
                         };
                         self.raise(scope, raised, &node.id);
                     }
@@ -542,6 +576,7 @@ impl<'a> Machine<'a> {
                 let park = match trigger {
                     CatchTrigger::Timer(spec) => self.timer_park(token, node, spec),
                     CatchTrigger::Message(m) => self.message_park(token, node, m),
+                    CatchTrigger::TimerFrom(from) => self.timer_from_park(token, node, from),
                 };
                 if let (Some(park), Some(t)) = (park, self.snap.token_mut(token)) {
                     t.status = TokenStatus::Waiting { park };
@@ -550,6 +585,12 @@ impl<'a> Machine<'a> {
                     self.set_state(&node.id, NodeState::Running);
                 }
             }
+            NodeKind::Fanout(_) => self.fanout_enter(token, 1, Vec::new()),
+            NodeKind::CallProcess { .. } => self.fail_code(
+                Code::TaskKindUnsupported,
+                format!("`{}` calls a process: not supported by this runtime yet", node.id),
+                Some(&node.id),
+            ),
             NodeKind::SubProcess => {
                 self.set_state(&node.id, NodeState::Running);
                 if let Some(t) = self.snap.token_mut(token) {
@@ -713,7 +754,7 @@ impl<'a> Machine<'a> {
         }))
     }
 
-    fn arm_boundaries(&mut self, token: u64, activity: &'a Node) {
+    pub(super) fn arm_boundaries(&mut self, token: u64, activity: &'a Node) {
         for &b in &activity.boundaries {
             let bnode = self.process.node(b);
             let NodeKind::Boundary(ev) = &bnode.kind else {
@@ -746,10 +787,12 @@ impl<'a> Machine<'a> {
         if let Some(t) = self.snap.token_mut(park.token) {
             t.boundary_parks.retain(|&p| p != seq);
         }
-        self.snap.variables.extend(variables);
         let Some(node) = self.process.find(&park.node) else {
             return;
         };
+        if !self.doc_resumed(park.token, node, &park, variables.clone()) {
+            self.snap.variables.extend(variables);
+        }
         match park.kind {
             ParkKind::Attempt => {
                 // The runner of this attempt was lost: run the same attempt again.
@@ -760,7 +803,11 @@ impl<'a> Machine<'a> {
                 );
                 self.rerun_attempt(park.token);
             }
-            ParkKind::Retry => self.retry_due(park.token),
+            ParkKind::Retry => {
+                if !self.fanout_retry_due(park.token) {
+                    self.retry_due(park.token);
+                }
+            }
             ParkKind::Timer | ParkKind::Message => {
                 let kind = if park.kind == ParkKind::Timer {
                     "timer_fired"
@@ -843,6 +890,10 @@ impl<'a> Machine<'a> {
             return;
         };
         let input = match &task.io.input_path {
+            _ if node.data.is_some() => match self.doc_task_input(token, node, attempt) {
+                Some(v) => v,
+                None => return,
+            },
             None => Value::Object(self.compensator_input(token)),
             Some(p) => match vars::get(&self.snap.variables, p) {
                 Ok(v) => v,
@@ -934,6 +985,9 @@ impl<'a> Machine<'a> {
         }
         let mut current = at;
         while let Some(tok) = current {
+            if self.branch_absorbs(tok, &raised) || self.fanout_retry(tok, &raised) {
+                return;
+            }
             let Some(node) = self.node_of(tok) else { break };
             for &b in &node.boundaries {
                 let bnode = self.process.node(b);
@@ -954,13 +1008,22 @@ impl<'a> Machine<'a> {
                 let matches = match codes {
                     None => true,
                     Some(list) => list.iter().any(|c| {
-                        c == &raised.code || raised.failure.as_ref().is_some_and(|f| &f.code == c)
+                        c == &raised.code
+                            || raised.failure.as_ref().is_some_and(|f| &f.code == c)
+                            || raised.also.contains(c)
                     }),
                 };
                 if !matches {
                     continue;
                 }
                 let scope = self.snap.token(tok).and_then(|t| t.scope);
+                let doc = match self.caught_doc(tok, bnode, &raised) {
+                    Ok(doc) => doc,
+                    Err(e) => {
+                        self.fail_code(e.code, e.message, Some(&bnode.id));
+                        return;
+                    }
+                };
                 self.discard(tok);
                 self.journal(
                     "error_caught",
@@ -983,7 +1046,7 @@ impl<'a> Machine<'a> {
                         return;
                     }
                 }
-                self.spawn(b, scope, None);
+                self.spawn_doc(b, scope, None, doc);
                 return;
             }
             current = self.snap.token(tok).and_then(|t| t.scope);

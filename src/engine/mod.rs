@@ -15,7 +15,12 @@
 //! - an event that no longer applies (a late attempt result for a token that
 //!   left, a park already withdrawn) changes nothing but the journal.
 
+mod choice;
+mod docflow;
+pub mod document;
+mod fanout;
 mod flow;
+mod intrinsics;
 mod machine;
 mod outcome;
 pub mod snapshot;

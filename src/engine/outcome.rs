@@ -6,8 +6,8 @@
 use super::machine::{Machine, Raised};
 use super::snapshot::{NodeState, TaskPhase, TaskState};
 use super::{vars, AttemptRecord, Cause, Effect, Park, ParkKind, TaskOutcome, TokenStatus};
-use crate::codes::Code;
-use crate::model::{NodeKind, OnTimeout, RetryPolicy, ServiceTask};
+use crate::codes::{Code, ErrorClass};
+use crate::model::{Node, NodeKind, OnTimeout, RetryPolicy, ServiceTask};
 use serde_json::json;
 
 /// What the retry policy says about a failure.
@@ -73,6 +73,9 @@ impl Machine<'_> {
             json!({ "attempt": attempt, "outcome": outcome.label(), "code": code, "message": message }),
         );
         match outcome {
+            TaskOutcome::Completed { output } if node.data.is_some() => {
+                self.doc_task_completed(token, node, output);
+            }
             TaskOutcome::Completed { output } => {
                 let compensable =
                     self.process.compensator(node.ix).is_some() && !self.is_compensating(token);
@@ -103,6 +106,7 @@ impl Machine<'_> {
                 self.raise_from(
                     Some(token),
                     Raised {
+                        also: failure_names(node, None),
                         code,
                         message,
                         details,
@@ -119,6 +123,12 @@ impl Machine<'_> {
                 details,
             } => {
                 let timed_out = code == Code::TaskDeadlineExceeded.as_str();
+                // A node may raise engine codes under names of its own (ActionFailed, ...).
+                let code = match &node.data {
+                    Some(df) => df.error_name(&code).to_string(),
+                    None => code,
+                };
+                let also = failure_names(node, Some(class));
                 if let (true, Some(t)) = (timed_out, &task.timeout) {
                     match t.on_timeout {
                         OnTimeout::Skip if self.is_compensating(token) => {
@@ -152,13 +162,22 @@ impl Machine<'_> {
                                 "onTimeout=\"fail\"".into(),
                                 !task.retries.is_empty(),
                                 cause,
+                                also,
                             );
                             return;
                         }
                         OnTimeout::Retry => {}
                     }
                 }
-                match judge(task, &state, &code, class, retryable, self.inputs.draw) {
+                match judge(
+                    task,
+                    &state,
+                    &code,
+                    &also,
+                    class,
+                    retryable,
+                    self.inputs.draw,
+                ) {
                     Verdict::Retry { retrier, delay } => {
                         let mut granted = state.granted.clone();
                         granted.resize(task.retries.len().max(granted.len()), 0);
@@ -194,14 +213,14 @@ impl Machine<'_> {
                     Verdict::Stop { why, policy } => {
                         let cause = Cause { code, message };
                         let _ = details;
-                        self.give_up(token, &node.id, why, policy, cause);
+                        self.give_up(token, &node.id, why, policy, cause, also);
                     }
                 }
             }
         }
     }
 
-    fn complete_task(&mut self, token: u64, node_id: &str) {
+    pub(super) fn complete_task(&mut self, token: u64, node_id: &str) {
         if self.is_compensating(token) {
             self.compensator_succeeded(token);
             return;
@@ -226,7 +245,15 @@ impl Machine<'_> {
 
     /// The policy will not retry: raise RETRY.EXHAUSTED (a policy existed) or
     /// TASK_FAILED (none did), with the last attempt as the cause.
-    fn give_up(&mut self, token: u64, node_id: &str, why: String, policy: bool, cause: Cause) {
+    fn give_up(
+        &mut self,
+        token: u64,
+        node_id: &str,
+        why: String,
+        policy: bool,
+        cause: Cause,
+        also: Vec<String>,
+    ) {
         let code = if policy {
             Code::RetryExhausted
         } else {
@@ -241,8 +268,18 @@ impl Machine<'_> {
             message,
             details: None,
             failure: Some(cause),
+            also,
         };
         self.raise_from(Some(token), raised, node_id);
+    }
+}
+
+/// The further names a task failure of `node` answers to: its
+/// `task_failure_name`, unless the failure is of class `timeout`.
+fn failure_names(node: &Node, class: Option<ErrorClass>) -> Vec<String> {
+    match node.data.as_ref().and_then(|d| d.task_failure_name.clone()) {
+        Some(name) if class != Some(ErrorClass::Timeout) => vec![name],
+        _ => Vec::new(),
     }
 }
 
@@ -250,14 +287,15 @@ fn judge(
     task: &ServiceTask,
     state: &TaskState,
     code: &str,
-    class: crate::codes::ErrorClass,
+    also: &[String],
+    class: ErrorClass,
     retryable: bool,
     draw: f64,
 ) -> Verdict {
     let Some((ix, policy)) = task.retries.iter().enumerate().find(|(_, p)| {
         p.error_equals
             .as_ref()
-            .is_none_or(|codes| codes.iter().any(|c| c == code))
+            .is_none_or(|codes| codes.iter().any(|c| c == code || also.contains(c)))
     }) else {
         let why = if task.retries.is_empty() {
             "no retry policy".to_string()

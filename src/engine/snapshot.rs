@@ -261,6 +261,38 @@ pub enum TokenStatus {
     Joining,
     /// At a sub-process whose children run.
     InSubProcess,
+    /// At a fan-out whose branches (or iterations) run.
+    Fanout(FanoutState),
+    /// A branch (or iteration) of the fan-out token that is its scope.
+    Branch {
+        slot: u32,
+        /// The item a `Map` iteration runs on (`$$.Map.Item.Value`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        item: Option<Value>,
+    },
+}
+
+/// Where a fan-out is: its branches' results so far, and its retries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FanoutState {
+    /// One per branch or item, in order; `None` until it ended.
+    pub results: Vec<Option<Value>>,
+    /// The items of a `Map` (the iterations not started yet read theirs here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<Value>,
+    /// The fan-out's effective input (branches and item selectors read it).
+    #[serde(default)]
+    pub input: Value,
+    /// The next branch or item to start.
+    pub next: u32,
+    /// The run (1-based; a retry runs the fan-out again).
+    pub attempt: u32,
+    /// Retries granted so far, per retrier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub granted: Vec<u32>,
+    /// The retry park while waiting out a backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,6 +308,9 @@ pub struct Token {
     /// Timer and message boundary parks armed for the activity it is at.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub boundary_parks: Vec<u64>,
+    /// The document it carries (nodes with a `DataFlow` read and rewrite it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doc: Option<Value>,
 }
 
 impl Token {
@@ -287,6 +322,10 @@ impl Token {
                 TaskPhase::Running { park } | TaskPhase::Backoff { park } => v.push(park),
             },
             TokenStatus::Waiting { park } => v.push(*park),
+            TokenStatus::Fanout(FanoutState {
+                backoff: Some(park),
+                ..
+            }) => v.push(*park),
             _ => {}
         }
         v

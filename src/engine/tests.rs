@@ -49,6 +49,7 @@ impl B {
             outgoing: vec![],
             boundaries: vec![],
             join: None,
+            data: None,
         });
         ix
     }

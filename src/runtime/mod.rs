@@ -17,6 +17,7 @@
 mod alarm;
 mod deployed;
 mod driver;
+mod events;
 mod inline;
 // Schedules, quotas, retirement (the API issue).
 mod lifecycle;
@@ -29,7 +30,7 @@ mod poller;
 mod view;
 
 pub use deployed::Deployed;
-pub use view::{AttemptView, ErrorView, HistoryView, InstanceView};
+pub use view::{AttemptView, ErrorView, HistoryView, InstanceView, WaitView};
 
 use crate::codes::Code;
 use crate::config::Config;

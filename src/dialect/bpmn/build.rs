@@ -377,6 +377,7 @@ impl<'d> Builder<'d> {
             outgoing: Vec::new(),
             boundaries: Vec::new(),
             join: None,
+            data: None,
         });
         self.elements.push(el);
         ix

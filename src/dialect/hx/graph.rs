@@ -411,6 +411,7 @@ fn push_node(
         outgoing: Vec::new(),
         boundaries: Vec::new(),
         join,
+        data: None,
     });
     ix
 }

@@ -1,19 +1,32 @@
-//! [`TenancyStore`] on PostgreSQL: one pool, a transaction per write. Same
-//! SQL shapes and answers as `sqlite_tenancy.rs` (whose row types it shares).
+//! [`TenancyStore`] for every [`SqlBackend`], written once: tenants, keys,
+//! schedules and metric counts have no statement that differs between
+//! SQLite and PostgreSQL (see `queries.rs` for the rules).
 
-use super::rows::duplicate_or_db;
-use super::sqlite_tenancy::{
-    fire_counts, EventRow, ScheduleRow, TenantRow, EVENT_COLUMNS, SCHEDULE_COLUMNS, TENANT_COLUMNS,
-};
+use super::queries::{Column, Conn, SqlBackend, LIVE};
+use super::rows::{duplicate_or_db, fire_counts, EVENT_COLUMNS, SCHEDULE_COLUMNS, TENANT_COLUMNS};
 use super::tenancy::{
     ApiKeyRecord, MetricCounts, ScheduleEvent, ScheduleRecord, TenancyStore, TenantLimits,
     TenantRecord, SCHEDULE_ARMED,
 };
-use super::{PgStore, StoreError, StoreResult};
+use super::{StoreError, StoreResult};
+use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
 
-impl TenancyStore for PgStore {
+// The sqlx traits that make `B::Db` a database the shared SQL runs on (see
+// the Store impl in queries.rs).
+impl<B> TenancyStore for B
+where
+    B: SqlBackend,
+    for<'c> &'c mut Conn<B>: Executor<'c, Database = B::Db>,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    i64: Column<B::Db>,
+    Option<i64>: Column<B::Db>,
+    String: Column<B::Db>,
+    Option<String>: Column<B::Db>,
+    for<'s> &'s str: Type<B::Db> + Encode<'s, B::Db> + ColumnIndex<<B::Db as Database>::Row>,
+    usize: ColumnIndex<<B::Db as Database>::Row>,
+{
     async fn create_tenant(&self, t: &TenantRecord) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(&format!(
             "INSERT INTO tenants ({TENANT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
         ))
@@ -32,29 +45,27 @@ impl TenancyStore for PgStore {
     }
 
     async fn get_tenant(&self, name: &str) -> StoreResult<Option<TenantRecord>> {
-        let row: Option<TenantRow> = sqlx::query_as(&format!(
+        Ok(sqlx::query_as(&format!(
             "SELECT {TENANT_COLUMNS} FROM tenants WHERE name = $1"
         ))
         .bind(name)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.map(TenantRecord::from))
+        .fetch_optional(self.reads())
+        .await?)
     }
 
     async fn list_tenants(&self) -> StoreResult<Vec<TenantRecord>> {
-        let rows: Vec<TenantRow> = sqlx::query_as(&format!(
+        Ok(sqlx::query_as(&format!(
             "SELECT {TENANT_COLUMNS} FROM tenants ORDER BY name"
         ))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(TenantRecord::from).collect())
+        .fetch_all(self.reads())
+        .await?)
     }
 
     async fn set_tenant_limits(&self, name: &str, l: &TenantLimits) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
-            "UPDATE tenants SET max_instances = $1, max_module_bytes = $2, fuel = $3, deadline_ms = $4, \
-             memory_bytes = $5 WHERE name = $6",
+            "UPDATE tenants SET max_instances = $1, max_module_bytes = $2, fuel = $3, \
+             deadline_ms = $4, memory_bytes = $5 WHERE name = $6",
         )
         .bind(l.max_instances)
         .bind(l.max_module_bytes)
@@ -64,7 +75,7 @@ impl TenancyStore for PgStore {
         .bind(name)
         .execute(&mut *tx)
         .await?;
-        if done.rows_affected() == 0 {
+        if B::rows_affected(&done) == 0 {
             return Err(StoreError::NotFound(format!("tenant {name}")));
         }
         tx.commit().await?;
@@ -72,7 +83,7 @@ impl TenancyStore for PgStore {
     }
 
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO api_keys (key_id, tenant, key_hash, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -92,7 +103,7 @@ impl TenancyStore for PgStore {
             "SELECT key_id, tenant, key_hash, created_at FROM api_keys WHERE key_id = $1",
         )
         .bind(key_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.reads())
         .await?;
         Ok(
             row.map(|(key_id, tenant, key_hash, created_at)| ApiKeyRecord {
@@ -105,26 +116,24 @@ impl TenancyStore for PgStore {
     }
 
     async fn live_instance_count(&self, tenant: &str) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM instances WHERE tenant = $1 AND state IN ('RUNNING', 'WAITING')",
-        )
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM instances WHERE tenant = $1 AND state IN ({LIVE})"
+        ))
         .bind(tenant)
-        .fetch_one(&self.pool)
+        .fetch_one(self.reads())
         .await?)
     }
 
     async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT id FROM instances WHERE tenant = $1 AND idempotency_key = $2",
-        )
-        .bind(tenant)
-        .bind(key)
-        .fetch_optional(&self.pool)
-        .await?)
+        Ok(sqlx::query_scalar(super::queries_steps::INSTANCE_BY_KEY)
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(self.reads())
+            .await?)
     }
 
     async fn arm_schedule(&self, s: &ScheduleRecord) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query(&format!(
             "INSERT INTO schedules ({SCHEDULE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, 0) \
              ON CONFLICT (deployment_id, start_node) DO NOTHING"
@@ -143,55 +152,52 @@ impl TenancyStore for PgStore {
     }
 
     async fn resolve_inactive_schedules(&self) -> StoreResult<u64> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
-            "UPDATE schedules SET state = 'RESOLVED', next_due = NULL WHERE state = 'ARMED' AND deployment_id IN \
-             (SELECT id FROM deployments WHERE state <> 'ACTIVE')",
+            "UPDATE schedules SET state = 'RESOLVED', next_due = NULL WHERE state = 'ARMED' \
+             AND deployment_id IN (SELECT id FROM deployments WHERE state <> 'ACTIVE')",
         )
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(done.rows_affected())
+        Ok(B::rows_affected(&done))
     }
 
     async fn due_schedules(&self, now: i64, limit: i64) -> StoreResult<Vec<ScheduleRecord>> {
-        let rows: Vec<ScheduleRow> = sqlx::query_as(&format!(
+        Ok(sqlx::query_as(&format!(
             "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE state = 'ARMED' AND next_due IS NOT NULL \
              AND next_due <= $1 ORDER BY next_due, deployment_id, start_node LIMIT $2"
         ))
         .bind(now)
         .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(ScheduleRecord::from).collect())
+        .fetch_all(self.reads())
+        .await?)
     }
 
     async fn next_schedule_due(&self) -> StoreResult<Option<i64>> {
         Ok(
             sqlx::query_scalar("SELECT MIN(next_due) FROM schedules WHERE state = 'ARMED'")
-                .fetch_one(&self.pool)
+                .fetch_one(self.reads())
                 .await?,
         )
     }
 
     async fn schedules_of(&self, deployment_id: &str) -> StoreResult<Vec<ScheduleRecord>> {
-        let rows: Vec<ScheduleRow> = sqlx::query_as(&format!(
+        Ok(sqlx::query_as(&format!(
             "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE deployment_id = $1 ORDER BY start_node"
         ))
         .bind(deployment_id)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(ScheduleRecord::from).collect())
+        .fetch_all(self.reads())
+        .await?)
     }
 
     async fn schedule_events(&self, deployment_id: &str) -> StoreResult<Vec<ScheduleEvent>> {
-        let rows: Vec<EventRow> = sqlx::query_as(&format!(
+        Ok(sqlx::query_as(&format!(
             "SELECT {EVENT_COLUMNS} FROM schedule_events WHERE deployment_id = $1 ORDER BY id"
         ))
         .bind(deployment_id)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().map(ScheduleEvent::from).collect())
+        .fetch_all(self.reads())
+        .await?)
     }
 
     async fn record_fire(
@@ -202,7 +208,7 @@ impl TenancyStore for PgStore {
         event: &ScheduleEvent,
     ) -> StoreResult<bool> {
         let (fires, refused) = fire_counts(event);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let tenant: Option<String> = sqlx::query_scalar(
             "UPDATE schedules SET last_slot = $1, next_due = $2, \
              state = CASE WHEN $2 IS NULL THEN 'EXHAUSTED' ELSE 'ARMED' END, \
@@ -245,25 +251,25 @@ impl TenancyStore for PgStore {
     async fn metric_counts(&self) -> StoreResult<MetricCounts> {
         let instances: Vec<(String, i64)> =
             sqlx::query_as("SELECT state, COUNT(*) FROM instances GROUP BY state ORDER BY state")
-                .fetch_all(&self.pool)
+                .fetch_all(self.reads())
                 .await?;
         let attempts: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT outcome, COALESCE(code, ''), COUNT(*) FROM attempts GROUP BY outcome, COALESCE(code, '') \
-             ORDER BY 1, 2",
+            "SELECT outcome, COALESCE(code, ''), COUNT(*) FROM attempts \
+             GROUP BY outcome, COALESCE(code, '') ORDER BY 1, 2",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(self.reads())
         .await?;
         let earliest_due: Option<i64> =
             sqlx::query_scalar("SELECT MIN(due_at) FROM parks WHERE due_at IS NOT NULL")
-                .fetch_one(&self.pool)
+                .fetch_one(self.reads())
                 .await?;
         let schedules_armed: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM schedules WHERE state = 'ARMED'")
-                .fetch_one(&self.pool)
+                .fetch_one(self.reads())
                 .await?;
         let schedule_refusals: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM schedule_events WHERE outcome <> 'fired'")
-                .fetch_one(&self.pool)
+                .fetch_one(self.reads())
                 .await?;
         Ok(MetricCounts {
             instances,
