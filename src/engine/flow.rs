@@ -14,9 +14,44 @@
 use super::machine::{Machine, Raised};
 use super::snapshot::{JoinState, NodeState};
 use crate::codes::Code;
-use crate::model::{FlowIx, FlowKind, JoinRule};
+use crate::model::{FlowIx, FlowKind, JoinRule, NodeIx, Process};
 use serde_json::{json, Value};
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
+
+/// Why an instance cannot resume at `at` (a from-failure retry, which starts
+/// a fresh instance with one token there): a node after it that joins also
+/// waits for an edge from outside what runs after `at`, which nothing in the
+/// new instance would ever decide. `None` when resuming is well-defined.
+pub(super) fn resume_blocker(process: &Process, at: NodeIx) -> Option<String> {
+    let mut after: HashSet<NodeIx> = HashSet::from([at]);
+    let mut work = vec![at];
+    while let Some(n) = work.pop() {
+        for &f in &process.node(n).outgoing {
+            let flow = process.flow(f);
+            if flow.kind != FlowKind::Compensation && after.insert(flow.target) {
+                work.push(flow.target);
+            }
+        }
+    }
+    for &n in &after {
+        let node = process.node(n);
+        if n == at || node.join.is_none() {
+            continue;
+        }
+        for &f in &node.incoming {
+            let flow = process.flow(f);
+            if flow.kind != FlowKind::Compensation && !after.contains(&flow.source) {
+                return Some(format!(
+                    "`{}` also waits for edge `{}` from `{}`, which would not run again",
+                    node.id,
+                    flow.id,
+                    process.node(flow.source).id
+                ));
+            }
+        }
+    }
+    None
+}
 
 impl Machine<'_> {
     /// Leave a node along its outgoing sequence flows: every unconditional

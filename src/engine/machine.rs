@@ -138,6 +138,12 @@ impl<'a> Machine<'a> {
                     format!("cannot resume at `{node}`: not a top-level node"),
                 )
             })?;
+        if let Some(why) = super::flow::resume_blocker(process, n.ix) {
+            return Err(EngineError::new(
+                Code::InstanceState,
+                format!("cannot resume at `{node}`: {why}; retry with mode=full"),
+            ));
+        }
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
         m.journal("instance_resumed", Some(node), json!({}));

@@ -131,19 +131,18 @@ impl Machine<'_> {
     /// `compensating: {node, output}`.
     pub(super) fn compensator_input(&self, token: u64) -> Map<String, Value> {
         let mut input = self.snap.variables.clone();
-        if self.is_compensating(token) {
-            if let Some((c, _)) = self.snap.unwind.as_ref().and_then(|u| u.current.as_ref()) {
-                let output = self
-                    .snap
-                    .outputs
-                    .get(&c.node)
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                input.insert(
-                    "compensating".into(),
-                    json!({ "node": c.node, "output": output }),
-                );
-            }
+        let current = self.snap.unwind.as_ref().and_then(|u| u.current.as_ref());
+        if let Some((c, _)) = current.filter(|(_, t)| *t == token) {
+            let output = self
+                .snap
+                .outputs
+                .get(&c.node)
+                .cloned()
+                .unwrap_or(Value::Null);
+            input.insert(
+                "compensating".into(),
+                json!({ "node": c.node, "output": output }),
+            );
         }
         input
     }

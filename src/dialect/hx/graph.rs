@@ -52,7 +52,7 @@ pub(super) fn build(wf: &Workflow<'_>, out: &mut Vec<Diagnostic>) -> Process {
     }
     let edges = check_edges(wf, &ids, out);
     check_compensation(wf, &ids, &edges, out);
-    check_cycles(wf, &ids, &edges, out);
+    check_cycles(wf, &edges, out);
     ir(wf, &ids, &edges, out)
 }
 
@@ -241,12 +241,7 @@ fn check_compensation(
 }
 
 /// Report every back edge of the forward (control, data, error) graph.
-fn check_cycles(
-    wf: &Workflow<'_>,
-    _ids: &HashMap<&str, usize>,
-    edges: &[Resolved<'_, '_>],
-    out: &mut Vec<Diagnostic>,
-) {
+fn check_cycles(wf: &Workflow<'_>, edges: &[Resolved<'_, '_>], out: &mut Vec<Diagnostic>) {
     let n = wf.nodes.len();
     let mut adj: Vec<Vec<(usize, &RawEdge<'_>)>> = vec![Vec::new(); n];
     for &(e, from, to) in edges {
@@ -340,7 +335,8 @@ fn ir(
         }
         let id = match e.kind {
             EdgeKind::Control | EdgeKind::Data => format!("{}->{}", e.from, e.to),
-            other => format!("{}-{}->{}", e.from, other.as_str(), e.to),
+            // `[` never occurs in an id: flow ids stay unique.
+            other => format!("{}->{}[{}]", e.from, e.to, other.as_str()),
         };
         push_flow(
             &mut p,
@@ -353,7 +349,7 @@ fn ir(
         );
     }
     let mut entries = 0;
-    for (i, _) in wf.nodes.iter().enumerate() {
+    for i in 0..wf.nodes.len() {
         let Some(&nix) = ix.get(&i) else { continue };
         if has_forward_in.contains(&i) || compensators.contains(&i) {
             continue;

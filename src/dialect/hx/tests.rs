@@ -120,7 +120,9 @@ fn any_namespace_is_accepted_for_the_root_and_its_children() {
     );
     assert!(p.find("a").is_some());
     assert_eq!(
-        codes(r#"<hx:workflow xmlns:hx="urn:hx" id="w"><node id="a" type="pass"/></hx:workflow>"#),
+        codes(
+            r#"<hx:workflow xmlns:hx="urn:hx" id="w"><hx:node id="b" type="pass"/><node id="a" type="pass"/></hx:workflow>"#
+        ),
         vec![Code::HxUnknownElement]
     );
 }

@@ -341,3 +341,36 @@ fn bpmn_nodes_get_states_too() {
     assert_eq!(state(&r, "end"), Some(NodeState::Succeeded));
     assert_eq!(state(&r, "start"), None, "start events have no state");
 }
+
+#[test]
+fn resuming_inside_a_join_graph_is_refused_unless_well_defined() {
+    let new = || NewInstance {
+        instance_id: "i2",
+        tenant: "t",
+        deployment_id: "d1",
+        start_node: None,
+        variables: Default::default(),
+    };
+    // a → c, b → c: resuming at a would leave c waiting for b forever.
+    let mut b = B::new();
+    let s = b.start();
+    let a = jtask(&mut b, "a");
+    let x = jtask(&mut b, "b");
+    let c = jtask(&mut b, "c");
+    b.flow(s, a);
+    b.flow(s, x);
+    b.flow(a, c);
+    b.flow(x, c);
+    let p = b.build();
+    let err = resume_at(&p, new(), "a", &inputs(t0())).unwrap_err();
+    assert_eq!(err.code, crate::codes::Code::InstanceState);
+    assert!(err.message.contains("`c`"), "{}", err.message);
+    // Resuming at c itself, or anywhere in a chain, is fine.
+    assert!(resume_at(&p, new(), "c", &inputs(t0())).is_ok());
+    let p = chain();
+    let step = resume_at(&p, new(), "c", &inputs(t0())).unwrap();
+    assert!(step
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RunAttempt(a) if a.node == "c")));
+}
