@@ -121,8 +121,12 @@ impl<'a> Machine<'a> {
         node: &str,
         inputs: &'a Inputs,
     ) -> Result<Step, EngineError> {
-        let n = process
-            .find(node)
+        // A failure inside a sub-process or branch resumes at its top-level state.
+        let mut n = process.find(node);
+        while let Some(s) = n.and_then(|x| x.scope) {
+            n = Some(process.node(s));
+        }
+        let n = n
             .filter(|n| n.scope.is_none())
             .ok_or_else(|| {
                 EngineError::new(

@@ -226,3 +226,5 @@ pub fn apply(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_documents;
