@@ -57,7 +57,9 @@ fn modules() -> BTreeMap<String, Vec<u8>> {
 async fn run(rt: &Runtime<AnyStore>, def: Value, input: Value) -> (String, Settled, InstanceView) {
     let mut def = def;
     def["Name"] = json!("m");
-    rt.deploy(TENANT, &def.to_string(), &modules()).await.unwrap();
+    rt.deploy(TENANT, &def.to_string(), &modules())
+        .await
+        .unwrap();
     let id = rt
         .start(StartRequest {
             tenant: TENANT.into(),

@@ -50,7 +50,11 @@ fn check_classifies_the_asl_validator_corpus_as_its_file_names_say() {
             "{name}: stderr: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        assert!(matches!(o.status.code(), Some(0 | 1)), "{name}: {:?}", o.status);
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{name}: {:?}",
+            o.status
+        );
         let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let diags = report[0]["diagnostics"].as_array().unwrap().clone();
         let errors: Vec<(String, String)> = diags
@@ -82,7 +86,10 @@ fn check_classifies_the_asl_validator_corpus_as_its_file_names_say() {
     }
     assert!(wrong.is_empty(), "misclassified:\n{}", wrong.join("\n"));
     // The refusals name what is not supported.
-    assert!(unsupported.iter().all(|m| m.contains("not supported")), "{unsupported:#?}");
+    assert!(
+        unsupported.iter().all(|m| m.contains("not supported")),
+        "{unsupported:#?}"
+    );
 }
 
 mod common;
@@ -120,18 +127,32 @@ async fn an_event_wait_is_resumed_through_the_api_and_through_sutra_resume() {
         .await;
     assert_eq!(status.as_u16(), 409, "{err}");
     assert_eq!(err["code"], "SUTRA.RUNTIME.EVENT.NOT_AWAITED");
-    assert!(err["message"].as_str().unwrap().contains("approved"), "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("approved"),
+        "{err}"
+    );
     let (status, done) = api
-        .post(&format!("/v1/instances/{id}/events/approved"), json!({"by": "api"}))
+        .post(
+            &format!("/v1/instances/{id}/events/approved"),
+            json!({"by": "api"}),
+        )
         .await;
     assert_eq!(status.as_u16(), 200, "{done}");
     assert_eq!(done["state"], "COMPLETED");
-    assert_eq!(done["variables"], json!({"order": 1, "approval": {"by": "api"}}));
+    assert_eq!(
+        done["variables"],
+        json!({"order": 1, "approval": {"by": "api"}})
+    );
     let (status, again) = api
         .post(&format!("/v1/instances/{id}/events/approved"), json!({}))
         .await;
-    assert_eq!((status.as_u16(), again["code"].as_str()), (409, Some("SUTRA.RUNTIME.EVENT.NOT_AWAITED")));
-    let (status, _) = api.post("/v1/instances/nope/events/approved", json!({})).await;
+    assert_eq!(
+        (status.as_u16(), again["code"].as_str()),
+        (409, Some("SUTRA.RUNTIME.EVENT.NOT_AWAITED"))
+    );
+    let (status, _) = api
+        .post("/v1/instances/nope/events/approved", json!({}))
+        .await;
     assert_eq!(status.as_u16(), 404);
 
     // Through `sutra resume`.
@@ -139,15 +160,33 @@ async fn an_event_wait_is_resumed_through_the_api_and_through_sutra_resume() {
     let id = started["instance"].as_str().unwrap().to_string();
     let token = api.token.clone().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["resume", &id, "approved", "--data", r#"{"by": "cli"}"#, "--server", &srv.url, "--token", &token, "--format", "json"])
+        .args([
+            "resume",
+            &id,
+            "approved",
+            "--data",
+            r#"{"by": "cli"}"#,
+            "--server",
+            &srv.url,
+            "--token",
+            &token,
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let view: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(view["state"], "COMPLETED");
     assert_eq!(view["variables"]["approval"], json!({"by": "cli"}));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["resume", &id, "approved", "--server", &srv.url, "--token", &token])
+        .args([
+            "resume", &id, "approved", "--server", &srv.url, "--token", &token,
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -173,7 +212,10 @@ where
 {
     let start = Instant::now();
     while !cond().await {
-        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -191,19 +233,32 @@ async fn a_run_killed_while_parked_in_a_wait_is_finished_by_serve() {
     .unwrap();
     let db = format!("sqlite://{}", dir.path().join("w.db").display());
     let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["run", &def.display().to_string(), "--input", r#"{"n": 1}"#, "--db", &db])
+        .args([
+            "run",
+            &def.display().to_string(),
+            "--input",
+            r#"{"n": 1}"#,
+            "--db",
+            &db,
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(run.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(run.stderr.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let id = line.trim().strip_prefix("instance ").unwrap().to_string();
     let store = SqliteStore::open(&db).await.unwrap();
     wait_for("the timer park", || {
         let (store, id) = (store.clone(), id.clone());
         async move {
-            store.parks_of(&id).await.map(|p| p.iter().any(|p| p.kind == "timer")).unwrap_or(false)
+            store
+                .parks_of(&id)
+                .await
+                .map(|p| p.iter().any(|p| p.kind == "timer"))
+                .unwrap_or(false)
         }
     })
     .await;
@@ -221,7 +276,12 @@ async fn a_run_killed_while_parked_in_a_wait_is_finished_by_serve() {
     wait_for("the instance to complete", || {
         let (store, id) = (store.clone(), id.clone());
         async move {
-            store.load_instance(&id).await.ok().flatten().is_some_and(|r| r.state == "COMPLETED")
+            store
+                .load_instance(&id)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|r| r.state == "COMPLETED")
         }
     })
     .await;
@@ -229,5 +289,8 @@ async fn a_run_killed_while_parked_in_a_wait_is_finished_by_serve() {
     let _ = serve.wait();
     let rec = store.load_instance(&id).await.unwrap().unwrap();
     let snap = sutra::engine::Snapshot::from_json(&rec.snapshot).unwrap();
-    assert_eq!(Value::Object(snap.variables), json!({"n": 1, "after": "done"}));
+    assert_eq!(
+        Value::Object(snap.variables),
+        json!({"n": 1, "after": "done"})
+    );
 }

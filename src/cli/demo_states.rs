@@ -55,7 +55,10 @@ pub fn describe(kind: &str, node: &str, data: &Value) -> Option<String> {
     let node = node.replace("#iteration", " (each line)");
     Some(match kind {
         "instance_started" => "order received".into(),
-        "fanout_started" => format!("{node}: one iteration per line ({} lines)", data["branches"]),
+        "fanout_started" => format!(
+            "{node}: one iteration per line ({} lines)",
+            data["branches"]
+        ),
         "branch_started" => format!("{node}: line {} starts", data["slot"]),
         "branch_completed" => format!("{node}: line {} done", data["slot"]),
         "attempt_ended" => match data["outcome"].as_str() {
@@ -124,7 +127,8 @@ pub async fn run<S: Store>(
                 .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
                 .map(|t| (t.with_timezone(&chrono::Utc) - started).num_milliseconds())
                 .unwrap_or(0);
-            if let Some(line) = describe(entry["kind"].as_str().unwrap_or(""), node, &entry["data"]) {
+            if let Some(line) = describe(entry["kind"].as_str().unwrap_or(""), node, &entry["data"])
+            {
                 println!("  {:>14}  {line}", offset(at));
             }
         }

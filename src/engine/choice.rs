@@ -163,6 +163,9 @@ mod tests {
             ),
             Some(Ordering::Equal)
         );
-        assert_eq!(order(Operand::Numeric, &Value::from("1"), &Value::from(1)), None);
+        assert_eq!(
+            order(Operand::Numeric, &Value::from("1"), &Value::from(1)),
+            None
+        );
     }
 }

@@ -22,7 +22,11 @@ impl Machine<'_> {
         let mut item = None;
         let mut cur = self.snap.token(token);
         while let Some(t) = cur {
-            if let TokenStatus::Branch { slot, item: Some(v) } = &t.status {
+            if let TokenStatus::Branch {
+                slot,
+                item: Some(v),
+            } = &t.status
+            {
                 item = Some(json!({ "Item": { "Index": slot, "Value": v } }));
                 break;
             }
@@ -55,7 +59,10 @@ impl Machine<'_> {
         Draws::new(
             &self.snap.instance_id,
             self.inputs.draw,
-            self.snap.next_journal.wrapping_mul(1_000_003).wrapping_add(token),
+            self.snap
+                .next_journal
+                .wrapping_mul(1_000_003)
+                .wrapping_add(token),
         )
     }
 
@@ -127,10 +134,12 @@ impl Machine<'_> {
             draws: &mut draws,
         };
         let result = match &node.kind {
-            NodeKind::Pass { set } => doc::effective_input(df, &raw, &mut scope).and_then(|input| {
-                let result = set.clone().unwrap_or(input);
-                doc::finish(df, raw.clone(), result, &mut scope)
-            }),
+            NodeKind::Pass { set } => {
+                doc::effective_input(df, &raw, &mut scope).and_then(|input| {
+                    let result = set.clone().unwrap_or(input);
+                    doc::finish(df, raw.clone(), result, &mut scope)
+                })
+            }
             NodeKind::End(EndKind::None) => doc::select(&df.input, raw.clone(), &context)
                 .and_then(|v| doc::select(&df.output, v, &context)),
             NodeKind::End(EndKind::Error { code, message }) => {
@@ -251,7 +260,10 @@ impl Machine<'_> {
         let Some(f) = chosen.or(default) else {
             let e = DocError::new(
                 Code::StatesNoChoiceMatched,
-                format!("no choice rule of `{}` matched and it has no default", node.id),
+                format!(
+                    "no choice rule of `{}` matched and it has no default",
+                    node.id
+                ),
             );
             self.raise_doc_error(token, node, e);
             return true;
@@ -271,7 +283,12 @@ impl Machine<'_> {
     }
 
     /// The input of a task attempt (`None`: an error was raised instead).
-    pub(super) fn doc_task_input(&mut self, token: u64, node: &Node, attempt: u32) -> Option<Value> {
+    pub(super) fn doc_task_input(
+        &mut self,
+        token: u64,
+        node: &Node,
+        attempt: u32,
+    ) -> Option<Value> {
         let df = node.data.as_deref()?;
         let raw = self.doc_of(token);
         if attempt == 1 {
@@ -374,7 +391,12 @@ impl Machine<'_> {
             Some(f) => (f.code.clone(), f.message.clone()),
             None => (raised.code.clone(), raised.message.clone()),
         };
-        doc::place(&df.result_path, raw, json!({ "Error": code, "Cause": cause })).map(Some)
+        doc::place(
+            &df.result_path,
+            raw,
+            json!({ "Error": code, "Cause": cause }),
+        )
+        .map(Some)
     }
 
     /// A token with a document ends: at top level its document is the output.
@@ -386,7 +408,12 @@ impl Machine<'_> {
     }
 
     /// Arm a timer whose due time the document gives.
-    pub(super) fn timer_from_park(&mut self, token: u64, node: &Node, from: &TimerFrom) -> Option<u64> {
+    pub(super) fn timer_from_park(
+        &mut self,
+        token: u64,
+        node: &Node,
+        from: &TimerFrom,
+    ) -> Option<u64> {
         let raw = self.doc_of(token);
         let context = self.context_of(token, node, 0);
         let input = match node.data.as_deref() {
@@ -396,14 +423,24 @@ impl Machine<'_> {
         let due = input.and_then(|input| match from {
             TimerFrom::Seconds(p) => {
                 let v = doc::read(p, &input, &context)?;
-                let secs = v.as_f64().filter(|s| *s >= 0.0 && s.is_finite()).ok_or_else(|| {
-                    DocError::new(
-                        Code::StatesRuntime,
-                        format!("`{}` must be a non-negative number of seconds, not {v}", p.text),
-                    )
-                })?;
+                let secs = v
+                    .as_f64()
+                    .filter(|s| *s >= 0.0 && s.is_finite())
+                    .ok_or_else(|| {
+                        DocError::new(
+                            Code::StatesRuntime,
+                            format!(
+                                "`{}` must be a non-negative number of seconds, not {v}",
+                                p.text
+                            ),
+                        )
+                    })?;
                 let d = chrono::Duration::milliseconds((secs.min(3.2e9) * 1000.0) as i64);
-                Ok(self.inputs.now.checked_add_signed(d).unwrap_or(self.inputs.now))
+                Ok(self
+                    .inputs
+                    .now
+                    .checked_add_signed(d)
+                    .unwrap_or(self.inputs.now))
             }
             TimerFrom::Timestamp(p) => {
                 let v = doc::read(p, &input, &context)?;

@@ -253,10 +253,20 @@ mod tests {
     #[test]
     fn set_creates_objects_and_writes_indexes() {
         let mut v = json!({"a": [1, 2]});
-        set(&mut v, &[Step::Key("b".into()), Step::Key("c".into())], json!(3)).unwrap();
+        set(
+            &mut v,
+            &[Step::Key("b".into()), Step::Key("c".into())],
+            json!(3),
+        )
+        .unwrap();
         set(&mut v, &[Step::Key("a".into()), Step::Index(-1)], json!(9)).unwrap();
         assert_eq!(v, json!({"a": [1, 9], "b": {"c": 3}}));
-        assert!(set(&mut v, &[Step::Key("a".into()), Step::Key("x".into())], json!(0)).is_err());
+        assert!(set(
+            &mut v,
+            &[Step::Key("a".into()), Step::Key("x".into())],
+            json!(0)
+        )
+        .is_err());
         assert!(set(&mut v, &[Step::Key("a".into()), Step::Index(5)], json!(0)).is_err());
     }
 

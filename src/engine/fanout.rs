@@ -67,7 +67,11 @@ impl<'a> Machine<'a> {
                 Ok(other) => {
                     let e = DocError::new(
                         Code::StatesItemsNotArray,
-                        format!("the items of `{}` are {}, not an array", node.id, doc::kind(&other)),
+                        format!(
+                            "the items of `{}` are {}, not an array",
+                            node.id,
+                            doc::kind(&other)
+                        ),
                     );
                     return self.raise_doc_error(token, node, e);
                 }
@@ -136,9 +140,20 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn start_branch(&mut self, token: u64, node: &Node, fan: &Fanout, st: &FanoutState, slot: u32) -> bool {
+    fn start_branch(
+        &mut self,
+        token: u64,
+        node: &Node,
+        fan: &Fanout,
+        st: &FanoutState,
+        slot: u32,
+    ) -> bool {
         let i = slot as usize;
-        let branch = if fan.items.is_some() { fan.branches.first() } else { fan.branches.get(i) };
+        let branch = if fan.items.is_some() {
+            fan.branches.first()
+        } else {
+            fan.branches.get(i)
+        };
         let Some(&branch) = branch else {
             return false;
         };
@@ -190,7 +205,12 @@ impl<'a> Machine<'a> {
     }
 
     fn fanout_finish(&mut self, token: u64, node: &Node, st: FanoutState) {
-        let results = Value::Array(st.results.into_iter().map(Option::unwrap_or_default).collect());
+        let results = Value::Array(
+            st.results
+                .into_iter()
+                .map(Option::unwrap_or_default)
+                .collect(),
+        );
         let df: DataFlow = node.data.as_deref().cloned().unwrap_or_default();
         let raw = self.doc_of(token);
         let context = self.context_of(token, node, 0);
@@ -280,7 +300,13 @@ impl<'a> Machine<'a> {
             Some(f) => (f.code.clone(), f.message.clone()),
             None => (raised.code.clone(), raised.message.clone()),
         };
-        self.record(fan, token, slot, json!({ "Error": code, "Cause": cause }), "iteration_failed");
+        self.record(
+            fan,
+            token,
+            slot,
+            json!({ "Error": code, "Cause": cause }),
+            "iteration_failed",
+        );
         true
     }
 

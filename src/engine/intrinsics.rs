@@ -28,21 +28,30 @@ fn int(f: Intrinsic, v: &Value, what: &str) -> DocResult<i64> {
             .as_i64()
             .or_else(|| n.as_f64().filter(|x| x.fract() == 0.0).map(|x| x as i64))
             .ok_or_else(|| fail(f, format!("{what} must be an integer, not {n}"))),
-        other => Err(fail(f, format!("{what} must be an integer, not {}", kind(other)))),
+        other => Err(fail(
+            f,
+            format!("{what} must be an integer, not {}", kind(other)),
+        )),
     }
 }
 
 fn string(f: Intrinsic, v: &Value, what: &str) -> DocResult<String> {
     match v {
         Value::String(s) => Ok(s.clone()),
-        other => Err(fail(f, format!("{what} must be a string, not {}", kind(other)))),
+        other => Err(fail(
+            f,
+            format!("{what} must be a string, not {}", kind(other)),
+        )),
     }
 }
 
 fn array(f: Intrinsic, v: &Value, what: &str) -> DocResult<Vec<Value>> {
     match v {
         Value::Array(a) => Ok(a.clone()),
-        other => Err(fail(f, format!("{what} must be an array, not {}", kind(other)))),
+        other => Err(fail(
+            f,
+            format!("{what} must be an array, not {}", kind(other)),
+        )),
     }
 }
 

@@ -109,7 +109,10 @@ impl<'a> Machine<'a> {
             Some(&start.id),
             json!({ "variables": new.variables }),
         );
-        let doc = start.data.as_ref().map(|_| Value::Object(new.variables.clone()));
+        let doc = start
+            .data
+            .as_ref()
+            .map(|_| Value::Object(new.variables.clone()));
         m.spawn_doc(start.ix, None, None, doc);
         m.run();
         Ok(m.finish())
@@ -126,18 +129,19 @@ impl<'a> Machine<'a> {
         while let Some(s) = n.and_then(|x| x.scope) {
             n = Some(process.node(s));
         }
-        let n = n
-            .filter(|n| n.scope.is_none())
-            .ok_or_else(|| {
-                EngineError::new(
-                    Code::InstanceState,
-                    format!("cannot resume at `{node}`: not a top-level node"),
-                )
-            })?;
+        let n = n.filter(|n| n.scope.is_none()).ok_or_else(|| {
+            EngineError::new(
+                Code::InstanceState,
+                format!("cannot resume at `{node}`: not a top-level node"),
+            )
+        })?;
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
         m.journal("instance_resumed", Some(node), json!({}));
-        let doc = n.data.as_ref().map(|_| Value::Object(new.variables.clone()));
+        let doc = n
+            .data
+            .as_ref()
+            .map(|_| Value::Object(new.variables.clone()));
         m.spawn_doc(n.ix, None, None, doc);
         m.run();
         Ok(m.finish())

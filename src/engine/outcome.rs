@@ -146,7 +146,15 @@ impl Machine<'_> {
                         OnTimeout::Retry => {}
                     }
                 }
-                match judge(task, &state, &code, &also, class, retryable, self.inputs.draw) {
+                match judge(
+                    task,
+                    &state,
+                    &code,
+                    &also,
+                    class,
+                    retryable,
+                    self.inputs.draw,
+                ) {
                     Verdict::Retry { retrier, delay } => {
                         let mut granted = state.granted.clone();
                         granted.resize(task.retries.len().max(granted.len()), 0);

@@ -14,7 +14,8 @@ fn load(def: Value) -> Process {
 
 fn inputs(s: i64) -> Inputs {
     Inputs {
-        now: chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::seconds(s),
+        now: chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
+            + chrono::Duration::seconds(s),
         draw: 0.5,
         attempt_lease: std::time::Duration::from_secs(60),
     }
@@ -38,7 +39,9 @@ fn begin(p: &Process, vars: Value) -> Step {
 fn fire_all(p: &Process, mut snap: Snapshot, at: i64) -> Snapshot {
     let due: Vec<u64> = snap.parks.keys().copied().collect();
     for park in due {
-        snap = apply(p, snap, Event::ParkFired { park }, &inputs(at)).unwrap().snapshot;
+        snap = apply(p, snap, Event::ParkFired { park }, &inputs(at))
+            .unwrap()
+            .snapshot;
     }
     snap
 }
@@ -56,7 +59,10 @@ fn pass_choice_and_intrinsics_rewrite_the_document() {
     }));
     let step = begin(&p, json!({"a": 2, "csv": "x,y"}));
     assert_eq!(step.snapshot.state, InstanceState::Completed);
-    assert_eq!(Value::Object(step.snapshot.variables), json!({"output": ["x", "y"]}));
+    assert_eq!(
+        Value::Object(step.snapshot.variables),
+        json!({"output": ["x", "y"]})
+    );
 }
 
 #[test]
@@ -75,7 +81,11 @@ fn a_map_with_waits_runs_each_item_in_its_own_document() {
     }));
     let step = begin(&p, json!({"items": ["a", "b"], "k": "K"}));
     assert_eq!(step.snapshot.state, InstanceState::Waiting);
-    assert_eq!(step.snapshot.parks.len(), 1, "MaxConcurrency 1: one iteration waits");
+    assert_eq!(
+        step.snapshot.parks.len(),
+        1,
+        "MaxConcurrency 1: one iteration waits"
+    );
     let snap = fire_all(&p, step.snapshot, 10);
     assert_eq!(snap.parks.len(), 1, "the second iteration started");
     let snap = fire_all(&p, snap, 20);
@@ -92,10 +102,21 @@ fn an_event_wait_places_the_event_at_its_result_path() {
     let step = begin(&p, json!({"x": 1}));
     let (&park, _) = step.snapshot.parks.iter().next().unwrap();
     let data = json!({"ok": true}).as_object().cloned().unwrap();
-    let snap = apply(&p, step.snapshot, Event::MessageArrived { park, variables: data }, &inputs(5))
-        .unwrap()
-        .snapshot;
-    assert_eq!(Value::Object(snap.variables), json!({"x": 1, "ev": {"ok": true}}));
+    let snap = apply(
+        &p,
+        step.snapshot,
+        Event::MessageArrived {
+            park,
+            variables: data,
+        },
+        &inputs(5),
+    )
+    .unwrap()
+    .snapshot;
+    assert_eq!(
+        Value::Object(snap.variables),
+        json!({"x": 1, "ev": {"ok": true}})
+    );
 }
 
 #[test]
@@ -110,7 +131,10 @@ fn a_parallel_branch_failure_fails_the_run_with_the_branch_error() {
     let step = begin(&p, json!({}));
     assert_eq!(step.snapshot.state, InstanceState::Failed);
     assert_eq!(step.snapshot.error.unwrap().code, "Nope");
-    assert!(step.snapshot.parks.is_empty(), "the other branch's timer is withdrawn");
+    assert!(
+        step.snapshot.parks.is_empty(),
+        "the other branch's timer is withdrawn"
+    );
 }
 
 #[test]
@@ -126,7 +150,11 @@ fn a_retried_parallel_runs_again_after_its_backoff() {
     let due = step.snapshot.parks.values().next().unwrap().due.unwrap();
     assert_eq!(due, inputs(3).now);
     let snap = fire_all(&p, step.snapshot, 3);
-    assert_eq!(snap.state, InstanceState::Failed, "one retry, then the error");
+    assert_eq!(
+        snap.state,
+        InstanceState::Failed,
+        "one retry, then the error"
+    );
 }
 
 #[test]

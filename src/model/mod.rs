@@ -21,8 +21,8 @@ pub use document::{
     TimerFrom, ValueExpr,
 };
 pub use expr::{Expr, ExprError};
-pub use rule::{Against, Compare, Operand, Rule, TypeTest};
 pub use policy::{Backoff, Jitter, OnTimeout, RetryPolicy, TaskTimeout};
+pub use rule::{Against, Compare, Operand, Rule, TypeTest};
 
 use crate::diag::Pos;
 use crate::time::TimerSpec;
@@ -123,7 +123,9 @@ impl Process {
         self.nodes
             .iter()
             .find(|n| match &n.kind {
-                NodeKind::ServiceTask(t) => t.implementation == TaskImpl::Registered(name.to_string()),
+                NodeKind::ServiceTask(t) => {
+                    t.implementation == TaskImpl::Registered(name.to_string())
+                }
                 _ => false,
             })
             .and_then(|n| n.data.as_ref())

@@ -65,7 +65,13 @@ impl Builder<'_> {
         ix
     }
 
-    pub fn flow(&mut self, source: NodeIx, target: NodeIx, pos: Pos, condition: Option<Expr>) -> FlowIx {
+    pub fn flow(
+        &mut self,
+        source: NodeIx,
+        target: NodeIx,
+        pos: Pos,
+        condition: Option<Expr>,
+    ) -> FlowIx {
         let ix = FlowIx(u32::try_from(self.flows.len()).unwrap_or(u32::MAX));
         let id = format!(
             "{}->{}#{}",
@@ -138,12 +144,22 @@ impl Builder<'_> {
             Some(s) => match s.as_str() {
                 Some(name) => Some((name.to_string(), s.pos)),
                 None => {
-                    self.cx.err(Code::StatesInvalidField, s.pos, owner, "`StartAt` must be a state name");
+                    self.cx.err(
+                        Code::StatesInvalidField,
+                        s.pos,
+                        owner,
+                        "`StartAt` must be a state name",
+                    );
                     None
                 }
             },
             None => {
-                self.cx.err(Code::StatesMissingField, j.pos, owner, "a state machine needs `StartAt`");
+                self.cx.err(
+                    Code::StatesMissingField,
+                    j.pos,
+                    owner,
+                    "a state machine needs `StartAt`",
+                );
                 None
             }
         };
@@ -161,7 +177,12 @@ impl Builder<'_> {
                 }
             },
             None => {
-                self.cx.err(Code::StatesMissingField, j.pos, owner, "a state machine needs `States`");
+                self.cx.err(
+                    Code::StatesMissingField,
+                    j.pos,
+                    owner,
+                    "a state machine needs `States`",
+                );
                 return;
             }
         };
@@ -194,7 +215,10 @@ impl Builder<'_> {
                     Code::StatesDuplicateState,
                     k.pos,
                     &k.name,
-                    format!("the state name `{}` is used twice (names are unique in the whole machine)", k.name),
+                    format!(
+                        "the state name `{}` is used twice (names are unique in the whole machine)",
+                        k.name
+                    ),
                 );
                 continue;
             }
@@ -221,14 +245,23 @@ impl Builder<'_> {
                     Code::StatesUnknownState,
                     p.pos,
                     &from,
-                    format!("`{}` names no state of this {}", p.target, scope_word(scope)),
+                    format!(
+                        "`{}` names no state of this {}",
+                        p.target,
+                        scope_word(scope)
+                    ),
                 );
                 continue;
             };
             let f = self.flow(p.from, target, p.pos, p.condition);
-            edges.entry(state_of(&self.nodes, p.from)).or_default().push(target);
+            edges
+                .entry(state_of(&self.nodes, p.from))
+                .or_default()
+                .push(target);
             if p.default {
-                if let NodeKind::ExclusiveGateway { default } = &mut self.nodes[p.from.0 as usize].kind {
+                if let NodeKind::ExclusiveGateway { default } =
+                    &mut self.nodes[p.from.0 as usize].kind
+                {
                     *default = Some(f);
                 }
             }
@@ -238,7 +271,10 @@ impl Builder<'_> {
                 Code::StatesNoTerminalState,
                 j.pos,
                 owner,
-                format!("this {} has no terminal state (`End`, Succeed or Fail)", scope_word(scope)),
+                format!(
+                    "this {} has no terminal state (`End`, Succeed or Fail)",
+                    scope_word(scope)
+                ),
             );
         }
         let Some((first, pos)) = start_at else {
@@ -249,7 +285,10 @@ impl Builder<'_> {
                 Code::StatesUnknownState,
                 pos,
                 owner,
-                format!("`StartAt` names `{first}`, no state of this {}", scope_word(scope)),
+                format!(
+                    "`StartAt` names `{first}`, no state of this {}",
+                    scope_word(scope)
+                ),
             );
             return;
         };
@@ -377,7 +416,10 @@ pub fn process(cx: &mut Ctx, root: &J) -> Option<Process> {
                 Code::StatesDuplicateState,
                 n.pos,
                 &n.id,
-                format!("the state name `{}` collides with a name Sutra gives a catcher or branch", n.id),
+                format!(
+                    "the state name `{}` collides with a name Sutra gives a catcher or branch",
+                    n.id
+                ),
             );
         }
     }

@@ -287,7 +287,14 @@ mod tests {
         let dup = parse("{\"a\": 1, \"a\": 2}").unwrap_err();
         assert_eq!(dup[0].code, Code::StatesDuplicateKey);
         assert_eq!((dup[0].line, dup[0].column), (1, 10));
-        for bad in ["{\"a\": 1,}", "{// c\n}", "{a: 1}", "{\"a\": 'x'}", "{\"a\": 01}", ""] {
+        for bad in [
+            "{\"a\": 1,}",
+            "{// c\n}",
+            "{a: 1}",
+            "{\"a\": 'x'}",
+            "{\"a\": 01}",
+            "",
+        ] {
             let d = parse(bad).unwrap_err();
             assert_eq!(d[0].code, Code::StatesJsonMalformed, "{bad}");
         }

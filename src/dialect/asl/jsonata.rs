@@ -95,7 +95,9 @@ fn parse(expr: &str) -> Result<(), String> {
                     while i < chars.len() && chars[i].is_ascii_digit() {
                         i += 1;
                     }
-                    if chars.get(i) == Some(&'.') && chars.get(i + 1).is_some_and(char::is_ascii_digit) {
+                    if chars.get(i) == Some(&'.')
+                        && chars.get(i + 1).is_some_and(char::is_ascii_digit)
+                    {
                         i += 1;
                         while i < chars.len() && chars[i].is_ascii_digit() {
                             i += 1;
@@ -152,14 +154,20 @@ fn parse(expr: &str) -> Result<(), String> {
                 }
                 '$' | '_' | 'λ' => {
                     i += 1;
-                    while chars.get(i).is_some_and(|c| c.is_alphanumeric() || *c == '_') {
+                    while chars
+                        .get(i)
+                        .is_some_and(|c| c.is_alphanumeric() || *c == '_')
+                    {
                         i += 1;
                     }
                     want_operand = false;
                 }
                 c if c.is_alphabetic() => {
                     let start = i;
-                    while chars.get(i).is_some_and(|c| c.is_alphanumeric() || *c == '_') {
+                    while chars
+                        .get(i)
+                        .is_some_and(|c| c.is_alphanumeric() || *c == '_')
+                    {
                         i += 1;
                     }
                     let word: String = chars[start..i].iter().collect();
@@ -181,7 +189,9 @@ fn parse(expr: &str) -> Result<(), String> {
                     stack.push(c);
                     i += 1;
                 }
-                ')' | ']' | '}' if stack.last() == Some(&opening(c)) && previous_is(&chars, i, opening(c)) => {
+                ')' | ']' | '}'
+                    if stack.last() == Some(&opening(c)) && previous_is(&chars, i, opening(c)) =>
+                {
                     stack.pop();
                     i += 1;
                     want_operand = false;
@@ -210,8 +220,8 @@ fn parse(expr: &str) -> Result<(), String> {
                 }
                 _ => {
                     let ops = [
-                        ":=", "~>", "!=", "<=", ">=", "..", "+", "-", "*", "/", "%", "=", "<", ">", "&", "?", ":",
-                        ".", "@", "#", "^",
+                        ":=", "~>", "!=", "<=", ">=", "..", "+", "-", "*", "/", "%", "=", "<", ">",
+                        "&", "?", ":", ".", "@", "#", "^",
                     ];
                     let rest: String = chars[i..chars.len().min(i + 2)].iter().collect();
                     if let Some(op) = ops.iter().find(|op| rest.starts_with(**op)) {
@@ -221,7 +231,10 @@ fn parse(expr: &str) -> Result<(), String> {
                     }
                     if c.is_alphabetic() {
                         let start = i;
-                        while chars.get(i).is_some_and(|c| c.is_alphanumeric() || *c == '_') {
+                        while chars
+                            .get(i)
+                            .is_some_and(|c| c.is_alphanumeric() || *c == '_')
+                        {
                             i += 1;
                         }
                         let word: String = chars[start..i].iter().collect();

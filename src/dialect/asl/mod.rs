@@ -13,6 +13,7 @@
 //! States language that Sutra does not run. Never panics.
 
 mod build;
+mod handlers;
 mod json;
 mod jsonata;
 mod paths;
@@ -52,7 +53,12 @@ impl Ctx {
 
     pub fn refusal(&mut self, r: Refusal, pos: Pos, element: &str, field: &str) {
         match r {
-            Refusal::Invalid(m) => self.err(Code::StatesInvalidPath, pos, element, format!("`{field}`: {m}")),
+            Refusal::Invalid(m) => self.err(
+                Code::StatesInvalidPath,
+                pos,
+                element,
+                format!("`{field}`: {m}"),
+            ),
             Refusal::Unsupported(m) => self.err(
                 Code::StatesUnsupported,
                 pos,

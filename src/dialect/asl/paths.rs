@@ -7,7 +7,9 @@
 //! the Jayway-style dotted names RFC 9535 refuses (`$.input-foo`) to bracket
 //! notation before handing the text over.
 
-use crate::model::{Arg, Call, DocPath, Intrinsic, PathRoot, Step, ValueExpr};
+use super::json::{Jv, J};
+use crate::codes::Code;
+use crate::model::{Arg, Call, DocPath, Intrinsic, PathRoot, Step, Template, ValueExpr};
 use std::sync::Arc;
 
 /// Why a path, call or template was refused.
@@ -61,7 +63,9 @@ pub fn path(text: &str) -> R<DocPath> {
                                     s.push('\\');
                                     s.push(c);
                                 }
-                                c if (c as u32) < 0x20 => s.push_str(&format!("\\u{:04x}", c as u32)),
+                                c if (c as u32) < 0x20 => {
+                                    s.push_str(&format!("\\u{:04x}", c as u32))
+                                }
                                 c => s.push(c),
                             }
                         }
@@ -144,7 +148,9 @@ fn reference_steps(rest: &str) -> Option<Vec<Step>> {
                         }
                         i += 1;
                         let ok = !n.is_empty()
-                            && n.trim_start_matches('-').chars().all(|c| c.is_ascii_digit())
+                            && n.trim_start_matches('-')
+                                .chars()
+                                .all(|c| c.is_ascii_digit())
                             && !n.trim_start_matches('-').is_empty();
                         if !ok {
                             return None;
@@ -185,7 +191,10 @@ fn bracket_odd_names(rest: &str) -> String {
             '\'' | '"' => quote = Some(c),
             '[' => depth += 1,
             ']' => depth = depth.saturating_sub(1),
-            '.' if depth == 0 && chars.get(i + 1) != Some(&'.') && (i == 0 || chars[i - 1] != '.') => {
+            '.' if depth == 0
+                && chars.get(i + 1) != Some(&'.')
+                && (i == 0 || chars[i - 1] != '.') =>
+            {
                 let start = i + 1;
                 let mut j = start;
                 while j < chars.len() && !matches!(chars[j], '.' | '[' | ' ') {
@@ -197,7 +206,10 @@ fn bracket_odd_names(rest: &str) -> String {
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || c == '_' || !c.is_ascii());
                 if !name.is_empty() && !plain {
-                    out.push_str(&format!("['{}']", name.replace('\\', "\\\\").replace('\'', "\\'")));
+                    out.push_str(&format!(
+                        "['{}']",
+                        name.replace('\\', "\\\\").replace('\'', "\\'")
+                    ));
                     i = j;
                     continue;
                 }
@@ -253,7 +265,11 @@ impl CallParser<'_> {
     }
 
     fn err<T>(&self, why: &str) -> R<T> {
-        invalid(format!("`{}`: {why} at character {}", self.text, self.i + 1))
+        invalid(format!(
+            "`{}`: {why} at character {}",
+            self.text,
+            self.i + 1
+        ))
     }
 
     fn call(&mut self, depth: usize) -> R<Call> {
@@ -270,7 +286,10 @@ impl CallParser<'_> {
         }
         let name: String = self.s[start..self.i].iter().collect();
         let Some(function) = Intrinsic::parse(&name) else {
-            return invalid(format!("`{}`: `{name}` is not an intrinsic function", self.text));
+            return invalid(format!(
+                "`{}`: `{name}` is not an intrinsic function",
+                self.text
+            ));
         };
         self.ws();
         if self.s.get(self.i) != Some(&'(') {
@@ -421,6 +440,79 @@ pub fn template_key(key: &str) -> (&str, bool) {
     }
 }
 
+/// A payload template: `key.$` values are paths or intrinsic calls.
+pub fn template(
+    cx: &mut super::Ctx,
+    j: &J,
+    state: &str,
+    field: &str,
+    depth: usize,
+) -> Option<Template> {
+    Some(match &j.v {
+        Jv::Obj(props) => {
+            let mut out: Vec<(String, Template)> = Vec::new();
+            let mut ok = true;
+            for (k, v) in props {
+                let (key, computed) = template_key(&k.name);
+                if out.iter().any(|(o, _)| o == key) {
+                    cx.err(
+                        Code::StatesDuplicateKey,
+                        k.pos,
+                        state,
+                        format!("`{field}`: the key `{key}` appears twice once `.$` is removed"),
+                    );
+                    ok = false;
+                    continue;
+                }
+                let t = if computed {
+                    let Some(text) = v.as_str() else {
+                        cx.err(
+                            Code::StatesInvalidPath,
+                            v.pos,
+                            state,
+                            format!(
+                                "`{field}`: `{}` must be a path or an intrinsic call",
+                                k.name
+                            ),
+                        );
+                        ok = false;
+                        continue;
+                    };
+                    match value_expr(text) {
+                        Ok(e) => Template::Computed(e),
+                        Err(r) => {
+                            cx.refusal(r, v.pos, state, field);
+                            ok = false;
+                            continue;
+                        }
+                    }
+                } else {
+                    match template(cx, v, state, field, depth + 1) {
+                        Some(t) => t,
+                        None => {
+                            ok = false;
+                            continue;
+                        }
+                    }
+                };
+                out.push((key.to_string(), t));
+            }
+            if !ok {
+                return None;
+            }
+            Template::Object(out)
+        }
+        Jv::Arr(items) => {
+            let mut out = Vec::new();
+            for i in items {
+                out.push(template(cx, i, state, field, depth + 1)?);
+            }
+            Template::Array(out)
+        }
+        _ => Template::Literal(j.to_value()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,7 +523,11 @@ mod tests {
         let p = path("$.a['b c'][-1]").unwrap();
         assert_eq!(
             p.steps,
-            Some(vec![Step::Key("a".into()), Step::Key("b c".into()), Step::Index(-1)])
+            Some(vec![
+                Step::Key("a".into()),
+                Step::Key("b c".into()),
+                Step::Index(-1)
+            ])
         );
         let v = json!({"a": {"b c": [1, 2]}});
         assert_eq!(p.query.query(&v).all(), vec![&json!(2)]);
@@ -446,21 +542,31 @@ mod tests {
         assert_eq!(path("$").unwrap().steps, Some(vec![]));
         assert!(matches!(path("bug$.x"), Err(Refusal::Invalid(_))));
         assert!(matches!(path("$foo"), Err(Refusal::Unsupported(_))));
-        assert!(matches!(path("$[(@.length-1)].bar"), Err(Refusal::Unsupported(_))));
+        assert!(matches!(
+            path("$[(@.length-1)].bar"),
+            Err(Refusal::Unsupported(_))
+        ));
         assert!(matches!(path("$..[?"), Err(Refusal::Invalid(_))));
         assert!(path("$.store.book[?(@.price < 10)].title").is_ok());
     }
 
     #[test]
     fn intrinsic_calls_parse() {
-        let c = call("States.Format('Welcome to {} {}\\'s playlist.', $.firstName, $.lastName)").unwrap();
+        let c = call("States.Format('Welcome to {} {}\\'s playlist.', $.firstName, $.lastName)")
+            .unwrap();
         assert_eq!(c.function, Intrinsic::Format);
         assert_eq!(c.args.len(), 3);
         assert!(call("States.Array('Foo', 2020, $.someJson, null)").is_ok());
         assert!(call("States.MathAdd(States.ArrayLength($.a), -1)").is_ok());
         assert!(call("States.UUID()").is_ok());
         assert!(call("States.ArrayGetItem($.a[0], $.i)").is_ok());
-        for bad in ["States.Nope()", "States.UUID(1)", "States.Format(", "States.MathAdd(1, 2) x", "States.Format('a)"] {
+        for bad in [
+            "States.Nope()",
+            "States.UUID(1)",
+            "States.Format(",
+            "States.MathAdd(1, 2) x",
+            "States.Format('a)",
+        ] {
             assert!(matches!(call(bad), Err(Refusal::Invalid(_))), "{bad}");
         }
         assert!(matches!(value_expr("ipsum"), Err(Refusal::Invalid(_))));

@@ -7,9 +7,8 @@ use super::{jsonata, paths, rules};
 use crate::codes::Code;
 use crate::diag::Pos;
 use crate::model::{
-    Backoff, CatchTrigger, DataFlow, EndKind, Expr, Fanout, Items, Jitter, MessageRef, NodeIx,
-    NodeKind, OnTimeout, ResultPath, RetryPolicy, Selection, ServiceTask, TaskImpl, TaskTimeout,
-    Template, TimerFrom,
+    CatchTrigger, DataFlow, EndKind, Expr, Fanout, Items, MessageRef, NodeIx, NodeKind, OnTimeout,
+    ResultPath, Selection, ServiceTask, TaskImpl, TaskTimeout, Template, TimerFrom,
 };
 use crate::time::{IsoDuration, TimerSpec};
 
@@ -28,26 +27,64 @@ const JSONATA_FIELDS: &[&str] = &["Arguments", "Output", "Assign", "Items", "Que
 fn allowed(ty: &str) -> Option<&'static [&'static str]> {
     Some(match ty {
         "Task" => &[
-            "Resource", "Next", "End", "Parameters", "ResultSelector", "ResultPath", "Retry", "Catch",
+            "Resource",
+            "Next",
+            "End",
+            "Parameters",
+            "ResultSelector",
+            "ResultPath",
+            "Retry",
+            "Catch",
             "TimeoutSeconds",
         ],
         "Pass" => &["Next", "End", "Parameters", "Result", "ResultPath"],
         "Choice" => &["Choices", "Default"],
         "Wait" => &[
-            "Next", "End", "Seconds", "SecondsPath", "Timestamp", "TimestampPath", "EventName",
+            "Next",
+            "End",
+            "Seconds",
+            "SecondsPath",
+            "Timestamp",
+            "TimestampPath",
+            "EventName",
             "ResultPath",
         ],
         "Succeed" => &[],
         "Fail" => &["Error", "ErrorPath", "Cause", "CausePath"],
         "Parallel" => &[
-            "Branches", "Next", "End", "Parameters", "ResultSelector", "ResultPath", "Retry", "Catch",
+            "Branches",
+            "Next",
+            "End",
+            "Parameters",
+            "ResultSelector",
+            "ResultPath",
+            "Retry",
+            "Catch",
         ],
         "Map" => &[
-            "ItemProcessor", "Iterator", "ItemsPath", "ItemSelector", "Parameters", "MaxConcurrency",
-            "FailOnPartial", "Next", "End", "ResultSelector", "ResultPath", "Retry", "Catch",
+            "ItemProcessor",
+            "Iterator",
+            "ItemsPath",
+            "ItemSelector",
+            "Parameters",
+            "MaxConcurrency",
+            "FailOnPartial",
+            "Next",
+            "End",
+            "ResultSelector",
+            "ResultPath",
+            "Retry",
+            "Catch",
         ],
         "InvokeFlow" => &[
-            "Flow", "Next", "End", "Parameters", "ResultSelector", "ResultPath", "Retry", "Catch",
+            "Flow",
+            "Next",
+            "End",
+            "Parameters",
+            "ResultSelector",
+            "ResultPath",
+            "Retry",
+            "Catch",
         ],
         _ => return None,
     })
@@ -59,7 +96,9 @@ fn unsupported(ty: &str, field: &str) -> Option<&'static str> {
         (_, "Assign") => "`Assign` (variables)",
         (_, "Output") | (_, "Arguments") => "JSONata `Output`/`Arguments`",
         ("Task", "TimeoutSecondsPath") => "`TimeoutSecondsPath`",
-        ("Task", "HeartbeatSeconds") | ("Task", "HeartbeatSecondsPath") => "task heartbeats (`HeartbeatSeconds`)",
+        ("Task", "HeartbeatSeconds") | ("Task", "HeartbeatSecondsPath") => {
+            "task heartbeats (`HeartbeatSeconds`)"
+        }
         ("Task", "Credentials") => "`Credentials` (assumed roles)",
         ("Map", "ItemReader") => "distributed Map `ItemReader`",
         ("Map", "ItemBatcher") => "`ItemBatcher`",
@@ -67,7 +106,9 @@ fn unsupported(ty: &str, field: &str) -> Option<&'static str> {
         ("Map", "ToleratedFailureCount")
         | ("Map", "ToleratedFailureCountPath")
         | ("Map", "ToleratedFailurePercentage")
-        | ("Map", "ToleratedFailurePercentagePath") => "tolerated failures (Sutra has `FailOnPartial`)",
+        | ("Map", "ToleratedFailurePercentagePath") => {
+            "tolerated failures (Sutra has `FailOnPartial`)"
+        }
         ("Map", "Label") => "distributed Map `Label`",
         ("Map", "Items") => "JSONata `Items`",
         ("Map", "MaxConcurrencyPath") => "`MaxConcurrencyPath`",
@@ -76,9 +117,20 @@ fn unsupported(ty: &str, field: &str) -> Option<&'static str> {
 }
 
 /// Build one state.
-pub fn state(b: &mut Builder<'_>, name: &str, kpos: Pos, j: &J, scope: Option<NodeIx>) -> Option<Built> {
+pub fn state(
+    b: &mut Builder<'_>,
+    name: &str,
+    kpos: Pos,
+    j: &J,
+    scope: Option<NodeIx>,
+) -> Option<Built> {
     let Some(obj) = j.as_obj() else {
-        b.cx.err(Code::StatesInvalidField, j.pos, name, format!("a state must be an object, not {}", j.kind()));
+        b.cx.err(
+            Code::StatesInvalidField,
+            j.pos,
+            name,
+            format!("a state must be an object, not {}", j.kind()),
+        );
         return None;
     };
     let Some(ty_j) = j.get("Type") else {
@@ -104,7 +156,12 @@ pub fn state(b: &mut Builder<'_>, name: &str, kpos: Pos, j: &J, scope: Option<No
             }
             Some("JSONPath") => false,
             _ => {
-                b.cx.err(Code::StatesInvalidField, q.pos, name, "`QueryLanguage` is JSONPath or JSONata");
+                b.cx.err(
+                    Code::StatesInvalidField,
+                    q.pos,
+                    name,
+                    "`QueryLanguage` is JSONPath or JSONata",
+                );
                 false
             }
         },
@@ -144,7 +201,14 @@ pub fn state(b: &mut Builder<'_>, name: &str, kpos: Pos, j: &J, scope: Option<No
             ),
         }
     }
-    let mut s = St { b, name, j, scope, transitions: Vec::new(), jsonata: jsonata_state };
+    let mut s = St {
+        b,
+        name,
+        j,
+        scope,
+        transitions: Vec::new(),
+        jsonata: jsonata_state,
+    };
     let (node, terminal) = match ty {
         "Task" => s.task(),
         "Pass" => s.pass(),
@@ -156,34 +220,39 @@ pub fn state(b: &mut Builder<'_>, name: &str, kpos: Pos, j: &J, scope: Option<No
         "Map" => s.map(),
         _ => s.invoke_flow(),
     };
-    Some(Built { node, transitions: s.transitions, terminal })
+    Some(Built {
+        node,
+        transitions: s.transitions,
+        terminal,
+    })
 }
 
-struct St<'a, 'b, 'c> {
-    b: &'a mut Builder<'c>,
-    name: &'b str,
-    j: &'b J,
-    scope: Option<NodeIx>,
-    transitions: Vec<Pending>,
-    jsonata: bool,
+pub(super) struct St<'a, 'b, 'c> {
+    pub(super) b: &'a mut Builder<'c>,
+    pub(super) name: &'b str,
+    pub(super) j: &'b J,
+    pub(super) scope: Option<NodeIx>,
+    pub(super) transitions: Vec<Pending>,
+    pub(super) jsonata: bool,
 }
 
 impl St<'_, '_, '_> {
-    fn err(&mut self, code: Code, pos: Pos, message: impl Into<String>) {
+    pub(super) fn err(&mut self, code: Code, pos: Pos, message: impl Into<String>) {
         self.b.cx.err(code, pos, self.name, message);
     }
 
-    fn get(&self, f: &str) -> Option<&J> {
+    pub(super) fn get(&self, f: &str) -> Option<&J> {
         self.j.get(f)
     }
 
     /// At most one of `fields` (the first two found are reported).
-    fn exclusive(&mut self, fields: &[&'static str]) -> Option<(&'static str, J)> {
+    pub(super) fn exclusive(&mut self, fields: &[&'static str]) -> Option<(&'static str, J)> {
         exclusive_in(self.b.cx, self.name, self.j, fields)
     }
 
     fn node(&mut self, kind: NodeKind, data: Option<DataFlow>) -> NodeIx {
-        self.b.node(self.name.to_string(), self.j.pos, self.scope, kind, data)
+        self.b
+            .node(self.name.to_string(), self.j.pos, self.scope, kind, data)
     }
 
     /// `Next` or `End: true`: exactly one. Returns whether the state ends.
@@ -194,7 +263,11 @@ impl St<'_, '_, '_> {
             Some(e) => match e.v {
                 Jv::Bool(b) => b,
                 _ => {
-                    self.err(Code::StatesInvalidField, e.pos, "`End` must be true or false");
+                    self.err(
+                        Code::StatesInvalidField,
+                        e.pos,
+                        "`End` must be true or false",
+                    );
                     false
                 }
             },
@@ -202,7 +275,11 @@ impl St<'_, '_, '_> {
         };
         match (next, ends) {
             (Some(n), true) => {
-                self.err(Code::StatesConflictingFields, n.pos, "a state has `Next` or `End`, not both");
+                self.err(
+                    Code::StatesConflictingFields,
+                    n.pos,
+                    "a state has `Next` or `End`, not both",
+                );
                 true
             }
             (Some(n), false) => {
@@ -214,13 +291,21 @@ impl St<'_, '_, '_> {
                         condition: None,
                         default: false,
                     }),
-                    None => self.err(Code::StatesInvalidField, n.pos, "`Next` must be a state name"),
+                    None => self.err(
+                        Code::StatesInvalidField,
+                        n.pos,
+                        "`Next` must be a state name",
+                    ),
                 }
                 false
             }
             (None, true) => true,
             (None, false) => {
-                self.err(Code::StatesMissingField, self.j.pos, "this state needs `Next` or `End: true`");
+                self.err(
+                    Code::StatesMissingField,
+                    self.j.pos,
+                    "this state needs `Next` or `End: true`",
+                );
                 false
             }
         }
@@ -240,7 +325,7 @@ impl St<'_, '_, '_> {
         }
     }
 
-    fn result_path(&mut self, j: Option<&J>, default: ResultPath) -> ResultPath {
+    pub(super) fn result_path(&mut self, j: Option<&J>, default: ResultPath) -> ResultPath {
         let Some(v) = j.cloned() else {
             return default;
         };
@@ -251,14 +336,23 @@ impl St<'_, '_, '_> {
             return ResultPath::Discard;
         }
         let Some(text) = v.as_str() else {
-            self.err(Code::StatesInvalidField, v.pos, "`ResultPath` must be a path or null");
+            self.err(
+                Code::StatesInvalidField,
+                v.pos,
+                "`ResultPath` must be a path or null",
+            );
             return default;
         };
         match paths::path(text) {
-            Ok(p) if p.steps.as_deref() == Some(&[]) && p.root == crate::model::PathRoot::Document => {
+            Ok(p)
+                if p.steps.as_deref() == Some(&[])
+                    && p.root == crate::model::PathRoot::Document =>
+            {
                 ResultPath::Replace
             }
-            Ok(p) if p.is_reference() && p.root == crate::model::PathRoot::Document => ResultPath::At(p),
+            Ok(p) if p.is_reference() && p.root == crate::model::PathRoot::Document => {
+                ResultPath::At(p)
+            }
             Ok(_) => {
                 self.err(
                     Code::StatesInvalidPath,
@@ -268,7 +362,11 @@ impl St<'_, '_, '_> {
                 default
             }
             Err(paths::Refusal::Unsupported(m)) => {
-                self.err(Code::StatesInvalidPath, v.pos, format!("`ResultPath`: {m} in a result path"));
+                self.err(
+                    Code::StatesInvalidPath,
+                    v.pos,
+                    format!("`ResultPath`: {m} in a result path"),
+                );
                 default
             }
             Err(r) => {
@@ -283,7 +381,7 @@ impl St<'_, '_, '_> {
             return None;
         }
         let j = self.get(field).cloned()?;
-        template(self.b.cx, &j, self.name, field, 0)
+        super::paths::template(self.b.cx, &j, self.name, field, 0)
     }
 
     /// The common data flow: input, parameters, result selector, result path, output.
@@ -302,45 +400,77 @@ impl St<'_, '_, '_> {
     fn task(&mut self) -> (NodeIx, bool) {
         let resource = match self.get("Resource").cloned() {
             None => {
-                self.err(Code::StatesMissingField, self.j.pos, "a Task needs `Resource`");
+                self.err(
+                    Code::StatesMissingField,
+                    self.j.pos,
+                    "a Task needs `Resource`",
+                );
                 String::new()
             }
             Some(r) => match &r.v {
                 Jv::Str(s) => {
                     if let Err(why) = resource_syntax(s) {
-                        self.err(Code::StatesInvalidField, r.pos, format!("`Resource` {s:?}: {why}"));
+                        self.err(
+                            Code::StatesInvalidField,
+                            r.pos,
+                            format!("`Resource` {s:?}: {why}"),
+                        );
                     }
                     s.clone()
                 }
                 Jv::Obj(_) => {
-                    self.b.cx.unsupported(r.pos, self.name, "a CloudFormation `Resource` object (`Ref`, `Fn::GetAtt`)");
+                    self.b.cx.unsupported(
+                        r.pos,
+                        self.name,
+                        "a CloudFormation `Resource` object (`Ref`, `Fn::GetAtt`)",
+                    );
                     String::new()
                 }
                 _ => {
-                    self.err(Code::StatesInvalidField, r.pos, "`Resource` must be a string");
+                    self.err(
+                        Code::StatesInvalidField,
+                        r.pos,
+                        "`Resource` must be a string",
+                    );
                     String::new()
                 }
             },
         };
         if let Some(c) = self.get("Credentials").cloned() {
             if c.as_obj().is_none() {
-                self.err(Code::StatesInvalidField, c.pos, "`Credentials` must be an object");
+                self.err(
+                    Code::StatesInvalidField,
+                    c.pos,
+                    "`Credentials` must be an object",
+                );
             }
         }
         self.exclusive(&["TimeoutSeconds", "TimeoutSecondsPath"]);
         self.exclusive(&["HeartbeatSeconds", "HeartbeatSecondsPath"]);
         let timeout = match self.get("TimeoutSeconds").cloned() {
-            Some(t) if !self.jsonata => self.positive_int(&t, "TimeoutSeconds").map(|s| TaskTimeout {
-                duration: IsoDuration::from_secs(s),
-                on_timeout: OnTimeout::Retry,
-            }),
+            Some(t) if !self.jsonata => {
+                self.positive_int(&t, "TimeoutSeconds")
+                    .map(|s| TaskTimeout {
+                        duration: IsoDuration::from_secs(s),
+                        on_timeout: OnTimeout::Retry,
+                    })
+            }
             _ => None,
         };
         let mut data = self.data(ResultPath::Replace);
         data.error_names = vec![
-            (Code::TaskFailed.as_str().into(), Code::ActionFailed.as_str().into()),
-            (Code::TaskDeadlineExceeded.as_str().into(), Code::StatesTimeout.as_str().into()),
-            (Code::TaskNotRegistered.as_str().into(), Code::ResourceNotFound.as_str().into()),
+            (
+                Code::TaskFailed.as_str().into(),
+                Code::ActionFailed.as_str().into(),
+            ),
+            (
+                Code::TaskDeadlineExceeded.as_str().into(),
+                Code::StatesTimeout.as_str().into(),
+            ),
+            (
+                Code::TaskNotRegistered.as_str().into(),
+                Code::ResourceNotFound.as_str().into(),
+            ),
         ];
         data.task_failure_name = Some(Code::StatesTaskFailed.as_str().into());
         let retries = self.retriers();
@@ -373,10 +503,18 @@ impl St<'_, '_, '_> {
         };
         let node = self.node(NodeKind::ExclusiveGateway { default: None }, Some(data));
         if self.get("Next").is_some() || self.get("End").is_some() {
-            self.err(Code::StatesUnknownField, self.j.pos, "a Choice has no `Next` or `End`: its rules and `Default` name the next state");
+            self.err(
+                Code::StatesUnknownField,
+                self.j.pos,
+                "a Choice has no `Next` or `End`: its rules and `Default` name the next state",
+            );
         }
         match self.get("Choices").cloned() {
-            None => self.err(Code::StatesMissingField, self.j.pos, "a Choice needs `Choices`"),
+            None => self.err(
+                Code::StatesMissingField,
+                self.j.pos,
+                "a Choice needs `Choices`",
+            ),
             Some(c) => match c.as_arr() {
                 Some(items) if !items.is_empty() => {
                     for item in items {
@@ -385,7 +523,10 @@ impl St<'_, '_, '_> {
                         } else {
                             rules::rule(self.b.cx, item, self.name, true, 0)
                         };
-                        if let Some(next) = item.get("Next").and_then(|n| n.as_str().map(|s| (s.to_string(), n.pos))) {
+                        if let Some(next) = item
+                            .get("Next")
+                            .and_then(|n| n.as_str().map(|s| (s.to_string(), n.pos)))
+                        {
                             self.transitions.push(Pending {
                                 from: node,
                                 target: next.0,
@@ -394,11 +535,19 @@ impl St<'_, '_, '_> {
                                 default: false,
                             });
                         } else if self.jsonata {
-                            self.err(Code::StatesMissingField, item.pos, "a choice rule needs `Next`");
+                            self.err(
+                                Code::StatesMissingField,
+                                item.pos,
+                                "a choice rule needs `Next`",
+                            );
                         }
                     }
                 }
-                _ => self.err(Code::StatesInvalidField, c.pos, "`Choices` must be a non-empty array of rules"),
+                _ => self.err(
+                    Code::StatesInvalidField,
+                    c.pos,
+                    "`Choices` must be a non-empty array of rules",
+                ),
             },
         }
         if let Some(d) = self.get("Default").cloned() {
@@ -410,7 +559,11 @@ impl St<'_, '_, '_> {
                     condition: None,
                     default: true,
                 }),
-                None => self.err(Code::StatesInvalidField, d.pos, "`Default` must be a state name"),
+                None => self.err(
+                    Code::StatesInvalidField,
+                    d.pos,
+                    "`Default` must be a state name",
+                ),
             }
         }
         (node, false)
@@ -424,7 +577,13 @@ impl St<'_, '_, '_> {
             result_path: self.result_path(rp.as_ref(), ResultPath::Discard),
             ..DataFlow::default()
         };
-        let how = self.exclusive(&["Seconds", "SecondsPath", "Timestamp", "TimestampPath", "EventName"]);
+        let how = self.exclusive(&[
+            "Seconds",
+            "SecondsPath",
+            "Timestamp",
+            "TimestampPath",
+            "EventName",
+        ]);
         let trigger = match how {
             None => {
                 self.err(
@@ -441,7 +600,11 @@ impl St<'_, '_, '_> {
             Some(("Timestamp", v)) => match v.as_str().map(chrono::DateTime::parse_from_rfc3339) {
                 Some(Ok(t)) => Some(CatchTrigger::Timer(TimerSpec::Date(t))),
                 _ => {
-                    self.err(Code::StatesInvalidField, v.pos, "`Timestamp` must be an RFC 3339 timestamp");
+                    self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        "`Timestamp` must be an RFC 3339 timestamp",
+                    );
                     None
                 }
             },
@@ -456,12 +619,18 @@ impl St<'_, '_, '_> {
                 .path_field(&v, self.name, "TimestampPath")
                 .map(|p| CatchTrigger::TimerFrom(TimerFrom::Timestamp(p))),
             Some((_, v)) => match v.as_str() {
-                Some(e) if !e.is_empty() && e.len() <= 128 => Some(CatchTrigger::Message(MessageRef {
-                    name: e.to_string(),
-                    correlation_key: None,
-                })),
+                Some(e) if !e.is_empty() && e.len() <= 128 => {
+                    Some(CatchTrigger::Message(MessageRef {
+                        name: e.to_string(),
+                        correlation_key: None,
+                    }))
+                }
                 _ => {
-                    self.err(Code::StatesInvalidField, v.pos, "`EventName` must be a name of 1 to 128 characters");
+                    self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        "`EventName` must be a name of 1 to 128 characters",
+                    );
                     None
                 }
             },
@@ -486,18 +655,29 @@ impl St<'_, '_, '_> {
     fn fail(&mut self) -> (NodeIx, bool) {
         let mut texts = [None, None];
         let mut exprs = [None, None];
-        for (i, (lit, path)) in [("Error", "ErrorPath"), ("Cause", "CausePath")].into_iter().enumerate() {
+        for (i, (lit, path)) in [("Error", "ErrorPath"), ("Cause", "CausePath")]
+            .into_iter()
+            .enumerate()
+        {
             match self.exclusive(&[lit, path]) {
                 Some((f, v)) if f == lit => match v.as_str() {
                     Some(s) => texts[i] = Some(s.to_string()),
-                    None => self.err(Code::StatesInvalidField, v.pos, format!("`{lit}` must be a string")),
+                    None => self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        format!("`{lit}` must be a string"),
+                    ),
                 },
                 Some((_, v)) if !self.jsonata => match v.as_str() {
                     Some(s) => match paths::value_expr(s) {
                         Ok(e) => exprs[i] = Some(e),
                         Err(r) => self.b.cx.refusal(r, v.pos, self.name, path),
                     },
-                    None => self.err(Code::StatesInvalidField, v.pos, format!("`{path}` must be a string")),
+                    None => self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        format!("`{path}` must be a string"),
+                    ),
                 },
                 _ => {}
             }
@@ -519,20 +699,42 @@ impl St<'_, '_, '_> {
     fn parallel(&mut self) -> (NodeIx, bool) {
         let data = self.data(ResultPath::Replace);
         let retries = self.retriers();
-        let node = self.node(NodeKind::Fanout(Fanout { branches: Vec::new(), items: None, retries }), Some(data));
+        let node = self.node(
+            NodeKind::Fanout(Fanout {
+                branches: Vec::new(),
+                items: None,
+                retries,
+            }),
+            Some(data),
+        );
         let mut branches = Vec::new();
         match self.get("Branches").cloned() {
-            None => self.err(Code::StatesMissingField, self.j.pos, "a Parallel needs `Branches`"),
+            None => self.err(
+                Code::StatesMissingField,
+                self.j.pos,
+                "a Parallel needs `Branches`",
+            ),
             Some(bj) => match bj.as_arr() {
                 Some(items) if !items.is_empty() => {
                     for (i, item) in items.iter().enumerate() {
                         let owner = format!("{}#branch{}", self.name, i + 1);
-                        let scope = self.b.node(owner.clone(), item.pos, Some(node), NodeKind::SubProcess, None);
+                        let scope = self.b.node(
+                            owner.clone(),
+                            item.pos,
+                            Some(node),
+                            NodeKind::SubProcess,
+                            None,
+                        );
                         branches.push(scope);
-                        self.b.machine(item, Some(scope), &owner, &["QueryLanguage"]);
+                        self.b
+                            .machine(item, Some(scope), &owner, &["QueryLanguage"]);
                     }
                 }
-                _ => self.err(Code::StatesInvalidField, bj.pos, "`Branches` must be a non-empty array of state machines"),
+                _ => self.err(
+                    Code::StatesInvalidField,
+                    bj.pos,
+                    "`Branches` must be a non-empty array of state machines",
+                ),
             },
         }
         if let NodeKind::Fanout(f) = &mut self.b.nodes[node.0 as usize].kind {
@@ -545,12 +747,17 @@ impl St<'_, '_, '_> {
     fn map(&mut self) -> (NodeIx, bool) {
         let mut data = self.data(ResultPath::Replace);
         self.exclusive(&["Items", "ItemsPath"]);
-        let selector_field = self.exclusive(&["ItemSelector", "Parameters"]).map(|(f, _)| f);
+        let selector_field = self
+            .exclusive(&["ItemSelector", "Parameters"])
+            .map(|(f, _)| f);
         // Parameters is the item selector here (the older name), not an input template.
         data.parameters = None;
         let selector = selector_field.and_then(|f| self.template(f));
         self.exclusive(&["ToleratedFailureCount", "ToleratedFailureCountPath"]);
-        self.exclusive(&["ToleratedFailurePercentage", "ToleratedFailurePercentagePath"]);
+        self.exclusive(&[
+            "ToleratedFailurePercentage",
+            "ToleratedFailurePercentagePath",
+        ]);
         if let Some(p) = self.get("ToleratedFailurePercentage").cloned() {
             let ok = match &p.v {
                 Jv::Num(n) => n.as_f64().is_some_and(|x| (0.0..=100.0).contains(&x)),
@@ -558,10 +765,18 @@ impl St<'_, '_, '_> {
                 _ => false,
             };
             if !ok {
-                self.err(Code::StatesInvalidField, p.pos, "`ToleratedFailurePercentage` is a number from 0 to 100");
+                self.err(
+                    Code::StatesInvalidField,
+                    p.pos,
+                    "`ToleratedFailurePercentage` is a number from 0 to 100",
+                );
             }
         }
-        if let Some(rc) = self.get("ItemReader").and_then(|r| r.get("ReaderConfig")).cloned() {
+        if let Some(rc) = self
+            .get("ItemReader")
+            .and_then(|r| r.get("ReaderConfig"))
+            .cloned()
+        {
             exclusive_in(self.b.cx, self.name, &rc, &["MaxItems", "MaxItemsPath"]);
         }
         let path = self.selection("ItemsPath");
@@ -574,7 +789,11 @@ impl St<'_, '_, '_> {
             Some(Jv::Bool(b)) => b,
             Some(_) => {
                 let pos = self.get("FailOnPartial").map(|v| v.pos).unwrap_or_default();
-                self.err(Code::StatesInvalidField, pos, "`FailOnPartial` must be true or false");
+                self.err(
+                    Code::StatesInvalidField,
+                    pos,
+                    "`FailOnPartial` must be true or false",
+                );
                 false
             }
         };
@@ -586,19 +805,38 @@ impl St<'_, '_, '_> {
             fail_on_partial,
         };
         let node = self.node(
-            NodeKind::Fanout(Fanout { branches: Vec::new(), items: Some(items), retries }),
+            NodeKind::Fanout(Fanout {
+                branches: Vec::new(),
+                items: Some(items),
+                retries,
+            }),
             Some(data),
         );
         let processor = self.exclusive(&["ItemProcessor", "Iterator"]);
         match processor {
-            None => self.err(Code::StatesMissingField, self.j.pos, "a Map needs `ItemProcessor` (or `Iterator`)"),
+            None => self.err(
+                Code::StatesMissingField,
+                self.j.pos,
+                "a Map needs `ItemProcessor` (or `Iterator`)",
+            ),
             Some((_, pj)) => {
                 if let Some(cfg) = pj.get("ProcessorConfig") {
                     self.processor_config(cfg);
                 }
                 let owner = format!("{}#iteration", self.name);
-                let scope = self.b.node(owner.clone(), pj.pos, Some(node), NodeKind::SubProcess, None);
-                self.b.machine(&pj, Some(scope), &owner, &["ProcessorConfig", "QueryLanguage"]);
+                let scope = self.b.node(
+                    owner.clone(),
+                    pj.pos,
+                    Some(node),
+                    NodeKind::SubProcess,
+                    None,
+                );
+                self.b.machine(
+                    &pj,
+                    Some(scope),
+                    &owner,
+                    &["ProcessorConfig", "QueryLanguage"],
+                );
                 if let NodeKind::Fanout(f) = &mut self.b.nodes[node.0 as usize].kind {
                     f.branches = vec![scope];
                 }
@@ -610,20 +848,36 @@ impl St<'_, '_, '_> {
 
     fn processor_config(&mut self, cfg: &J) {
         let Some(obj) = cfg.as_obj() else {
-            self.err(Code::StatesInvalidField, cfg.pos, "`ProcessorConfig` must be an object");
+            self.err(
+                Code::StatesInvalidField,
+                cfg.pos,
+                "`ProcessorConfig` must be an object",
+            );
             return;
         };
         for (k, v) in obj {
             match (k.name.as_str(), v.as_str()) {
                 ("Mode", Some("INLINE")) => {}
-                ("Mode", Some("DISTRIBUTED")) => self.b.cx.unsupported(v.pos, self.name, "distributed Map (`Mode` DISTRIBUTED)"),
+                ("Mode", Some("DISTRIBUTED")) => {
+                    self.b
+                        .cx
+                        .unsupported(v.pos, self.name, "distributed Map (`Mode` DISTRIBUTED)")
+                }
                 ("ExecutionType", Some("STANDARD" | "EXPRESS")) => {
-                    self.b.cx.unsupported(v.pos, self.name, "distributed Map `ExecutionType`")
+                    self.b
+                        .cx
+                        .unsupported(v.pos, self.name, "distributed Map `ExecutionType`")
                 }
-                ("Mode" | "ExecutionType", _) => {
-                    self.err(Code::StatesInvalidField, v.pos, format!("`{}` has an unknown value", k.name))
-                }
-                (other, _) => self.err(Code::StatesUnknownField, k.pos, format!("`ProcessorConfig` has no field `{other}`")),
+                ("Mode" | "ExecutionType", _) => self.err(
+                    Code::StatesInvalidField,
+                    v.pos,
+                    format!("`{}` has an unknown value", k.name),
+                ),
+                (other, _) => self.err(
+                    Code::StatesUnknownField,
+                    k.pos,
+                    format!("`ProcessorConfig` has no field `{other}`"),
+                ),
             }
         }
     }
@@ -633,12 +887,20 @@ impl St<'_, '_, '_> {
             Some(f) => match f.as_str() {
                 Some(s) if !s.is_empty() => s.to_string(),
                 _ => {
-                    self.err(Code::StatesInvalidField, f.pos, "`Flow` must name a deployed flow");
+                    self.err(
+                        Code::StatesInvalidField,
+                        f.pos,
+                        "`Flow` must name a deployed flow",
+                    );
                     String::new()
                 }
             },
             None => {
-                self.err(Code::StatesMissingField, self.j.pos, "an InvokeFlow needs `Flow`");
+                self.err(
+                    Code::StatesMissingField,
+                    self.j.pos,
+                    "an InvokeFlow needs `Flow`",
+                );
                 String::new()
             }
         };
@@ -647,190 +909,40 @@ impl St<'_, '_, '_> {
         let retries = self.retriers();
         if !retries.is_empty() {
             let pos = self.get("Retry").map(|r| r.pos).unwrap_or_default();
-            self.b.cx.unsupported(pos, self.name, "`Retry` on InvokeFlow");
+            self.b
+                .cx
+                .unsupported(pos, self.name, "`Retry` on InvokeFlow");
         }
         let node = self.node(NodeKind::CallProcess { process }, Some(data));
         self.catchers(node);
         (node, self.next_or_end(node))
     }
 
-    fn positive_int(&mut self, v: &J, field: &str) -> Option<u64> {
+    pub(super) fn positive_int(&mut self, v: &J, field: &str) -> Option<u64> {
         match v.to_value().as_u64() {
             Some(n) if n >= 1 && n <= 99_999_999 => Some(n),
             _ => {
-                self.err(Code::StatesInvalidField, v.pos, format!("`{field}` must be a positive integer"));
+                self.err(
+                    Code::StatesInvalidField,
+                    v.pos,
+                    format!("`{field}` must be a positive integer"),
+                );
                 None
             }
         }
     }
 
-    fn non_negative_int(&mut self, v: &J, field: &str) -> Option<u64> {
+    pub(super) fn non_negative_int(&mut self, v: &J, field: &str) -> Option<u64> {
         match v.to_value().as_u64() {
             Some(n) if n <= 99_999_999 => Some(n),
             _ => {
-                self.err(Code::StatesInvalidField, v.pos, format!("`{field}` must be a non-negative integer"));
+                self.err(
+                    Code::StatesInvalidField,
+                    v.pos,
+                    format!("`{field}` must be a non-negative integer"),
+                );
                 None
             }
-        }
-    }
-
-    /// `ErrorEquals`: `None` = `States.ALL`.
-    fn error_equals(&mut self, item: &J, last: bool, what: &str) -> Option<Option<Vec<String>>> {
-        let Some(e) = item.get("ErrorEquals") else {
-            self.err(Code::StatesMissingField, item.pos, format!("a {what} needs `ErrorEquals`"));
-            return None;
-        };
-        let Some(list) = e.as_arr().filter(|a| !a.is_empty()) else {
-            self.err(Code::StatesInvalidErrorEquals, e.pos, "`ErrorEquals` must be a non-empty array of error names");
-            return None;
-        };
-        let mut names = Vec::new();
-        for n in list {
-            match n.as_str() {
-                Some(s) if !s.is_empty() => names.push(s.to_string()),
-                _ => {
-                    self.err(Code::StatesInvalidField, n.pos, format!("an error name must be a string, not {}", n.kind()));
-                    return None;
-                }
-            }
-        }
-        if names.iter().any(|n| n == Code::StatesAll.as_str()) {
-            if names.len() > 1 || !last {
-                self.err(
-                    Code::StatesInvalidErrorEquals,
-                    e.pos,
-                    format!("`States.ALL` must stand alone in the last {what}"),
-                );
-                return None;
-            }
-            return Some(None);
-        }
-        Some(Some(names))
-    }
-
-    fn retriers(&mut self) -> Vec<RetryPolicy> {
-        let Some(r) = self.get("Retry").cloned() else {
-            return Vec::new();
-        };
-        let Some(items) = r.as_arr() else {
-            self.err(Code::StatesInvalidField, r.pos, "`Retry` must be an array of retriers");
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            let Some(obj) = item.as_obj() else {
-                self.err(Code::StatesInvalidField, item.pos, "a retrier must be an object");
-                continue;
-            };
-            for (k, _) in obj {
-                if !matches!(
-                    k.name.as_str(),
-                    "ErrorEquals" | "IntervalSeconds" | "MaxAttempts" | "BackoffRate" | "MaxDelaySeconds" | "JitterStrategy" | "Comment"
-                ) {
-                    self.err(Code::StatesUnknownField, k.pos, format!("a retrier has no field `{}`", k.name));
-                }
-            }
-            let codes = self.error_equals(item, i + 1 == items.len(), "retrier");
-            let interval = item.get("IntervalSeconds").map(|v| self.positive_int(v, "IntervalSeconds"));
-            let attempts = item.get("MaxAttempts").map(|v| self.non_negative_int(v, "MaxAttempts"));
-            let rate = match item.get("BackoffRate") {
-                None => Some(2.0),
-                Some(v) => match v.to_value().as_f64() {
-                    Some(x) if (1.0..=1000.0).contains(&x) => Some(x),
-                    _ => {
-                        self.err(Code::StatesInvalidField, v.pos, "`BackoffRate` must be a number of at least 1.0");
-                        None
-                    }
-                },
-            };
-            let max_delay = item.get("MaxDelaySeconds").map(|v| self.positive_int(v, "MaxDelaySeconds"));
-            let jitter = match item.get("JitterStrategy") {
-                None => Some(Jitter::None),
-                Some(v) => match v.as_str() {
-                    Some("FULL") => Some(Jitter::Full),
-                    Some("NONE") => Some(Jitter::None),
-                    _ => {
-                        self.err(Code::StatesInvalidField, v.pos, "`JitterStrategy` is FULL or NONE");
-                        None
-                    }
-                },
-            };
-            let (Some(codes), Some(rate), Some(jitter)) = (codes, rate, jitter) else {
-                continue;
-            };
-            let (Some(interval), Some(attempts), Some(max_delay)) = (
-                interval.unwrap_or(Some(1)),
-                attempts.unwrap_or(Some(3)),
-                max_delay.map_or(Some(None), |d| d.map(Some)),
-            ) else {
-                continue;
-            };
-            out.push(RetryPolicy {
-                error_equals: codes,
-                // MaxAttempts counts retries; the core counts attempts.
-                max_attempts: u32::try_from(attempts.saturating_add(1)).unwrap_or(u32::MAX),
-                initial_delay: IsoDuration::from_secs(interval),
-                backoff: Backoff::Exponential { coefficient: rate },
-                max_delay: max_delay.map(IsoDuration::from_secs),
-                jitter,
-                non_retryable_codes: Vec::new(),
-                retry_on: None,
-            });
-        }
-        out
-    }
-
-    fn catchers(&mut self, activity: NodeIx) {
-        let Some(c) = self.get("Catch").cloned() else {
-            return;
-        };
-        let Some(items) = c.as_arr() else {
-            self.err(Code::StatesInvalidField, c.pos, "`Catch` must be an array of catchers");
-            return;
-        };
-        for (i, item) in items.iter().enumerate() {
-            let Some(obj) = item.as_obj() else {
-                self.err(Code::StatesInvalidField, item.pos, "a catcher must be an object");
-                continue;
-            };
-            for (k, _) in obj {
-                match k.name.as_str() {
-                    "ErrorEquals" | "Next" | "ResultPath" | "Comment" => {}
-                    "Assign" | "Output" => self.b.cx.unsupported(k.pos, self.name, "`Assign`/`Output` on a catcher"),
-                    other => self.err(Code::StatesUnknownField, k.pos, format!("a catcher has no field `{other}`")),
-                }
-            }
-            let codes = self.error_equals(item, i + 1 == items.len(), "catcher");
-            let result_path = self.result_path(item.get("ResultPath"), ResultPath::Replace);
-            let next = match item.get("Next") {
-                Some(n) => match n.as_str() {
-                    Some(t) => Some((t.to_string(), n.pos)),
-                    None => {
-                        self.err(Code::StatesInvalidField, n.pos, "`Next` must be a state name");
-                        None
-                    }
-                },
-                None => {
-                    self.err(Code::StatesMissingField, item.pos, "a catcher needs `Next`");
-                    None
-                }
-            };
-            let (Some(codes), Some((target, pos))) = (codes, next) else {
-                continue;
-            };
-            let data = DataFlow {
-                result_path,
-                ..DataFlow::default()
-            };
-            let id = format!("{}#catch{}", self.name, i + 1);
-            let b = self.b.catcher(activity, id, item.pos, codes, data);
-            self.transitions.push(Pending {
-                from: b,
-                target,
-                pos,
-                condition: None,
-                default: false,
-            });
         }
     }
 }
@@ -851,69 +963,13 @@ fn exclusive_in(
             Code::StatesConflictingFields,
             present[1].1.pos,
             name,
-            format!("`{}` and `{}` exclude each other", present[0].0, present[1].0),
+            format!(
+                "`{}` and `{}` exclude each other",
+                present[0].0, present[1].0
+            ),
         );
     }
     present.into_iter().next()
-}
-
-/// A payload template: `key.$` values are paths or intrinsic calls.
-pub fn template(cx: &mut super::Ctx, j: &J, state: &str, field: &str, depth: usize) -> Option<Template> {
-    Some(match &j.v {
-        Jv::Obj(props) => {
-            let mut out: Vec<(String, Template)> = Vec::new();
-            let mut ok = true;
-            for (k, v) in props {
-                let (key, computed) = paths::template_key(&k.name);
-                if out.iter().any(|(o, _)| o == key) {
-                    cx.err(
-                        Code::StatesDuplicateKey,
-                        k.pos,
-                        state,
-                        format!("`{field}`: the key `{key}` appears twice once `.$` is removed"),
-                    );
-                    ok = false;
-                    continue;
-                }
-                let t = if computed {
-                    let Some(text) = v.as_str() else {
-                        cx.err(Code::StatesInvalidPath, v.pos, state, format!("`{field}`: `{}` must be a path or an intrinsic call", k.name));
-                        ok = false;
-                        continue;
-                    };
-                    match paths::value_expr(text) {
-                        Ok(e) => Template::Computed(e),
-                        Err(r) => {
-                            cx.refusal(r, v.pos, state, field);
-                            ok = false;
-                            continue;
-                        }
-                    }
-                } else {
-                    match template(cx, v, state, field, depth + 1) {
-                        Some(t) => t,
-                        None => {
-                            ok = false;
-                            continue;
-                        }
-                    }
-                };
-                out.push((key.to_string(), t));
-            }
-            if !ok {
-                return None;
-            }
-            Template::Object(out)
-        }
-        Jv::Arr(items) => {
-            let mut out = Vec::new();
-            for i in items {
-                out.push(template(cx, i, state, field, depth + 1)?);
-            }
-            Template::Array(out)
-        }
-        _ => Template::Literal(j.to_value()),
-    })
 }
 
 /// A `Resource` string: a module name or an ARN, with optional `${...}`
@@ -949,8 +1005,11 @@ fn resource_syntax(s: &str) -> Result<(), &'static str> {
                     return Err("has a stray `$`");
                 }
             }
-            c if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':' | '/' | '@' | '+' | '=' | ',') => {}
-            _ => return Err("has a character that is neither a letter, a digit nor one of - _ . : / @ + = ,"),
+            c if c.is_ascii_alphanumeric()
+                || matches!(c, '-' | '_' | '.' | ':' | '/' | '@' | '+' | '=' | ',') => {}
+            _ => return Err(
+                "has a character that is neither a letter, a digit nor one of - _ . : / @ + = ,",
+            ),
         }
     }
     Ok(())
