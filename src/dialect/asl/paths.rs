@@ -448,6 +448,18 @@ pub fn template(
     field: &str,
     depth: usize,
 ) -> Option<Template> {
+    if depth > super::json::MAX_DEPTH {
+        cx.err(
+            Code::StatesLimitExceeded,
+            j.pos,
+            state,
+            format!(
+                "`{field}` nests deeper than {} levels",
+                super::json::MAX_DEPTH
+            ),
+        );
+        return None;
+    }
     Some(match &j.v {
         Jv::Obj(props) => {
             let mut out: Vec<(String, Template)> = Vec::new();

@@ -920,7 +920,7 @@ impl St<'_, '_, '_> {
 
     pub(super) fn positive_int(&mut self, v: &J, field: &str) -> Option<u64> {
         match v.to_value().as_u64() {
-            Some(n) if n >= 1 && n <= 99_999_999 => Some(n),
+            Some(n) if (1..=99_999_999).contains(&n) => Some(n),
             _ => {
                 self.err(
                     Code::StatesInvalidField,
