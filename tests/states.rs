@@ -345,3 +345,28 @@ backends::store_tests! {
         assert!(summary[0].3.starts_with("+2h00m"), "{summary:?}");
     }
 }
+
+backends::store_tests! {
+    async fn a_from_failure_retry_resumes_at_the_failed_state_with_its_input(db) {
+        let rt = runtime(db.store.clone());
+        let def = json!({
+            "StartAt": "Prep",
+            "States": {
+                "Prep": {"Type": "Pass", "Result": "x", "ResultPath": "$.prep", "Next": "T"},
+                "T": {"Type": "Task", "Resource": "chaos", "Parameters": {"do": "fail", "code": "Down"}, "End": true}
+            }
+        });
+        let (id, _, view) = run(&rt, def, json!({"order": 5})).await;
+        assert_eq!(view.state, "FAILED");
+        let rec = db.store.load_instance(&id).await.unwrap().unwrap();
+        let failed = sutra::engine::Snapshot::from_json(&rec.snapshot).unwrap();
+        let again = rt.resume_failed(&failed, TENANT).await.unwrap();
+        rt.settle(&again).await.unwrap();
+        let view = rt.inspect(&again).await.unwrap();
+        assert_eq!(view.retry_of.as_deref(), Some(id.as_str()));
+        assert_eq!(view.attempts.len(), 1);
+        assert_eq!(view.attempts[0].task, "T");
+        let snap = sutra::engine::Snapshot::from_json(&db.store.load_instance(&again).await.unwrap().unwrap().snapshot).unwrap();
+        assert_eq!(Value::Object(snap.input), json!({"order": 5, "prep": "x"}), "it restarted from T's input");
+    }
+}

@@ -86,13 +86,10 @@ pub fn instance_text(v: &Value) -> String {
                 s(&c["code"]),
                 s(&c["message"])
             ));
-<<<<<<< HEAD
         }
         for f in e["compensationFailures"].as_array().into_iter().flatten() {
             let (code, message) = (s(&f["code"]), s(&f["message"]));
             out.push_str(&format!("  compensation failed {code}: {message}\n"));
-=======
->>>>>>> newcomer
         }
     }
     out.push_str(&format!("  variables {}\n", v["variables"]));
@@ -155,16 +152,10 @@ mod tests {
     }
 
     #[test]
-<<<<<<< HEAD
     fn only_a_failed_or_compensated_instance_exits_1() {
         for (state, code) in [
             ("FAILED", 1),
             ("COMPENSATED", 1),
-=======
-    fn only_a_failed_instance_exits_1() {
-        for (state, code) in [
-            ("FAILED", 1),
->>>>>>> newcomer
             ("TERMINATED", 0),
             ("COMPLETED", 0),
             ("WAITING", 0),

@@ -354,11 +354,14 @@ impl Machine<'_> {
             context: &context,
             draws: &mut draws,
         };
-        let out = if park.kind == ParkKind::Message {
-            doc::finish(df, raw, Value::Object(variables), &mut scope)
-        } else {
-            doc::select(&df.output, raw, &context)
-        };
+        // A wait passes its effective input on (with an event's data at its result path).
+        let out = doc::select(&df.input, raw, &context).and_then(|input| {
+            if park.kind == ParkKind::Message {
+                doc::finish(df, input, Value::Object(variables), &mut scope)
+            } else {
+                doc::select(&df.output, input, &context)
+            }
+        });
         match out {
             Ok(v) => self.set_doc(token, v),
             Err(e) => {

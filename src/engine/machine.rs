@@ -129,15 +129,17 @@ impl<'a> Machine<'a> {
         node: &str,
         inputs: &'a Inputs,
     ) -> Result<Step, EngineError> {
-        let n = process
-            .find(node)
-            .filter(|n| n.scope.is_none())
-            .ok_or_else(|| {
-                EngineError::new(
-                    Code::InstanceState,
-                    format!("cannot resume at `{node}`: not a top-level node"),
-                )
-            })?;
+        // A failure inside a sub-process or branch resumes at its top-level state.
+        let mut n = process.find(node);
+        while let Some(s) = n.and_then(|x| x.scope) {
+            n = Some(process.node(s));
+        }
+        let n = n.filter(|n| n.scope.is_none()).ok_or_else(|| {
+            EngineError::new(
+                Code::InstanceState,
+                format!("cannot resume at `{node}`: not a top-level node"),
+            )
+        })?;
         if let Some(why) = super::flow::resume_blocker(process, n.ix) {
             return Err(EngineError::new(
                 Code::InstanceState,

@@ -239,3 +239,5 @@ pub fn apply(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_documents;

@@ -100,10 +100,7 @@ pub fn exec(args: DemoArgs) -> ExitCode {
         .iter()
         .flat_map(|f| f.guests.iter().copied())
         .collect();
-<<<<<<< HEAD
     guests.push("chaos"); // the HX and States-language flows run on it too
-=======
->>>>>>> newcomer
     guests.sort_unstable();
     guests.dedup();
     let (path, _tmp) = match database(args.keep.as_deref()) {

@@ -359,10 +359,8 @@ pub fn process(cx: &mut Ctx, root: &J) -> Option<Process> {
     let mut jsonata = false;
     for (k, v) in obj {
         match k.name.as_str() {
-            "Version" => {
-                if v.as_str().is_none() {
-                    cx.err(Code::StatesInvalidField, v.pos, "", "`Version` must be a string");
-                }
+            "Version" if v.as_str().is_none() => {
+                cx.err(Code::StatesInvalidField, v.pos, "", "`Version` must be a string");
             }
             "TimeoutSeconds" => cx.unsupported(k.pos, "", "a state machine `TimeoutSeconds`"),
             "QueryLanguage" => match v.as_str() {

@@ -13,6 +13,7 @@
 //! States language that Sutra does not run. Never panics.
 
 mod build;
+mod handlers;
 mod json;
 mod jsonata;
 mod paths;

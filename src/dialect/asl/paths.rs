@@ -7,7 +7,9 @@
 //! the Jayway-style dotted names RFC 9535 refuses (`$.input-foo`) to bracket
 //! notation before handing the text over.
 
-use crate::model::{Arg, Call, DocPath, Intrinsic, PathRoot, Step, ValueExpr};
+use super::json::{Jv, J};
+use crate::codes::Code;
+use crate::model::{Arg, Call, DocPath, Intrinsic, PathRoot, Step, Template, ValueExpr};
 use std::sync::Arc;
 
 /// Why a path, call or template was refused.
@@ -436,6 +438,91 @@ pub fn template_key(key: &str) -> (&str, bool) {
         Some(k) => (k, true),
         None => (key, false),
     }
+}
+
+/// A payload template: `key.$` values are paths or intrinsic calls.
+pub fn template(
+    cx: &mut super::Ctx,
+    j: &J,
+    state: &str,
+    field: &str,
+    depth: usize,
+) -> Option<Template> {
+    if depth > super::json::MAX_DEPTH {
+        cx.err(
+            Code::StatesLimitExceeded,
+            j.pos,
+            state,
+            format!(
+                "`{field}` nests deeper than {} levels",
+                super::json::MAX_DEPTH
+            ),
+        );
+        return None;
+    }
+    Some(match &j.v {
+        Jv::Obj(props) => {
+            let mut out: Vec<(String, Template)> = Vec::new();
+            let mut ok = true;
+            for (k, v) in props {
+                let (key, computed) = template_key(&k.name);
+                if out.iter().any(|(o, _)| o == key) {
+                    cx.err(
+                        Code::StatesDuplicateKey,
+                        k.pos,
+                        state,
+                        format!("`{field}`: the key `{key}` appears twice once `.$` is removed"),
+                    );
+                    ok = false;
+                    continue;
+                }
+                let t = if computed {
+                    let Some(text) = v.as_str() else {
+                        cx.err(
+                            Code::StatesInvalidPath,
+                            v.pos,
+                            state,
+                            format!(
+                                "`{field}`: `{}` must be a path or an intrinsic call",
+                                k.name
+                            ),
+                        );
+                        ok = false;
+                        continue;
+                    };
+                    match value_expr(text) {
+                        Ok(e) => Template::Computed(e),
+                        Err(r) => {
+                            cx.refusal(r, v.pos, state, field);
+                            ok = false;
+                            continue;
+                        }
+                    }
+                } else {
+                    match template(cx, v, state, field, depth + 1) {
+                        Some(t) => t,
+                        None => {
+                            ok = false;
+                            continue;
+                        }
+                    }
+                };
+                out.push((key.to_string(), t));
+            }
+            if !ok {
+                return None;
+            }
+            Template::Object(out)
+        }
+        Jv::Arr(items) => {
+            let mut out = Vec::new();
+            for i in items {
+                out.push(template(cx, i, state, field, depth + 1)?);
+            }
+            Template::Array(out)
+        }
+        _ => Template::Literal(j.to_value()),
+    })
 }
 
 #[cfg(test)]

@@ -7,9 +7,8 @@ use super::{jsonata, paths, rules};
 use crate::codes::Code;
 use crate::diag::Pos;
 use crate::model::{
-    Backoff, CatchTrigger, DataFlow, EndKind, Expr, Fanout, Items, Jitter, MessageRef, NodeIx,
-    NodeKind, OnTimeout, ResultPath, RetryPolicy, Selection, ServiceTask, TaskImpl, TaskTimeout,
-    Template, TimerFrom,
+    CatchTrigger, DataFlow, EndKind, Expr, Fanout, Items, MessageRef, NodeIx, NodeKind, OnTimeout,
+    ResultPath, Selection, ServiceTask, TaskImpl, TaskTimeout, Template, TimerFrom,
 };
 use crate::time::{IsoDuration, TimerSpec};
 
@@ -228,26 +227,26 @@ pub fn state(
     })
 }
 
-struct St<'a, 'b, 'c> {
-    b: &'a mut Builder<'c>,
-    name: &'b str,
-    j: &'b J,
-    scope: Option<NodeIx>,
-    transitions: Vec<Pending>,
-    jsonata: bool,
+pub(super) struct St<'a, 'b, 'c> {
+    pub(super) b: &'a mut Builder<'c>,
+    pub(super) name: &'b str,
+    pub(super) j: &'b J,
+    pub(super) scope: Option<NodeIx>,
+    pub(super) transitions: Vec<Pending>,
+    pub(super) jsonata: bool,
 }
 
 impl St<'_, '_, '_> {
-    fn err(&mut self, code: Code, pos: Pos, message: impl Into<String>) {
+    pub(super) fn err(&mut self, code: Code, pos: Pos, message: impl Into<String>) {
         self.b.cx.err(code, pos, self.name, message);
     }
 
-    fn get(&self, f: &str) -> Option<&J> {
+    pub(super) fn get(&self, f: &str) -> Option<&J> {
         self.j.get(f)
     }
 
     /// At most one of `fields` (the first two found are reported).
-    fn exclusive(&mut self, fields: &[&'static str]) -> Option<(&'static str, J)> {
+    pub(super) fn exclusive(&mut self, fields: &[&'static str]) -> Option<(&'static str, J)> {
         exclusive_in(self.b.cx, self.name, self.j, fields)
     }
 
@@ -326,7 +325,7 @@ impl St<'_, '_, '_> {
         }
     }
 
-    fn result_path(&mut self, j: Option<&J>, default: ResultPath) -> ResultPath {
+    pub(super) fn result_path(&mut self, j: Option<&J>, default: ResultPath) -> ResultPath {
         let Some(v) = j.cloned() else {
             return default;
         };
@@ -382,7 +381,7 @@ impl St<'_, '_, '_> {
             return None;
         }
         let j = self.get(field).cloned()?;
-        template(self.b.cx, &j, self.name, field, 0)
+        super::paths::template(self.b.cx, &j, self.name, field, 0)
     }
 
     /// The common data flow: input, parameters, result selector, result path, output.
@@ -919,9 +918,9 @@ impl St<'_, '_, '_> {
         (node, self.next_or_end(node))
     }
 
-    fn positive_int(&mut self, v: &J, field: &str) -> Option<u64> {
+    pub(super) fn positive_int(&mut self, v: &J, field: &str) -> Option<u64> {
         match v.to_value().as_u64() {
-            Some(n) if n >= 1 && n <= 99_999_999 => Some(n),
+            Some(n) if (1..=99_999_999).contains(&n) => Some(n),
             _ => {
                 self.err(
                     Code::StatesInvalidField,
@@ -933,7 +932,7 @@ impl St<'_, '_, '_> {
         }
     }
 
-    fn non_negative_int(&mut self, v: &J, field: &str) -> Option<u64> {
+    pub(super) fn non_negative_int(&mut self, v: &J, field: &str) -> Option<u64> {
         match v.to_value().as_u64() {
             Some(n) if n <= 99_999_999 => Some(n),
             _ => {
@@ -944,230 +943,6 @@ impl St<'_, '_, '_> {
                 );
                 None
             }
-        }
-    }
-
-    /// `ErrorEquals`: `None` = `States.ALL`.
-    fn error_equals(&mut self, item: &J, last: bool, what: &str) -> Option<Option<Vec<String>>> {
-        let Some(e) = item.get("ErrorEquals") else {
-            self.err(
-                Code::StatesMissingField,
-                item.pos,
-                format!("a {what} needs `ErrorEquals`"),
-            );
-            return None;
-        };
-        let Some(list) = e.as_arr().filter(|a| !a.is_empty()) else {
-            self.err(
-                Code::StatesInvalidErrorEquals,
-                e.pos,
-                "`ErrorEquals` must be a non-empty array of error names",
-            );
-            return None;
-        };
-        let mut names = Vec::new();
-        for n in list {
-            match n.as_str() {
-                Some(s) if !s.is_empty() => names.push(s.to_string()),
-                _ => {
-                    self.err(
-                        Code::StatesInvalidField,
-                        n.pos,
-                        format!("an error name must be a string, not {}", n.kind()),
-                    );
-                    return None;
-                }
-            }
-        }
-        if names.iter().any(|n| n == Code::StatesAll.as_str()) {
-            if names.len() > 1 || !last {
-                self.err(
-                    Code::StatesInvalidErrorEquals,
-                    e.pos,
-                    format!("`States.ALL` must stand alone in the last {what}"),
-                );
-                return None;
-            }
-            return Some(None);
-        }
-        Some(Some(names))
-    }
-
-    fn retriers(&mut self) -> Vec<RetryPolicy> {
-        let Some(r) = self.get("Retry").cloned() else {
-            return Vec::new();
-        };
-        let Some(items) = r.as_arr() else {
-            self.err(
-                Code::StatesInvalidField,
-                r.pos,
-                "`Retry` must be an array of retriers",
-            );
-            return Vec::new();
-        };
-        let mut out = Vec::new();
-        for (i, item) in items.iter().enumerate() {
-            let Some(obj) = item.as_obj() else {
-                self.err(
-                    Code::StatesInvalidField,
-                    item.pos,
-                    "a retrier must be an object",
-                );
-                continue;
-            };
-            for (k, _) in obj {
-                if !matches!(
-                    k.name.as_str(),
-                    "ErrorEquals"
-                        | "IntervalSeconds"
-                        | "MaxAttempts"
-                        | "BackoffRate"
-                        | "MaxDelaySeconds"
-                        | "JitterStrategy"
-                        | "Comment"
-                ) {
-                    self.err(
-                        Code::StatesUnknownField,
-                        k.pos,
-                        format!("a retrier has no field `{}`", k.name),
-                    );
-                }
-            }
-            let codes = self.error_equals(item, i + 1 == items.len(), "retrier");
-            let interval = item
-                .get("IntervalSeconds")
-                .map(|v| self.positive_int(v, "IntervalSeconds"));
-            let attempts = item
-                .get("MaxAttempts")
-                .map(|v| self.non_negative_int(v, "MaxAttempts"));
-            let rate = match item.get("BackoffRate") {
-                None => Some(2.0),
-                Some(v) => match v.to_value().as_f64() {
-                    Some(x) if (1.0..=1000.0).contains(&x) => Some(x),
-                    _ => {
-                        self.err(
-                            Code::StatesInvalidField,
-                            v.pos,
-                            "`BackoffRate` must be a number of at least 1.0",
-                        );
-                        None
-                    }
-                },
-            };
-            let max_delay = item
-                .get("MaxDelaySeconds")
-                .map(|v| self.positive_int(v, "MaxDelaySeconds"));
-            let jitter = match item.get("JitterStrategy") {
-                None => Some(Jitter::None),
-                Some(v) => match v.as_str() {
-                    Some("FULL") => Some(Jitter::Full),
-                    Some("NONE") => Some(Jitter::None),
-                    _ => {
-                        self.err(
-                            Code::StatesInvalidField,
-                            v.pos,
-                            "`JitterStrategy` is FULL or NONE",
-                        );
-                        None
-                    }
-                },
-            };
-            let (Some(codes), Some(rate), Some(jitter)) = (codes, rate, jitter) else {
-                continue;
-            };
-            let (Some(interval), Some(attempts), Some(max_delay)) = (
-                interval.unwrap_or(Some(1)),
-                attempts.unwrap_or(Some(3)),
-                max_delay.map_or(Some(None), |d| d.map(Some)),
-            ) else {
-                continue;
-            };
-            out.push(RetryPolicy {
-                error_equals: codes,
-                // MaxAttempts counts retries; the core counts attempts.
-                max_attempts: u32::try_from(attempts.saturating_add(1)).unwrap_or(u32::MAX),
-                initial_delay: IsoDuration::from_secs(interval),
-                backoff: Backoff::Exponential { coefficient: rate },
-                max_delay: max_delay.map(IsoDuration::from_secs),
-                jitter,
-                non_retryable_codes: Vec::new(),
-                retry_on: None,
-            });
-        }
-        out
-    }
-
-    fn catchers(&mut self, activity: NodeIx) {
-        let Some(c) = self.get("Catch").cloned() else {
-            return;
-        };
-        let Some(items) = c.as_arr() else {
-            self.err(
-                Code::StatesInvalidField,
-                c.pos,
-                "`Catch` must be an array of catchers",
-            );
-            return;
-        };
-        for (i, item) in items.iter().enumerate() {
-            let Some(obj) = item.as_obj() else {
-                self.err(
-                    Code::StatesInvalidField,
-                    item.pos,
-                    "a catcher must be an object",
-                );
-                continue;
-            };
-            for (k, _) in obj {
-                match k.name.as_str() {
-                    "ErrorEquals" | "Next" | "ResultPath" | "Comment" => {}
-                    "Assign" | "Output" => {
-                        self.b
-                            .cx
-                            .unsupported(k.pos, self.name, "`Assign`/`Output` on a catcher")
-                    }
-                    other => self.err(
-                        Code::StatesUnknownField,
-                        k.pos,
-                        format!("a catcher has no field `{other}`"),
-                    ),
-                }
-            }
-            let codes = self.error_equals(item, i + 1 == items.len(), "catcher");
-            let result_path = self.result_path(item.get("ResultPath"), ResultPath::Replace);
-            let next = match item.get("Next") {
-                Some(n) => match n.as_str() {
-                    Some(t) => Some((t.to_string(), n.pos)),
-                    None => {
-                        self.err(
-                            Code::StatesInvalidField,
-                            n.pos,
-                            "`Next` must be a state name",
-                        );
-                        None
-                    }
-                },
-                None => {
-                    self.err(Code::StatesMissingField, item.pos, "a catcher needs `Next`");
-                    None
-                }
-            };
-            let (Some(codes), Some((target, pos))) = (codes, next) else {
-                continue;
-            };
-            let data = DataFlow {
-                result_path,
-                ..DataFlow::default()
-            };
-            let id = format!("{}#catch{}", self.name, i + 1);
-            let b = self.b.catcher(activity, id, item.pos, codes, data);
-            self.transitions.push(Pending {
-                from: b,
-                target,
-                pos,
-                condition: None,
-                default: false,
-            });
         }
     }
 }
@@ -1195,79 +970,6 @@ fn exclusive_in(
         );
     }
     present.into_iter().next()
-}
-
-/// A payload template: `key.$` values are paths or intrinsic calls.
-pub fn template(
-    cx: &mut super::Ctx,
-    j: &J,
-    state: &str,
-    field: &str,
-    depth: usize,
-) -> Option<Template> {
-    Some(match &j.v {
-        Jv::Obj(props) => {
-            let mut out: Vec<(String, Template)> = Vec::new();
-            let mut ok = true;
-            for (k, v) in props {
-                let (key, computed) = paths::template_key(&k.name);
-                if out.iter().any(|(o, _)| o == key) {
-                    cx.err(
-                        Code::StatesDuplicateKey,
-                        k.pos,
-                        state,
-                        format!("`{field}`: the key `{key}` appears twice once `.$` is removed"),
-                    );
-                    ok = false;
-                    continue;
-                }
-                let t = if computed {
-                    let Some(text) = v.as_str() else {
-                        cx.err(
-                            Code::StatesInvalidPath,
-                            v.pos,
-                            state,
-                            format!(
-                                "`{field}`: `{}` must be a path or an intrinsic call",
-                                k.name
-                            ),
-                        );
-                        ok = false;
-                        continue;
-                    };
-                    match paths::value_expr(text) {
-                        Ok(e) => Template::Computed(e),
-                        Err(r) => {
-                            cx.refusal(r, v.pos, state, field);
-                            ok = false;
-                            continue;
-                        }
-                    }
-                } else {
-                    match template(cx, v, state, field, depth + 1) {
-                        Some(t) => t,
-                        None => {
-                            ok = false;
-                            continue;
-                        }
-                    }
-                };
-                out.push((key.to_string(), t));
-            }
-            if !ok {
-                return None;
-            }
-            Template::Object(out)
-        }
-        Jv::Arr(items) => {
-            let mut out = Vec::new();
-            for i in items {
-                out.push(template(cx, i, state, field, depth + 1)?);
-            }
-            Template::Array(out)
-        }
-        _ => Template::Literal(j.to_value()),
-    })
 }
 
 /// A `Resource` string: a module name or an ARN, with optional `${...}`
