@@ -20,12 +20,36 @@ fn the_demo_runs_three_orders_to_completion() {
         stdout.contains("Card declined: caught CARD_DECLINED"),
         "{stdout}"
     );
+    // The BPMN orders' summary ends where the HX payment flow begins.
     let summary = stdout.split("Summary").nth(1).expect("a summary");
+    let summary = summary
+        .split("The HX payment workflow")
+        .next()
+        .unwrap_or(summary);
     assert_eq!(summary.matches("COMPLETED").count(), 3, "{summary}");
     assert!(
         summary.contains("+2h00m06.000s"),
         "2 s + 4 s of backoff, then the PT2H wait: {summary}"
     );
+    // The HX payment: one completes, one unwinds newest first and ends COMPENSATED.
+    let hx = stdout
+        .split("The HX payment workflow")
+        .nth(1)
+        .expect("the HX flow");
+    let unwind = hx.find("refund: compensating capture").expect("refund");
+    let release = hx.find("release: compensating reserve").expect("release");
+    assert!(unwind < release, "newest completion first: {hx}");
+    assert!(hx.contains("payment COMPENSATED"), "{hx}");
+    // The States-language order lines: a Map with a caught item, then a Wait.
+    let states = stdout
+        .split("The order-lines flow")
+        .nth(1)
+        .expect("the States-language flow");
+    assert!(
+        states.contains("ReserveLines: every line has an outcome"),
+        "{states}"
+    );
+    assert!(states.contains("order COMPLETED"), "{states}");
 }
 
 /// The line of `label` in the demo's summary.
