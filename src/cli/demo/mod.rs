@@ -168,7 +168,7 @@ pub fn exec(args: DemoArgs) -> ExitCode {
         let chaos_only = BTreeMap::from([("chaos".to_string(), chaos.clone())]);
         match super::demo_states::run(&runtime, TENANT, &chaos_only).await {
             Ok(rows) => {
-                println!("{:<8} {:<12} {:>8}  {}", "ORDER", "STATE", "ATTEMPTS", "VIRTUAL TIME");
+                println!("{:<8} {:<12} {:>8}  VIRTUAL TIME", "ORDER", "STATE", "ATTEMPTS");
                 for (order, state, attempts, took) in rows {
                     println!("{order:<8} {state:<12} {attempts:>8}  {took}");
                 }
