@@ -34,7 +34,7 @@ fn diagnostics_carry_codes_and_positions() {
         .iter()
         .find(|d| d.code == Code::StatesUnknownState)
         .expect("unknown state");
-    assert_eq!((d.line, d.column), (4, 34));
+    assert_eq!((d.line, d.column), (4, 35));
     let d = first(
         r#"{"StartAt": "T", "States": {"T": {"Type": "Task", "Resource": "x", "End": true,
         "Retry": [{"ErrorEquals": ["States.ALL"]}, {"ErrorEquals": ["X"]}]}}}"#,
