@@ -16,7 +16,7 @@
 
 use super::document::{self as doc, DocError, Scope};
 use super::machine::{Machine, Raised};
-use super::snapshot::{FanoutState, Park, ParkKind, TokenStatus};
+use super::snapshot::{FanoutState, TokenStatus};
 use crate::codes::Code;
 use crate::model::{DataFlow, Fanout, Node, NodeKind, StartTrigger};
 use serde_json::{json, Value};
@@ -345,25 +345,7 @@ impl<'a> Machine<'a> {
             self.discard(c);
         }
         let delay = policy.delay(spent + 2, self.inputs.draw);
-        let d = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-        let due = self
-            .inputs
-            .now
-            .checked_add_signed(d)
-            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
-        let park = self.arm(Park {
-            kind: ParkKind::Retry,
-            token,
-            node: node.id.clone(),
-            due: Some(due),
-            message: None,
-            cycle: None,
-        });
-        self.journal(
-            "retry_scheduled",
-            Some(&node.id),
-            json!({ "next_attempt": st.attempt + 1, "due": due, "delay_ms": delay.as_millis() as u64, "code": raised.code }),
-        );
+        let (park, _) = self.arm_retry(token, &node.id, st.attempt + 1, delay, &raised.code);
         let mut granted = st.granted.clone();
         granted.resize(fan.retries.len().max(granted.len()), 0);
         granted[ix] += 1;

@@ -182,25 +182,8 @@ impl Machine<'_> {
                         let mut granted = state.granted.clone();
                         granted.resize(task.retries.len().max(granted.len()), 0);
                         granted[retrier] += 1;
-                        let d = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-                        let due = self
-                            .inputs
-                            .now
-                            .checked_add_signed(d)
-                            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
-                        let park = self.arm(Park {
-                            kind: ParkKind::Retry,
-                            token,
-                            node: node.id.clone(),
-                            due: Some(due),
-                            message: None,
-                            cycle: None,
-                        });
-                        self.journal(
-                            "retry_scheduled",
-                            Some(&node.id),
-                            json!({ "next_attempt": attempt + 1, "due": due, "delay_ms": delay.as_millis() as u64, "code": code }),
-                        );
+                        let (park, due) =
+                            self.arm_retry(token, &node.id, attempt + 1, delay, &code);
                         if let Some(t) = self.snap.token_mut(token) {
                             t.status = TokenStatus::Task(TaskState {
                                 attempt: attempt + 1,
@@ -218,6 +201,38 @@ impl Machine<'_> {
                 }
             }
         }
+    }
+
+    /// Arm the retry park of `token` due `delay` from now and journal it;
+    /// returns the park and its due instant.
+    pub(super) fn arm_retry(
+        &mut self,
+        token: u64,
+        node_id: &str,
+        next_attempt: u32,
+        delay: std::time::Duration,
+        code: &str,
+    ) -> (u64, chrono::DateTime<chrono::Utc>) {
+        let d = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+        let due = self
+            .inputs
+            .now
+            .checked_add_signed(d)
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+        let park = self.arm(Park {
+            kind: ParkKind::Retry,
+            token,
+            node: node_id.to_string(),
+            due: Some(due),
+            message: None,
+            cycle: None,
+        });
+        self.journal(
+            "retry_scheduled",
+            Some(node_id),
+            json!({ "next_attempt": next_attempt, "due": due, "delay_ms": delay.as_millis() as u64, "code": code }),
+        );
+        (park, due)
     }
 
     pub(super) fn complete_task(&mut self, token: u64, node_id: &str) {
