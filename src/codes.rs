@@ -182,6 +182,12 @@ codes! {
     TenantExists => "SUTRA.TENANT.EXISTS", InvalidInput, false;
     /// No deployment with that id (or not visible to the caller).
     DeploymentNotFound => "SUTRA.RUNTIME.DEPLOYMENT_NOT_FOUND", InvalidInput, false;
+    /// A compensator failed (its retries spent, a business error, a timeout):
+    /// the unwind goes on and the instance ends FAILED, not COMPENSATED.
+    CompensationFailed => "SUTRA.RUNTIME.COMPENSATION.FAILED", Internal, false;
+    /// A node that joins `all` of its incoming edges has one that can never be
+    /// satisfied (its guard was false, or its source was skipped or failed).
+    JoinDeadEdge => "SUTRA.RUNTIME.JOIN.DEAD_EDGE", Internal, false;
 
     // ---- The HTTP API ----
     /// The request is malformed: bad JSON, an unknown field, a bad path id or query, a bundle without a definition.
@@ -204,6 +210,8 @@ codes! {
     // ---- Configuration and load-time diagnostics ----
     /// A stateful process was started without a datasource.
     DatasourceRequired => "SUTRA.CONFIG.DATASOURCE_REQUIRED", InvalidInput, false;
+    /// A command that only reads was given a SQLite file that does not exist.
+    DatasourceMissing => "SUTRA.CONFIG.DATASOURCE_MISSING", InvalidInput, false;
     /// A configuration key has a bad value.
     ConfigInvalid => "SUTRA.CONFIG.INVALID", InvalidInput, false;
     /// A timer expression is not well-formed ISO 8601.
@@ -259,8 +267,106 @@ codes! {
     BpmnNotExecutable => "SUTRA.CONFIG.BPMN.NOT_EXECUTABLE", InvalidInput, false;
 
     // ---- The HX dialect (HX-*; seed 002) ----
+    /// The document is not an HX workflow (the root is not `<workflow>`, or it has no id).
+    HxNotWorkflow => "HX-1001", InvalidInput, false;
+    /// An element HX does not define at that place (or one that may appear only once, repeated).
+    HxUnknownElement => "HX-1002", InvalidInput, false;
+    /// An attribute HX does not define on that element.
+    HxUnknownAttribute => "HX-1003", InvalidInput, false;
+    /// A required attribute is missing, or an attribute has a bad value.
+    HxInvalidAttribute => "HX-1004", InvalidInput, false;
+    /// Two nodes share an id.
+    HxDuplicateId => "HX-2001", InvalidInput, false;
+    /// An edge (or `compensates`) names a node that does not exist.
+    HxDanglingEdge => "HX-2002", InvalidInput, false;
+    /// The control, data and error edges form a cycle.
+    HxCycle => "HX-2003", InvalidInput, false;
+    /// `compensates` disagrees with the compensation edge.
+    HxCompensatesMismatch => "HX-2004", InvalidInput, false;
+    /// A compensator is reachable by forward (control, data or error) edges.
+    HxCompensatorReachable => "HX-2005", InvalidInput, false;
+    /// An edge that cannot be executed as written: a duplicate, a guard on a
+    /// non-control edge, an error or compensation edge between the wrong kinds
+    /// of node, a second compensator, a compensator with edges of its own.
+    HxInvalidEdge => "HX-2006", InvalidInput, false;
+    /// A workflow without nodes.
+    HxEmptyWorkflow => "HX-2007", InvalidInput, false;
+    /// A node `type` HX does not know.
+    HxUnknownNodeType => "HX-3001", InvalidInput, false;
+    /// A `<retry>` with a bad value (maxAttempts, backoff, multiplier, jitter, retryOn).
+    HxInvalidRetry => "HX-3101", InvalidInput, false;
+    /// A `<timeout>` with a bad value (onTimeout).
+    HxInvalidTimeout => "HX-3201", InvalidInput, false;
+    /// `idempotent="false"` together with a `<retry>` policy.
+    HxNonIdempotentRetry => "HX-3301", InvalidInput, false;
+    /// A duration with months or years (well-formed, but its length is not fixed), or a cron string.
+    HxDurationUnsupported => "HX-3401", InvalidInput, false;
+    /// A duration or date-time that is not well-formed ISO 8601.
+    HxDurationMalformed => "HX-3402", InvalidInput, false;
 
     // ---- The States language (States.*; seed 004) ----
+    /// The document is not well-formed JSON (or uses JSON extensions: comments, trailing commas).
+    StatesJsonMalformed => "SUTRA.CONFIG.STATES.JSON_MALFORMED", InvalidInput, false;
+    /// The document exceeds a size, nesting-depth or count limit.
+    StatesLimitExceeded => "SUTRA.CONFIG.STATES.LIMIT_EXCEEDED", InvalidInput, false;
+    /// An object has the same key twice.
+    StatesDuplicateKey => "SUTRA.CONFIG.STATES.DUPLICATE_KEY", InvalidInput, false;
+    /// The JSON top level is not a state machine (`StartAt` and `States`).
+    StatesNotAStateMachine => "SUTRA.CONFIG.STATES.NOT_A_STATE_MACHINE", InvalidInput, false;
+    /// A required field is missing.
+    StatesMissingField => "SUTRA.CONFIG.STATES.MISSING_FIELD", InvalidInput, false;
+    /// A field the state (or rule, retrier, catcher) does not have.
+    StatesUnknownField => "SUTRA.CONFIG.STATES.UNKNOWN_FIELD", InvalidInput, false;
+    /// A field has a value of the wrong type or out of range.
+    StatesInvalidField => "SUTRA.CONFIG.STATES.INVALID_FIELD", InvalidInput, false;
+    /// Fields that exclude each other (`Next` and `End`, `Seconds` and `SecondsPath`, ...).
+    StatesConflictingFields => "SUTRA.CONFIG.STATES.CONFLICTING_FIELDS", InvalidInput, false;
+    /// A path, payload template or intrinsic function call does not parse.
+    StatesInvalidPath => "SUTRA.CONFIG.STATES.INVALID_PATH", InvalidInput, false;
+    /// A JSONata expression is not `{% ... %}` or does not parse.
+    StatesJsonataSyntax => "SUTRA.CONFIG.STATES.JSONATA_SYNTAX", InvalidInput, false;
+    /// `StartAt`, `Next` or `Default` names no state of its scope.
+    StatesUnknownState => "SUTRA.CONFIG.STATES.UNKNOWN_STATE", InvalidInput, false;
+    /// Two states share a name (names are unique across the whole machine).
+    StatesDuplicateState => "SUTRA.CONFIG.STATES.DUPLICATE_STATE", InvalidInput, false;
+    /// A state no transition reaches.
+    StatesUnreachableState => "SUTRA.CONFIG.STATES.UNREACHABLE_STATE", InvalidInput, false;
+    /// A state machine (or branch) with no terminal state.
+    StatesNoTerminalState => "SUTRA.CONFIG.STATES.NO_TERMINAL_STATE", InvalidInput, false;
+    /// `ErrorEquals` is empty, or `States.ALL` is not alone in the last retrier/catcher.
+    StatesInvalidErrorEquals => "SUTRA.CONFIG.STATES.INVALID_ERROR_EQUALS", InvalidInput, false;
+    /// Well-formed States language that Sutra does not run (JSONata, distributed Map, ...): the message names the field.
+    StatesUnsupported => "SUTRA.CONFIG.STATES.UNSUPPORTED", InvalidInput, false;
+    /// No instance waits for that event (unknown event name, or the instance is not waiting).
+    EventNotAwaited => "SUTRA.RUNTIME.EVENT.NOT_AWAITED", InvalidInput, false;
+
+    /// Error names raised at run time (seed 004's table).
+    /// Wildcard in `ErrorEquals`: matches every error.
+    StatesAll => "States.ALL", Internal, false;
+    /// Matches any task failure except `States.Timeout`.
+    StatesTaskFailed => "States.TaskFailed", Internal, true;
+    /// A task attempt ran past its `TimeoutSeconds`.
+    StatesTimeout => "States.Timeout", Timeout, true;
+    /// A Choice had no matching rule and no `Default`.
+    StatesNoChoiceMatched => "States.NoChoiceMatched", Internal, false;
+    /// A Map's `ItemsPath` did not resolve to an array.
+    StatesItemsNotArray => "States.ItemsNotArray", InvalidInput, false;
+    /// A path did not resolve, or a value had the wrong type (`InputPath`, `OutputPath`, ...).
+    StatesRuntime => "States.Runtime", InvalidInput, false;
+    /// A `.$` path of a payload template did not resolve.
+    StatesParameterPathFailure => "States.ParameterPathFailure", InvalidInput, false;
+    /// A result could not be placed at its `ResultPath`.
+    StatesResultPathMatchFailure => "States.ResultPathMatchFailure", InvalidInput, false;
+    /// An intrinsic function failed (a bad argument).
+    StatesIntrinsicFailure => "States.IntrinsicFailure", InvalidInput, false;
+    /// A Parallel branch or Map iteration failed.
+    StatesBranchFailed => "States.BranchFailed", Internal, false;
+    /// A Fail state that names no `Error`.
+    StatesFail => "States.Fail", Internal, false;
+    /// A task returned a failure without a specific code.
+    ActionFailed => "ActionFailed", Internal, true;
+    /// A `Resource` names no deployed module.
+    ResourceNotFound => "ResourceNotFound", InvalidInput, false;
 }
 
 impl fmt::Display for Code {
@@ -297,7 +403,19 @@ mod tests {
                 c.as_str()
             );
             assert_eq!(Code::parse(c.as_str()), Some(c));
-            assert!(c.as_str().starts_with("SUTRA."), "{c}");
+            // Sutra's own codes, the HX codes (HX-NNNN, seed 002) and the States
+            // language's public error names (seed 004).
+            let s = c.as_str();
+            let hx = s
+                .strip_prefix("HX-")
+                .is_some_and(|n| n.len() == 4 && n.bytes().all(|b| b.is_ascii_digit()));
+            assert!(
+                s.starts_with("SUTRA.")
+                    || hx
+                    || s.starts_with("States.")
+                    || matches!(c, Code::ActionFailed | Code::ResourceNotFound),
+                "{c}"
+            );
         }
     }
 

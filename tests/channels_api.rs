@@ -274,38 +274,89 @@ async fn the_channel_verbs() {
     let acme = srv.tenant("acme", json!({})).await;
     let key = acme.token.clone().unwrap();
     let set = ok(&sutra(&srv, &key, &["channel", "set", "reviews", "--pull"]));
-    assert!(set.contains("reviews") && set.contains("pull") && set.contains("secret"), "{set}");
-    let usage = sutra(&srv, &key, &["channel", "set", "reviews", "--pull", "--push", "http://127.0.0.1:1/x"]);
-    assert_eq!(usage.status.code(), Some(2), "--push and --pull exclude each other");
+    assert!(
+        set.contains("reviews") && set.contains("pull") && set.contains("secret"),
+        "{set}"
+    );
+    let usage = sutra(
+        &srv,
+        &key,
+        &[
+            "channel",
+            "set",
+            "reviews",
+            "--pull",
+            "--push",
+            "http://127.0.0.1:1/x",
+        ],
+    );
+    assert_eq!(
+        usage.status.code(),
+        Some(2),
+        "--push and --pull exclude each other"
+    );
     let list = ok(&sutra(&srv, &key, &["channel", "list"]));
-    assert!(list.starts_with("NAME") && list.contains("reviews"), "{list}");
+    assert!(
+        list.starts_with("NAME") && list.contains("reviews"),
+        "{list}"
+    );
     // A FAILED instance: the call times out (PT1S) with nobody to catch it.
-    let (status, body) = acme.deploy(&definition("reviews", r#"<q:timeout duration="PT1S"/>"#), &[]).await;
+    let (status, body) = acme
+        .deploy(
+            &definition("reviews", r#"<q:timeout duration="PT1S"/>"#),
+            &[],
+        )
+        .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (_, started) = acme.start("pay", json!({})).await;
     let id = started["instance"].as_str().unwrap().to_string();
     // A worker fails it three times: an incident.
     let fetch = json!({"workerId": "w1", "channels": ["reviews"], "lockDuration": 60000});
     for _ in 0..3 {
-        let (_, body) = acme.post("/v1/external-tasks/fetch-and-lock", fetch.clone()).await;
+        let (_, body) = acme
+            .post("/v1/external-tasks/fetch-and-lock", fetch.clone())
+            .await;
         let task = body["tasks"][0]["id"].as_str().unwrap().to_string();
-        acme.post(&format!("/v1/external-tasks/{task}/failure"), json!({"workerId": "w1", "errorMessage": "down"})).await;
+        acme.post(
+            &format!("/v1/external-tasks/{task}/failure"),
+            json!({"workerId": "w1", "errorMessage": "down"}),
+        )
+        .await;
     }
     let incidents = ok(&sutra(&srv, &key, &["incidents", "--instance", &id]));
-    assert!(incidents.starts_with("ID") && incidents.contains("external_task_failed"), "{incidents}");
-    let listed: Value = serde_json::from_str(&ok(&sutra(&srv, &key, &["incidents", "--format", "json"]))).unwrap();
+    assert!(
+        incidents.starts_with("ID") && incidents.contains("external_task_failed"),
+        "{incidents}"
+    );
+    let listed: Value =
+        serde_json::from_str(&ok(&sutra(&srv, &key, &["incidents", "--format", "json"]))).unwrap();
     let incident = listed["incidents"][0]["id"].as_str().unwrap().to_string();
     let resolved = ok(&sutra(&srv, &key, &["incidents", "resolve", &incident]));
-    assert!(resolved.contains("RESOLVED") && resolved.contains("rearmed"), "{resolved}");
+    assert!(
+        resolved.contains("RESOLVED") && resolved.contains("rearmed"),
+        "{resolved}"
+    );
     srv.advance("PT2S").await;
     let (_, view) = acme.get(&format!("/v1/instances/{id}")).await;
     assert_eq!(view["state"], "FAILED", "{view}");
     // Version 2 waits longer; the instance moves there and waits again.
-    let (_, deployed) = acme.deploy(&definition("reviews", r#"<q:timeout duration="PT1H"/>"#), &[]).await;
-    let v2 = deployed["deployments"][0]["id"].as_str().unwrap().to_string();
+    let (_, deployed) = acme
+        .deploy(
+            &definition("reviews", r#"<q:timeout duration="PT1H"/>"#),
+            &[],
+        )
+        .await;
+    let v2 = deployed["deployments"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let moved = ok(&sutra(&srv, &key, &["migrate", &id, "--to", &v2]));
     assert!(moved.contains("state WAITING"), "{moved}");
-    let bad = sutra(&srv, &key, &["migrate", &id, "--to", &v2, "--map", "nonsense"]);
+    let bad = sutra(
+        &srv,
+        &key,
+        &["migrate", &id, "--to", &v2, "--map", "nonsense"],
+    );
     assert_eq!(bad.status.code(), Some(2));
 }
 
@@ -315,7 +366,14 @@ fn sutra_run_configures_its_channels() {
     let def = dir.path().join("pay.bpmn");
     std::fs::write(&def, definition("reviews", "")).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["run", def.to_str().unwrap(), "--channel", "reviews=pull", "--format", "json"])
+        .args([
+            "run",
+            def.to_str().unwrap(),
+            "--channel",
+            "reviews=pull",
+            "--format",
+            "json",
+        ])
         .output()
         .unwrap();
     let text = ok(&out);

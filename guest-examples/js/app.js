@@ -9,10 +9,12 @@
 // - `echo` completes with the input text unchanged;
 // - `fail` fails with `code` (default empty: the host reports SUTRA.TASK.FAILED);
 // - `business` raises a business error with `code`;
-// - `throw` throws a plain TypeError (no code): it becomes a failure with an
-//   empty code, showing that no exception escapes.
+// - `throw` throws a plain TypeError (no code): it becomes a failure whose code
+//   is the exception's simple class name (`TypeError`), showing that no
+//   exception escapes.
 // Malformed input or an unknown `do` fails with SUTRA.TASK.VALIDATION; any other
-// exception becomes a failure with an empty code and the exception as message.
+// exception becomes a failure coded with its simple class name (seed 004's
+// `<ExceptionName>`, e.g. `RangeError`) and the exception as message.
 
 import { log } from 'sutra:task/host@0.1.0';
 
@@ -71,7 +73,8 @@ export function run(ctx, input) {
         val: { code: e.code, message: e.message, details: e.details },
       };
     }
-    const message = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
-    throw { tag: 'failure', val: { code: '', message, details: undefined } };
+    const name = e instanceof Error ? e.name || (e.constructor && e.constructor.name) || 'Error' : 'Error';
+    const message = e instanceof Error ? `${name}: ${e.message}` : String(e);
+    throw { tag: 'failure', val: { code: name, message, details: undefined } };
   }
 }

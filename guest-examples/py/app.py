@@ -9,11 +9,12 @@ Input: `{"do": "echo"|"fail"|"business", "code": ..., "message": ...}`
 - `fail` raises a failure with `code` (default empty: the host reports
   `SUTRA.TASK.FAILED`);
 - `business` raises a business error with `code`;
-- `throw` raises a plain `RuntimeError` (no code): it becomes a failure with
-  an empty code, showing that no exception escapes.
+- `throw` raises a plain `RuntimeError` (no code): it becomes a failure whose
+  code is the exception's simple class name (`RuntimeError`), showing that no
+  exception escapes.
 Malformed input or an unknown `do` fails with `SUTRA.TASK.VALIDATION`; any
-other exception becomes a failure with an empty code and the exception as
-message.
+other exception becomes a failure coded with its simple class name (seed 004's
+`<ExceptionName>`, e.g. `ValueError`) and the exception as message.
 """
 
 import json
@@ -77,5 +78,6 @@ class WitWorld(wit_world.WitWorld):
             info = ErrorInfo(code=e.code, message=e.message, details=e.details)
             raise Err(TaskError_Business(info) if e.business else TaskError_Failure(info))
         except Exception as e:  # noqa: BLE001 - wrapping every exception is the point
-            info = ErrorInfo(code="", message=f"{type(e).__name__}: {e}", details=None)
+            name = type(e).__name__
+            info = ErrorInfo(code=name, message=f"{name}: {e}", details=None)
             raise Err(TaskError_Failure(info))

@@ -88,6 +88,18 @@ fn called_tasks(source: &str) -> Option<Vec<String>> {
     Some(names)
 }
 
+/// The code a missing module is refused with (`ResourceNotFound` for a
+/// States-language `Resource`; see `Process::missing_module_code`).
+fn missing_code(source: &str, name: &str) -> Code {
+    crate::dialect::load(source)
+        .definitions
+        .processes
+        .iter()
+        .map(|p| p.missing_module_code(name))
+        .find(|c| *c != Code::TaskNotRegistered)
+        .unwrap_or(Code::TaskNotRegistered)
+}
+
 /// The module a runtime error is about (`module \`name\`: ...`).
 fn module_named(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("module `")?;
@@ -107,7 +119,7 @@ pub async fn deploy(
     if let Some(called) = called_tasks(&source) {
         if let Some(missing) = called.iter().find(|n| !modules.contains_key(*n)) {
             return Err(ApiError::new(
-                Code::TaskNotRegistered,
+                missing_code(&source, missing),
                 format!("the definition calls registered:{missing} but the bundle has no part `{missing}`"),
             )
             .with_details(json!({ "module": missing })));

@@ -39,6 +39,7 @@ pub fn status_of(code: Code) -> StatusCode {
         ApiUnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         InstanceState
         | TenantExists
+        | EventNotAwaited
         | ChannelCallRetryPending
         | ChannelInUse
         | ExternalTaskLockLost

@@ -111,7 +111,7 @@ pub async fn list(
     if let Some(s) = &q.state {
         if InstanceState::parse(s).is_none() {
             return Err(ApiError::malformed(format!(
-                "state `{s}` is none of RUNNING, WAITING, COMPLETED, TERMINATED, FAILED"
+                "state `{s}` is none of RUNNING, WAITING, COMPLETED, TERMINATED, FAILED, COMPENSATED"
             )));
         }
     }

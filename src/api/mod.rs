@@ -16,6 +16,7 @@ pub mod auth;
 pub mod channels;
 pub mod deployments;
 pub mod error;
+pub mod events;
 pub mod external;
 pub mod extract;
 pub mod incidents;
@@ -115,6 +116,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/history", get(instances::history))
         .route("/v1/instances/{id}/cancel", post(instances::cancel))
         .route("/v1/instances/{id}/retry", post(instances::retry))
+        .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))
         .merge(channel_routes())
         .route("/v1/admin/tenants", post(admin::create).get(admin::list))

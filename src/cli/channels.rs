@@ -2,7 +2,8 @@
 //! `sutra incidents [resolve]`, `sutra migrate`, against a server (the
 //! helpers and exit codes of `client.rs`).
 
-use super::client::{call, enc, rows, run, s, table, Answer, Body, ServerOpts};
+use super::client::{call, enc, rows, run, table, Answer, Body, ServerOpts};
+use super::show::s;
 use super::usage_error;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
@@ -221,7 +222,7 @@ pub fn exec_migrate(args: MigrateArgs) -> ExitCode {
     run(
         args.server.format,
         async move { call(&opts, reqwest::Method::POST, &path, Body::Json(body), &[]).await as Answer },
-        super::client::instance_text,
+        super::show::instance_text,
     )
 }
 

@@ -1,4 +1,4 @@
-//! `sutra check <file>... [--format human|json]`: load definition files and
+//! `sutra check <file>... [--format text|json]` (`human` is an alias of `text`): load definition files and
 //! report their diagnostics.
 //!
 //! Exit status: 0 when every file is valid (infos allowed), 1 when any file
@@ -8,16 +8,17 @@
 //! Every file goes through `dialect::load`, which picks the loader by content
 //! (BPMN, HX or States language; see `dialect`).
 //!
-//! Human output: one `file:line:col: severity[CODE]: message` line per
+//! Text output: one `file:line:col: severity[CODE]: message` line per
 //! diagnostic (`file: severity[...]` when there is no position), then one
 //! summary line per file. JSON output: one array with one object per file:
 //! `{"file", "ok", "processes": [{"id", "executable", "stateful", "nodes"}],
 //! "diagnostics": [{"severity", "code", "message", "line", "column", "element"}]}`.
 
+use super::run::Format;
 use crate::codes::Code;
 use crate::diag::{Diagnostic, Severity};
 use crate::dialect;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,15 +29,10 @@ pub struct CheckArgs {
     /// Definition files (BPMN or HX XML, States-language JSON).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Format::Human)]
+    /// Output: `text` (one line per diagnostic, then a summary per file; `human` is an alias)
+    /// or `json`.
+    #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    Human,
-    Json,
 }
 
 /// What `check` reports for one file.
@@ -98,7 +94,7 @@ pub fn exec(args: CheckArgs) -> ExitCode {
         Format::Json => serde_json::to_writer_pretty(&mut out, &reports)
             .map_err(std::io::Error::other)
             .and_then(|()| writeln!(out)),
-        Format::Human => reports.iter().try_for_each(|r| write_human(&mut out, r)),
+        Format::Text => reports.iter().try_for_each(|r| write_human(&mut out, r)),
     };
     if let Err(e) = written {
         // A closed pipe is not worth a panic; say it and fail.

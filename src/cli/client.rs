@@ -4,10 +4,13 @@
 //! `--token`/`SUTRA_TOKEN`), and `sutra tenant create` against a database.
 //!
 //! Invariant: human-readable tables by default, the server's JSON untouched
-//! with `--format json`; exit 0 on a 2xx answer, 1 on an error answer (its
-//! code and message on stderr), 2 on a usage error.
+//! with `--format json`; exit by the rule of [`super::show`]: 0 on a 2xx
+//! answer (unless the instance it shows FAILED), 1 on an error answer (its
+//! code and message on stderr) or when the server cannot be reached (saying
+//! what to do), 2 on a usage error (a `--server` that is not an http(s) URL).
 
 use super::run::{fail_exit, parse_object, read_modules, tokio, Format};
+use super::show::{instance_exit, instance_text, s};
 use super::usage_error;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
@@ -17,12 +20,13 @@ use std::process::ExitCode;
 /// Where the server is and who we are.
 #[derive(Debug, Clone, Args)]
 pub struct ServerOpts {
-    /// The server's base URL.
+    /// The server's base URL (`sutra serve --listen` prints it).
     #[arg(long, env = "SUTRA_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
-    /// A tenant's API key (the admin key for admin verbs).
+    /// A tenant's API key (`sutra tenant create` prints one; the admin key for admin verbs).
     #[arg(long, env = "SUTRA_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Output: `text` tables for people, the server's `json` for scripts.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 }
@@ -52,15 +56,41 @@ pub struct StartArgs {
     pub server: ServerOpts,
 }
 
+/// An instance state, as `--state` takes it (any case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StateArg {
+    Running,
+    Waiting,
+    Completed,
+    Terminated,
+    Failed,
+}
+
+impl StateArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            StateArg::Running => "RUNNING",
+            StateArg::Waiting => "WAITING",
+            StateArg::Completed => "COMPLETED",
+            StateArg::Terminated => "TERMINATED",
+            StateArg::Failed => "FAILED",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct InstancesArgs {
-    #[arg(long)]
-    pub state: Option<String>,
+    /// Only instances in this state (any case).
+    #[arg(long, value_enum, ignore_case = true)]
+    pub state: Option<StateArg>,
+    /// Only instances of this process id.
     #[arg(long)]
     pub process: Option<String>,
-    /// The `next` cursor of the previous page.
+    /// The `next` cursor of the previous page (printed under the table as `more: --after ...`).
     #[arg(long)]
     pub after: Option<String>,
+    /// At most this many instances (1 to 500; default 50).
     #[arg(long)]
     pub limit: Option<u32>,
     #[command(flatten)]
@@ -72,7 +102,8 @@ pub struct InstancesArgs {
 pub struct InspectArgs {
     /// The instance id.
     pub instance: String,
-    /// Read the database directly instead of asking a server.
+    /// Read this database directly (`sqlite://file.db`, a path, `postgres://...`) instead of
+    /// asking a server; a SQLite file that does not exist is refused.
     #[arg(long)]
     pub db: Option<String>,
     #[command(flatten)]
@@ -80,8 +111,16 @@ pub struct InspectArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct IdArgs {
-    /// The instance (or deployment) id.
+pub struct InstanceIdArgs {
+    /// The instance id.
+    pub id: String,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct DeploymentIdArgs {
+    /// The deployment id (`sutra deployments` lists them).
     pub id: String,
     #[command(flatten)]
     pub server: ServerOpts,
@@ -89,7 +128,9 @@ pub struct IdArgs {
 
 #[derive(Debug, Args)]
 pub struct CancelArgs {
+    /// The instance id.
     pub id: String,
+    /// Why, kept in the instance's history.
     #[arg(long)]
     pub reason: Option<String>,
     #[command(flatten)]
@@ -104,7 +145,9 @@ pub enum RetryMode {
 
 #[derive(Debug, Args)]
 pub struct RetryArgs {
+    /// The instance id (a terminal instance).
     pub id: String,
+    /// `full` replays the start input; `from-failure` resumes a FAILED instance at its failed step.
     #[arg(long, value_enum, default_value = "full")]
     pub mode: RetryMode,
     #[command(flatten)]
@@ -115,7 +158,7 @@ pub struct RetryArgs {
 pub struct SendArgs {
     /// The message name.
     pub name: String,
-    /// The correlation key.
+    /// The correlation key (a waiting catch's `q:correlation` value).
     #[arg(long)]
     pub key: Option<String>,
     /// The message's variables, a JSON object.
@@ -133,7 +176,9 @@ pub enum TenantCommand {
 
 #[derive(Debug, Args)]
 pub struct TenantCreateArgs {
+    /// The tenant's name.
     pub name: String,
+    /// The server's database (`sqlite://file.db`, a path, `postgres://...`).
     #[arg(long)]
     pub db: String,
     /// Non-terminal instances at once.
@@ -156,20 +201,66 @@ pub struct TenantCreateArgs {
 /// An HTTP call's outcome: the JSON answer, or the exit code already reported.
 pub(super) type Answer = Result<Value, ExitCode>;
 
-pub(super) enum Body {
+pub(crate) enum Body {
     None,
     Json(Value),
     Form(reqwest::multipart::Form),
 }
 
-pub(super) async fn call(
+/// The server's base URL, or why `--server` is not one (a usage error).
+fn server_base(server: &str) -> Result<String, String> {
+    let hint = if server.contains("://") {
+        String::new()
+    } else {
+        format!(" (did you mean http://{server}?)")
+    };
+    match reqwest::Url::parse(server) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => {
+            Ok(server.trim_end_matches('/').to_string())
+        }
+        _ => Err(format!(
+            "--server `{server}` is not an http:// or https:// URL{hint}"
+        )),
+    }
+}
+
+/// Why a request got no answer, said so that a person knows what to do.
+fn unreachable(base: &str, url: &str, e: &reqwest::Error) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    let mut io_kind = None;
+    let mut innermost = e.to_string();
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            io_kind = Some(io.kind());
+        }
+        innermost = c.to_string();
+        cause = c.source();
+    }
+    if e.is_connect() {
+        let why = match io_kind {
+            Some(std::io::ErrorKind::ConnectionRefused) => "connection refused".to_string(),
+            _ => innermost,
+        };
+        format!(
+            "cannot connect to {base}: {why} — is `sutra serve --listen` running there? \
+             (--server or SUTRA_SERVER says where)"
+        )
+    } else if e.is_timeout() {
+        format!("{url} did not answer in time")
+    } else {
+        format!("cannot reach {url}: {innermost}")
+    }
+}
+
+pub(crate) async fn call(
     opts: &ServerOpts,
     method: reqwest::Method,
     path: &str,
     body: Body,
     headers: &[(&str, String)],
 ) -> Answer {
-    let url = format!("{}{path}", opts.server.trim_end_matches('/'));
+    let base = server_base(&opts.server).map_err(usage_error)?;
+    let url = format!("{base}{path}");
     let mut req = reqwest::Client::new().request(method, &url);
     if let Some(t) = &opts.token {
         req = req.bearer_auth(t);
@@ -185,7 +276,7 @@ pub(super) async fn call(
     let resp = req
         .send()
         .await
-        .map_err(|e| fail_exit(&format!("cannot reach {url}: {e}")))?;
+        .map_err(|e| fail_exit(&unreachable(&base, &url, &e)))?;
     let status = resp.status();
     let text = resp
         .text()
@@ -198,6 +289,18 @@ pub(super) async fn call(
     let code = value.get("code").and_then(Value::as_str).unwrap_or("?");
     let message = value.get("message").and_then(Value::as_str).unwrap_or("");
     eprintln!("error: {code}: {message} (HTTP {})", status.as_u16());
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        match &opts.token {
+            None => eprintln!(
+                "  no API key was given: pass --token <key> or set SUTRA_TOKEN \
+                 (`sutra tenant create <name> --db URL` prints a tenant's key)"
+            ),
+            Some(_) => eprintln!(
+                "  the key given by --token or SUTRA_TOKEN was refused: \
+                 is it this server's tenant key (or its admin key for admin verbs)?"
+            ),
+        }
+    }
     if let Some(diags) = value
         .pointer("/details/diagnostics")
         .and_then(Value::as_array)
@@ -216,11 +319,28 @@ pub(super) async fn call(
     Err(ExitCode::from(1))
 }
 
-/// Run `f` on a fresh async runtime and print its answer.
+/// Run `f` on a fresh async runtime and print its answer; exit 0.
 pub(super) fn run(
     format: Format,
     f: impl std::future::Future<Output = Answer>,
     text: impl FnOnce(&Value) -> String,
+) -> ExitCode {
+    run_then(format, f, text, |_| ExitCode::SUCCESS)
+}
+
+/// Like [`run`] for an answer that is an instance: exit by its state (1 when FAILED).
+pub(crate) fn run_instance(
+    format: Format,
+    f: impl std::future::Future<Output = Answer>,
+) -> ExitCode {
+    run_then(format, f, instance_text, instance_exit)
+}
+
+fn run_then(
+    format: Format,
+    f: impl std::future::Future<Output = Answer>,
+    text: impl FnOnce(&Value) -> String,
+    exit: impl FnOnce(&Value) -> ExitCode,
 ) -> ExitCode {
     let rt = match tokio() {
         Ok(rt) => rt,
@@ -235,16 +355,8 @@ pub(super) fn run(
                 }
                 Format::Text => print!("{}", text(&v)),
             }
-            ExitCode::SUCCESS
+            exit(&v)
         }
-    }
-}
-
-pub(super) fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
     }
 }
 
@@ -304,43 +416,7 @@ fn deployments_table(v: &Value) -> String {
     table(&["ID", "PROCESS", "VERSION", "STATE"], &rows)
 }
 
-/// An instance view as text (the shape of the local `sutra inspect`).
-pub fn instance_text(v: &Value) -> String {
-    let mut out = format!(
-        "instance {}  process {}  state {}\n",
-        s(&v["instance"]),
-        s(&v["process"]),
-        s(&v["state"])
-    );
-    if let Some(r) = v.get("retryOf").filter(|r| !r.is_null()) {
-        out.push_str(&format!("  retry of {}\n", s(r)));
-    }
-    for a in v["attempts"].as_array().into_iter().flatten() {
-        let code = a
-            .get("code")
-            .filter(|c| !c.is_null())
-            .map(|c| format!(" {}", s(c)))
-            .unwrap_or_default();
-        out.push_str(&format!(
-            "  {}  {} attempt {}  {}{code}\n",
-            s(&a["at"]),
-            s(&a["task"]),
-            s(&a["attempt"]),
-            s(&a["outcome"])
-        ));
-    }
-    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
-        out.push_str(&format!(
-            "  error {}: {}\n",
-            s(&e["code"]),
-            s(&e["message"])
-        ));
-    }
-    out.push_str(&format!("  variables {}\n", v["variables"]));
-    out
-}
-
-pub(super) fn enc(id: &str) -> String {
+pub(crate) fn enc(id: &str) -> String {
     // Path segments: ids are [A-Za-z0-9._:-]; anything else is escaped and refused by the server.
     id.bytes()
         .map(|b| {
@@ -398,26 +474,23 @@ pub fn exec_start(args: StartArgs) -> ExitCode {
         .collect();
     let path = format!("/v1/processes/{}/instances", enc(&args.process));
     let opts = args.server.clone();
-    run(
-        args.server.format,
-        async move {
-            call(
-                &opts,
-                reqwest::Method::POST,
-                &path,
-                Body::Json(json!({ "variables": input })),
-                &headers,
-            )
-            .await
-        },
-        instance_text,
-    )
+    run_instance(args.server.format, async move {
+        call(
+            &opts,
+            reqwest::Method::POST,
+            &path,
+            Body::Json(json!({ "variables": input })),
+            &headers,
+        )
+        .await
+    })
 }
 
 pub fn exec_instances(args: InstancesArgs) -> ExitCode {
     let mut query = Vec::new();
+    let state = args.state.map(|s| s.as_str().to_string());
     for (k, v) in [
-        ("state", &args.state),
+        ("state", &state),
         ("process", &args.process),
         ("after", &args.after),
     ] {
@@ -462,41 +535,30 @@ pub fn exec_inspect(args: InspectArgs) -> ExitCode {
     }
     let path = format!("/v1/instances/{}", enc(&args.instance));
     let opts = args.server.clone();
-    let rt = match tokio() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    match rt.block_on(call(&opts, reqwest::Method::GET, &path, Body::None, &[])) {
-        Err(code) => code,
-        Ok(v) => {
-            match args.server.format {
-                Format::Json => {
-                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default())
-                }
-                Format::Text => print!("{}", instance_text(&v)),
-            }
-            // Like the local inspect: a FAILED or TERMINATED instance exits 1.
-            match v["state"].as_str() {
-                Some("FAILED" | "TERMINATED") => ExitCode::from(1),
-                _ => ExitCode::SUCCESS,
-            }
-        }
-    }
+    run_instance(args.server.format, async move {
+        call(&opts, reqwest::Method::GET, &path, Body::None, &[]).await
+    })
 }
 
-pub fn exec_history(args: IdArgs) -> ExitCode {
+/// The history as text: the journal's table, or the server's note when it keeps none.
+fn history_text(v: &Value) -> String {
+    if let Some(note) = v["note"].as_str() {
+        return format!("{note}\n");
+    }
+    let rows = rows(v, "entries", &["seq", "at", "kind", "node", "data"]);
+    if rows.is_empty() {
+        return format!("no history entries for instance {}\n", s(&v["instance"]));
+    }
+    table(&["SEQ", "AT", "KIND", "NODE", "DATA"], &rows)
+}
+
+pub fn exec_history(args: InstanceIdArgs) -> ExitCode {
     let path = format!("/v1/instances/{}/history", enc(&args.id));
     let opts = args.server.clone();
     run(
         args.server.format,
         async move { call(&opts, reqwest::Method::GET, &path, Body::None, &[]).await },
-        |v| {
-            if let Some(note) = v["note"].as_str() {
-                return format!("{note}\n");
-            }
-            let rows = rows(v, "entries", &["seq", "at", "kind", "node", "data"]);
-            table(&["SEQ", "AT", "KIND", "NODE", "DATA"], &rows)
-        },
+        history_text,
     )
 }
 
@@ -504,11 +566,9 @@ pub fn exec_cancel(args: CancelArgs) -> ExitCode {
     let path = format!("/v1/instances/{}/cancel", enc(&args.id));
     let opts = args.server.clone();
     let body = json!({ "reason": args.reason });
-    run(
-        args.server.format,
-        async move { call(&opts, reqwest::Method::POST, &path, Body::Json(body), &[]).await },
-        instance_text,
-    )
+    run_instance(args.server.format, async move {
+        call(&opts, reqwest::Method::POST, &path, Body::Json(body), &[]).await
+    })
 }
 
 pub fn exec_retry(args: RetryArgs) -> ExitCode {
@@ -518,11 +578,9 @@ pub fn exec_retry(args: RetryArgs) -> ExitCode {
     };
     let path = format!("/v1/instances/{}/retry?mode={mode}", enc(&args.id));
     let opts = args.server.clone();
-    run(
-        args.server.format,
-        async move { call(&opts, reqwest::Method::POST, &path, Body::None, &[]).await },
-        instance_text,
-    )
+    run_instance(args.server.format, async move {
+        call(&opts, reqwest::Method::POST, &path, Body::None, &[]).await
+    })
 }
 
 pub fn exec_send(args: SendArgs) -> ExitCode {
@@ -557,7 +615,7 @@ pub fn exec_deployments(opts: ServerOpts) -> ExitCode {
     )
 }
 
-pub fn exec_undeploy(args: IdArgs) -> ExitCode {
+pub fn exec_undeploy(args: DeploymentIdArgs) -> ExitCode {
     let path = format!("/v1/deployments/{}", enc(&args.id));
     let opts = args.server.clone();
     run(

@@ -1,13 +1,22 @@
 //! The `sutra` command line: argument parsing and dispatch. Each verb lives in
-//! its own file; this one only routes. Exit status: 0 success, 1 a negative
-//! result (a failed attempt, an invalid file), 2 a usage error.
+//! its own file; this one only routes. Exit status, for every verb (see
+//! `show`): 0 when the command did what was asked and the instance it shows,
+//! if any, is not FAILED; 1 a negative result (a FAILED instance, a failed
+//! attempt, an invalid file, not found, a refused request, no server); 2 a
+//! usage error.
 
 mod channels;
 mod check;
 mod client;
 mod demo;
+/// The HX payment flow of `sutra demo` (called by `demo`).
+pub mod demo_hx;
+/// The States-language flow of the demo (the demo calls `demo_states::run`).
+pub mod demo_states;
+mod resume;
 mod run;
 mod serve;
+mod show;
 mod task;
 
 use clap::{Parser, Subcommand};
@@ -37,7 +46,7 @@ enum Command {
     Inspect(client::InspectArgs),
     /// Re-arm and drive every parked instance in a store until SIGINT/SIGTERM.
     Serve(serve::ServeArgs),
-    /// Run the example order flow on embedded SQLite with the virtual clock.
+    /// Run the example flows on embedded SQLite with the virtual clock and tell what happened.
     Demo(demo::DemoArgs),
     /// Manage tenants in a database (`tenant create <name> --db URL` prints its key once).
     #[command(subcommand)]
@@ -47,13 +56,13 @@ enum Command {
     /// List the deployments on a server.
     Deployments(client::ServerOpts),
     /// Undeploy: no new starts; the deployment drains, then retires.
-    Undeploy(client::IdArgs),
+    Undeploy(client::DeploymentIdArgs),
     /// Start an instance on a server.
     Start(client::StartArgs),
     /// List instances on a server.
     Instances(client::InstancesArgs),
     /// Show an instance's history (the audit journal) from a server.
-    History(client::IdArgs),
+    History(client::InstanceIdArgs),
     /// Cancel an instance on a server.
     Cancel(client::CancelArgs),
     /// Retry a terminal instance on a server (`--mode full|from-failure`).
@@ -67,6 +76,8 @@ enum Command {
     Incidents(channels::IncidentsArgs),
     /// Move a WAITING or FAILED instance onto another deployment of its process.
     Migrate(channels::MigrateArgs),
+    /// Resume an instance that waits on a named event (a States-language `EventName` wait).
+    Resume(resume::ResumeArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -99,6 +110,7 @@ pub fn main() -> ExitCode {
         Command::Channel(cmd) => channels::exec_channel(cmd),
         Command::Incidents(args) => channels::exec_incidents(args),
         Command::Migrate(args) => channels::exec_migrate(args),
+        Command::Resume(args) => resume::exec(args),
     }
 }
 
@@ -115,4 +127,36 @@ fn init_tracing() {
 pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");
     ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_argument_of_every_verb_is_described() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.get_help().is_none() && !matches!(id, "help" | "version") {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "sutra", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "arguments without a description: {missing:?}"
+        );
+    }
 }

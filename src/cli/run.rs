@@ -1,5 +1,7 @@
 //! `sutra run`, `sutra inspect`: deploy and drive one instance locally; show one.
+use super::show;
 use super::usage_error;
+use crate::codes::Code;
 use crate::config::Config;
 use crate::runtime::{InstanceView, Runtime, RuntimeOptions, Settled, StartRequest};
 use crate::store::AnyStore;
@@ -37,23 +39,24 @@ pub struct RunArgs {
     /// A TOML configuration file (environment variables override it).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Output: `text` for people, `json` for scripts.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 }
 
+/// The output format of every verb (`human` is accepted for `text`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    #[value(alias = "human")]
     Text,
     Json,
 }
 
-#[derive(Debug, Args)]
+/// The local `sutra inspect --db`.
+#[derive(Debug)]
 pub struct InspectArgs {
-    /// The instance id.
     pub instance: String,
-    #[arg(long)]
     pub db: String,
-    #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 }
 
@@ -117,6 +120,34 @@ pub(crate) async fn open_store(
         .await
         .map_err(|e| format!("cannot open {url}: {e}"))?;
     Ok((store, durable, guard))
+}
+
+/// For verbs that only read: refuse a SQLite file that does not exist (opening
+/// it would create an empty database and answer "not found").
+pub(crate) fn existing_database(url: &str) -> Result<(), String> {
+    if crate::store::any::is_postgres_url(url)
+        || url.contains(":memory:")
+        || url.contains("mode=memory")
+    {
+        return Ok(());
+    }
+    let path = if url.starts_with("sqlite:") {
+        match <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(url) {
+            Ok(o) => o.get_filename().to_path_buf(),
+            Err(e) => return Err(format!("cannot open {url}: {e}")),
+        }
+    } else {
+        PathBuf::from(url)
+    };
+    if path.is_file() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: no database at {} (this command only reads; check the path given to --db)",
+            Code::DatasourceMissing.as_str(),
+            path.display()
+        ))
+    }
 }
 
 pub fn exec_run(args: RunArgs) -> ExitCode {
@@ -196,14 +227,14 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         match runtime.settle(&id).await {
             Err(e) => return fail_exit(&e.to_string()),
             Ok(Settled::Gone) => {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "instance": id,
-                        "state": "COMPLETED",
-                        "note": "deleted at completion (sutra.instance.retention = PT0S)"
-                    })
-                );
+                let note = "deleted at completion (sutra.instance.retention = PT0S)";
+                match args.format {
+                    Format::Json => println!(
+                        "{}",
+                        serde_json::json!({ "instance": id, "state": "COMPLETED", "note": note })
+                    ),
+                    Format::Text => println!("instance {id}  state COMPLETED\n  {note}"),
+                }
                 return ExitCode::SUCCESS;
             }
             Ok(_) => {}
@@ -220,6 +251,9 @@ pub fn exec_inspect(args: InspectArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    if let Err(e) = existing_database(&args.db) {
+        return fail_exit(&e);
+    }
     rt.block_on(async move {
         let (store, durable, _g) = match open_store(Some(&args.db)).await {
             Ok(s) => s,
@@ -243,45 +277,10 @@ pub(crate) fn fail_exit(message: &str) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// Print an instance; exit 0 unless it FAILED or was TERMINATED.
+/// Print an instance and exit by the rule of [`show`] (1 only when it FAILED).
 pub(crate) fn print_view(view: &InstanceView, format: Format) -> ExitCode {
-    match format {
-        Format::Json => match serde_json::to_string_pretty(view) {
-            Ok(s) => println!("{s}"),
-            Err(e) => return fail_exit(&e.to_string()),
-        },
-        Format::Text => print!("{}", render(view)),
+    match serde_json::to_value(view) {
+        Ok(v) => show::print_instance(&v, format),
+        Err(e) => fail_exit(&e.to_string()),
     }
-    match view.state.as_str() {
-        "FAILED" | "TERMINATED" => ExitCode::from(1),
-        _ => ExitCode::SUCCESS,
-    }
-}
-
-pub(crate) fn render(view: &InstanceView) -> String {
-    let mut s = format!(
-        "instance {}  process {}  state {}\n",
-        view.instance, view.process, view.state
-    );
-    for a in &view.attempts {
-        s.push_str(&format!(
-            "  {}  {} attempt {}  {}{}\n",
-            a.at.format("%H:%M:%S%.3f"),
-            a.task,
-            a.attempt,
-            a.outcome,
-            a.code.as_ref().map(|c| format!(" {c}")).unwrap_or_default()
-        ));
-    }
-    if let Some(e) = &view.error {
-        s.push_str(&format!("  error {}: {}\n", e.code, e.message));
-        if let Some(c) = &e.cause {
-            s.push_str(&format!("  cause {}: {}\n", c.code, c.message));
-        }
-    }
-    s.push_str(&format!(
-        "  variables {}\n",
-        serde_json::Value::Object(view.variables.clone())
-    ));
-    s
 }

@@ -29,7 +29,7 @@ pub struct ServeArgs {
     /// Answer the HTTP API on this address (e.g. 127.0.0.1:8080; port 0 picks a free one).
     #[arg(long)]
     pub listen: Option<String>,
-    /// The admin key (manages tenants over the API). Unset: no admin routes.
+    /// The admin key (manages tenants over the API), at least 16 characters. Unset: no admin routes.
     #[arg(long, env = "SUTRA_ADMIN_KEY", hide_env_values = true)]
     pub admin_key: Option<String>,
     /// Cap of a JSON request body, in bytes.

@@ -47,7 +47,9 @@ mod build;
 mod events;
 mod ext;
 pub mod validate;
-mod xml;
+
+/// The shared hostile-input XML reader (`dialect::xml`).
+use super::xml;
 
 pub use xml::{BPMN_NS, Q_NS};
 

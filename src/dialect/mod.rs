@@ -11,6 +11,7 @@
 pub mod asl;
 pub mod bpmn;
 pub mod hx;
+mod xml;
 
 use crate::diag::Diagnostic;
 use crate::model::Definitions;

@@ -1,8 +1,9 @@
 //! The token walk: entering nodes, leaving them along flows, scopes, joins,
 //! boundaries, parks and the terminal stamp. Attempt outcomes are judged in
-//! `outcome.rs`.
+//! `outcome.rs`; join rules, dead paths and error flows are in `flow.rs`;
+//! compensation (the unwind) in `unwind.rs`.
 
-use super::snapshot::{CycleState, TaskPhase, TaskState};
+use super::snapshot::{CycleState, NodeState, TaskPhase, TaskState};
 use super::{
     vars, AttemptRequest, EngineError, Event, Inputs, InstanceError, InstanceState, JournalEntry,
     MessageKey, NewInstance, Park, ParkKind, Snapshot, Step, Token, TokenStatus, SNAPSHOT_FORMAT,
@@ -38,6 +39,8 @@ pub(super) struct Raised {
     pub details: Option<Value>,
     /// A spent retry budget (only boundaries with `catch_failures` catch it).
     pub failure: Option<Cause>,
+    /// Further names the error answers to (a node's `task_failure_name`).
+    pub also: Vec<String>,
 }
 
 impl<'a> Machine<'a> {
@@ -68,6 +71,10 @@ impl<'a> Machine<'a> {
             next_park: 1,
             next_journal: 1,
             completed: Vec::new(),
+            node_states: Default::default(),
+            outputs: Default::default(),
+            joins: Vec::new(),
+            unwind: None,
             error: None,
             started_at: now,
             ended_at: None,
@@ -107,7 +114,11 @@ impl<'a> Machine<'a> {
             Some(&start.id),
             json!({ "variables": new.variables }),
         );
-        m.spawn(start.ix, None, None);
+        let doc = start
+            .data
+            .as_ref()
+            .map(|_| Value::Object(new.variables.clone()));
+        m.spawn_doc(start.ix, None, None, doc);
         m.run();
         Ok(m.finish())
     }
@@ -118,19 +129,31 @@ impl<'a> Machine<'a> {
         node: &str,
         inputs: &'a Inputs,
     ) -> Result<Step, EngineError> {
-        let n = process
-            .find(node)
-            .filter(|n| n.scope.is_none())
-            .ok_or_else(|| {
-                EngineError::new(
-                    Code::InstanceState,
-                    format!("cannot resume at `{node}`: not a top-level node"),
-                )
-            })?;
+        // A failure inside a sub-process or branch resumes at its top-level state.
+        let mut n = process.find(node);
+        while let Some(s) = n.and_then(|x| x.scope) {
+            n = Some(process.node(s));
+        }
+        let n = n.filter(|n| n.scope.is_none()).ok_or_else(|| {
+            EngineError::new(
+                Code::InstanceState,
+                format!("cannot resume at `{node}`: not a top-level node"),
+            )
+        })?;
+        if let Some(why) = super::flow::resume_blocker(process, n.ix) {
+            return Err(EngineError::new(
+                Code::InstanceState,
+                format!("cannot resume at `{node}`: {why}; retry with mode=full"),
+            ));
+        }
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
         m.journal("instance_resumed", Some(node), json!({}));
-        m.spawn(n.ix, None, None);
+        let doc = n
+            .data
+            .as_ref()
+            .map(|_| Value::Object(new.variables.clone()));
+        m.spawn_doc(n.ix, None, None, doc);
         m.run();
         Ok(m.finish())
     }
@@ -247,6 +270,8 @@ impl<'a> Machine<'a> {
     }
 
     pub(super) fn spawn(&mut self, node: NodeIx, scope: Option<u64>, via: Option<FlowIx>) -> u64 {
+        let node_id = self.process.node(node).id.clone();
+        self.set_state(&node_id, NodeState::Ready);
         let id = self.snap.next_token;
         self.snap.next_token += 1;
         self.snap.tokens.push(Token {
@@ -256,8 +281,24 @@ impl<'a> Machine<'a> {
             via: via.map(|f| self.process.flow(f).id.clone()),
             status: TokenStatus::Ready,
             boundary_parks: Vec::new(),
+            doc: None,
         });
         self.queue.push_back(id);
+        id
+    }
+
+    /// Spawn a token that carries `doc`.
+    pub(super) fn spawn_doc(
+        &mut self,
+        node: NodeIx,
+        scope: Option<u64>,
+        via: Option<FlowIx>,
+        doc: Option<Value>,
+    ) -> u64 {
+        let id = self.spawn(node, scope, via);
+        if let Some(t) = self.snap.token_mut(id) {
+            t.doc = doc;
+        }
         id
     }
 
@@ -290,27 +331,94 @@ impl<'a> Machine<'a> {
         }
         if let Some(pos) = self.snap.tokens.iter().position(|t| t.id == token) {
             let t = self.snap.tokens.remove(pos);
+            if let TokenStatus::Task(TaskState {
+                attempt,
+                phase: TaskPhase::Running { .. },
+                ..
+            }) = &t.status
+            {
+                let interruptible = match self.process.find(&t.node).map(|n| &n.kind) {
+                    Some(NodeKind::ServiceTask(task)) => task.idempotent,
+                    _ => true,
+                };
+                self.effects.push(Effect::AttemptAbandoned {
+                    token: t.id,
+                    node: t.node.clone(),
+                    attempt: *attempt,
+                    interruptible,
+                });
+            }
             for p in t.parks() {
                 self.withdraw(p);
             }
         }
     }
 
+    pub(super) fn clear_queue(&mut self) {
+        self.queue.clear();
+    }
+
+    /// Record a node's state (start and boundary events have none).
+    pub(super) fn set_state(&mut self, node_id: &str, state: NodeState) {
+        let Some(node) = self.process.find(node_id) else {
+            return;
+        };
+        if matches!(node.kind, NodeKind::Start(_) | NodeKind::Boundary(_)) {
+            return;
+        }
+        self.snap.node_states.insert(node_id.to_string(), state);
+    }
+
+    pub(super) fn state_of(&self, node_id: &str) -> Option<NodeState> {
+        self.snap.node_states.get(node_id).copied()
+    }
+
+    /// Mark the node of every live token that is READY or RUNNING as CANCELLED.
+    pub(super) fn cancel_active(&mut self) {
+        let nodes: Vec<String> = self.snap.tokens.iter().map(|t| t.node.clone()).collect();
+        for n in nodes {
+            if self.state_of(&n).is_some_and(NodeState::is_active) {
+                self.set_state(&n, NodeState::Cancelled);
+            }
+        }
+    }
+
     /// A token finished at its node (an end event, or an outgoing-less node):
     /// remove it and complete its scope if it was the last one there.
-    fn consume(&mut self, token: u64) {
+    pub(super) fn consume(&mut self, token: u64) {
         let scope = self.snap.token(token).and_then(|t| t.scope);
+        self.doc_consumed(token);
         self.discard(token);
         self.complete_scope_if_empty(scope);
     }
 
-    fn complete_scope_if_empty(&mut self, scope: Option<u64>) {
+    pub(super) fn complete_scope_if_empty(&mut self, scope: Option<u64>) {
         if self.snap.state.is_terminal() || self.snap.tokens.iter().any(|t| t.scope == scope) {
+            return;
+        }
+        if self.snap.unwind.is_some() {
+            // The unwind ends the instance itself (unwind.rs).
+            return;
+        }
+        if let Some(j) = self.snap.joins.iter().find(|j| j.scope == scope).cloned() {
+            // Nothing is left to decide the join's other flows.
+            self.snap.joins.retain(|x| x != &j);
+            self.fail_code(
+                Code::JoinDeadEdge,
+                format!(
+                    "node `{}` waits for incoming edges that nothing is left to decide (decided: {:?} satisfied, {:?} dead)",
+                    j.node, j.satisfied, j.dead
+                ),
+                Some(&j.node),
+            );
             return;
         }
         match scope {
             None => self.end(InstanceState::Completed),
             Some(sub) => {
+                if self.branch_completed(sub) {
+                    return;
+                }
                 let Some(node) = self.node_of(sub) else {
                     return;
                 };
@@ -326,6 +434,8 @@ impl<'a> Machine<'a> {
         if self.snap.state.is_terminal() {
             return;
         }
+        self.cancel_active();
+        self.snap.joins.clear();
         let tokens: Vec<u64> = self
             .snap
             .tokens
@@ -347,6 +457,7 @@ impl<'a> Machine<'a> {
         let kind = match state {
             InstanceState::Completed => "instance_completed",
             InstanceState::Terminated => "instance_terminated",
+            InstanceState::Compensated => "instance_compensated",
             _ => "instance_failed",
         };
         let data = json!({ "error": self.snap.error });
@@ -362,16 +473,29 @@ impl<'a> Machine<'a> {
         node: Option<&str>,
         cause: Option<Cause>,
     ) {
+        if let Some(n) = node {
+            if self.state_of(n).is_some_and(NodeState::is_active) {
+                self.set_state(n, NodeState::Failed);
+            }
+        }
+        if self.snap.unwind.is_some() {
+            // A failure while unwinding fails the compensation in progress.
+            self.unwind_failure(code, message, cause);
+            return;
+        }
         self.snap.error = Some(InstanceError {
             code: code.to_string(),
             message,
             node: node.map(str::to_string),
             cause,
+            compensation_failures: Vec::new(),
         });
-        self.end(InstanceState::Failed);
+        if !self.begin_unwind() {
+            self.end(InstanceState::Failed);
+        }
     }
 
-    fn fail_code(&mut self, code: Code, message: String, node: Option<&str>) {
+    pub(super) fn fail_code(&mut self, code: Code, message: String, node: Option<&str>) {
         self.fail(code.as_str(), message, node, None);
     }
 
@@ -407,6 +531,9 @@ impl<'a> Machine<'a> {
         ) {
             return;
         }
+        if node.data.is_some() && self.doc_enter(token, node) {
+            return;
+        }
         match &node.kind {
             NodeKind::Start(_) | NodeKind::Boundary(_) => self.leave(token),
             NodeKind::Pass { set } => {
@@ -418,6 +545,12 @@ impl<'a> Machine<'a> {
             }
             NodeKind::End(kind) => {
                 self.snap.completed.push(node.id.clone());
+                let state = if matches!(kind, EndKind::Error { .. }) {
+                    NodeState::Failed
+                } else {
+                    NodeState::Succeeded
+                };
+                self.set_state(&node.id, state);
                 match kind {
                     EndKind::None => self.consume(token),
                     EndKind::Terminate => {
@@ -450,6 +583,7 @@ impl<'a> Machine<'a> {
                                 .unwrap_or_else(|| format!("error end event `{}`", node.id)),
                             details: None,
                             failure: None,
+                            also: Vec::new(),
                         };
                         self.raise(scope, raised, &node.id);
                     }
@@ -466,12 +600,26 @@ impl<'a> Machine<'a> {
                 let park = match trigger {
                     CatchTrigger::Timer(spec) => self.timer_park(token, node, spec),
                     CatchTrigger::Message(m) => self.message_park(token, node, m),
+                    CatchTrigger::TimerFrom(from) => self.timer_from_park(token, node, from),
                 };
                 if let (Some(park), Some(t)) = (park, self.snap.token_mut(token)) {
                     t.status = TokenStatus::Waiting { park };
                 }
+                if !self.snap.state.is_terminal() {
+                    self.set_state(&node.id, NodeState::Running);
+                }
             }
+            NodeKind::Fanout(_) => self.fanout_enter(token, 1, Vec::new()),
+            NodeKind::CallProcess { .. } => self.fail_code(
+                Code::TaskKindUnsupported,
+                format!(
+                    "`{}` calls a process: not supported by this runtime yet",
+                    node.id
+                ),
+                Some(&node.id),
+            ),
             NodeKind::SubProcess => {
+                self.set_state(&node.id, NodeState::Running);
                 if let Some(t) = self.snap.token_mut(token) {
                     t.status = TokenStatus::InSubProcess;
                 }
@@ -489,53 +637,6 @@ impl<'a> Machine<'a> {
                     self.complete_scope_if_empty(Some(token));
                 }
             }
-        }
-    }
-
-    /// Leave a node along its outgoing flows: every unconditional flow and
-    /// every flow whose condition holds. No outgoing flow ends the token.
-    pub(super) fn leave(&mut self, token: u64) {
-        let Some(node) = self.node_of(token) else {
-            return;
-        };
-        let Some(scope) = self.snap.token(token).map(|t| t.scope) else {
-            return;
-        };
-        if node.outgoing.is_empty() {
-            self.consume(token);
-            return;
-        }
-        let mut targets = Vec::new();
-        for &f in &node.outgoing {
-            let flow = self.process.flow(f);
-            match &flow.condition {
-                None => targets.push(f),
-                Some(c) => match c.eval_bool(&self.snap.variables) {
-                    Ok(true) => targets.push(f),
-                    Ok(false) => {}
-                    Err(e) => {
-                        self.fail_code(
-                            Code::ConditionFailed,
-                            format!("condition on `{}` failed: {e}", flow.id),
-                            Some(&node.id),
-                        );
-                        return;
-                    }
-                },
-            }
-        }
-        if targets.is_empty() {
-            self.fail_code(
-                Code::NoFlowTaken,
-                format!("no condition on the flows out of `{}` holds", node.id),
-                Some(&node.id),
-            );
-            return;
-        }
-        self.discard(token);
-        for f in targets {
-            let target = self.process.flow(f).target;
-            self.spawn(target, scope, Some(f));
         }
     }
 
@@ -578,6 +679,7 @@ impl<'a> Machine<'a> {
             return;
         };
         let scope = self.snap.token(token).and_then(|t| t.scope);
+        self.set_state(&node.id, NodeState::Succeeded);
         self.discard(token);
         self.spawn(self.process.flow(f).target, scope, Some(f));
     }
@@ -679,7 +781,7 @@ impl<'a> Machine<'a> {
         }))
     }
 
-    fn arm_boundaries(&mut self, token: u64, activity: &'a Node) {
+    pub(super) fn arm_boundaries(&mut self, token: u64, activity: &'a Node) {
         for &b in &activity.boundaries {
             let bnode = self.process.node(b);
             let NodeKind::Boundary(ev) = &bnode.kind else {
@@ -712,10 +814,12 @@ impl<'a> Machine<'a> {
         if let Some(t) = self.snap.token_mut(park.token) {
             t.boundary_parks.retain(|&p| p != seq);
         }
-        self.snap.variables.extend(variables);
         let Some(node) = self.process.find(&park.node) else {
             return;
         };
+        if !self.doc_resumed(park.token, node, &park, variables.clone()) {
+            self.snap.variables.extend(variables);
+        }
         match park.kind {
             ParkKind::Attempt => {
                 // The runner of this attempt was lost: run the same attempt again.
@@ -726,7 +830,11 @@ impl<'a> Machine<'a> {
                 );
                 self.rerun_attempt(park.token);
             }
-            ParkKind::Retry => self.retry_due(park.token),
+            ParkKind::Retry => {
+                if !self.fanout_retry_due(park.token) {
+                    self.retry_due(park.token);
+                }
+            }
             ParkKind::Channel => self.call_timed_out(park.token, seq),
             ParkKind::Timer | ParkKind::Message => {
                 let kind = if park.kind == ParkKind::Timer {
@@ -748,6 +856,10 @@ impl<'a> Machine<'a> {
                             return;
                         };
                         if ev.interrupting {
+                            if let Some(host) = self.snap.token(park.token).map(|t| t.node.clone())
+                            {
+                                self.set_state(&host, NodeState::Cancelled);
+                            }
                             self.discard(park.token);
                         } else {
                             self.rearm_boundary(&park, node);
@@ -803,7 +915,11 @@ impl<'a> Machine<'a> {
             return;
         };
         let input = match &task.io.input_path {
-            None => Value::Object(self.snap.variables.clone()),
+            _ if node.data.is_some() => match self.doc_task_input(token, node, attempt) {
+                Some(v) => v,
+                None => return,
+            },
+            None => Value::Object(self.compensator_input(token)),
             Some(p) => match vars::get(&self.snap.variables, p) {
                 Ok(v) => v,
                 Err(e) => {
@@ -846,6 +962,7 @@ impl<'a> Machine<'a> {
                 since: self.inputs.now,
             });
         }
+        self.set_state(&node.id, NodeState::Running);
         let idempotency_key = format!("{}:{}:{}", self.snap.instance_id, node.id, token);
         self.journal(
             "attempt_started",
@@ -888,8 +1005,21 @@ impl<'a> Machine<'a> {
     /// the activity token `at` (a task) or, for `None`, at the process level,
     /// walking up through enclosing sub-processes. Uncaught: the instance fails.
     pub(super) fn raise_from(&mut self, at: Option<u64>, raised: Raised, origin: &str) {
+        self.set_state(origin, NodeState::Failed);
+        if let Some(tok) = at {
+            if self.is_compensating(tok) {
+                self.compensator_failed(raised);
+                return;
+            }
+            if self.take_error_flows(tok, &raised, origin) {
+                return;
+            }
+        }
         let mut current = at;
         while let Some(tok) = current {
+            if self.branch_absorbs(tok, &raised) || self.fanout_retry(tok, &raised) {
+                return;
+            }
             let Some(node) = self.node_of(tok) else { break };
             for &b in &node.boundaries {
                 let bnode = self.process.node(b);
@@ -910,13 +1040,22 @@ impl<'a> Machine<'a> {
                 let matches = match codes {
                     None => true,
                     Some(list) => list.iter().any(|c| {
-                        c == &raised.code || raised.failure.as_ref().is_some_and(|f| &f.code == c)
+                        c == &raised.code
+                            || raised.failure.as_ref().is_some_and(|f| &f.code == c)
+                            || raised.also.contains(c)
                     }),
                 };
                 if !matches {
                     continue;
                 }
                 let scope = self.snap.token(tok).and_then(|t| t.scope);
+                let doc = match self.caught_doc(tok, bnode, &raised) {
+                    Ok(doc) => doc,
+                    Err(e) => {
+                        self.fail_code(e.code, e.message, Some(&bnode.id));
+                        return;
+                    }
+                };
                 self.discard(tok);
                 self.journal(
                     "error_caught",
@@ -939,7 +1078,7 @@ impl<'a> Machine<'a> {
                         return;
                     }
                 }
-                self.spawn(b, scope, None);
+                self.spawn_doc(b, scope, None, doc);
                 return;
             }
             current = self.snap.token(tok).and_then(|t| t.scope);

@@ -16,17 +16,24 @@
 //!   left, a park already withdrawn) changes nothing but the journal.
 
 mod channel;
+mod choice;
+mod docflow;
+pub mod document;
+mod fanout;
+mod flow;
+mod intrinsics;
 mod machine;
 mod migrate;
 mod outcome;
 pub mod snapshot;
+mod unwind;
 mod vars;
 
 pub use channel::{call_of, correlation_of, parse_correlation, CallView, ChannelRequest};
 pub use migrate::migrate;
 pub use snapshot::{
-    Cause, InstanceError, InstanceState, MessageKey, Park, ParkKind, Snapshot, Token, TokenStatus,
-    SNAPSHOT_FORMAT,
+    Cause, Compensation, CompensationFailure, InstanceError, InstanceState, MessageKey, NodeState,
+    Park, ParkKind, Snapshot, Token, TokenStatus, Unwind, SNAPSHOT_FORMAT,
 };
 
 use crate::codes::{Code, ErrorClass};
@@ -177,6 +184,17 @@ pub enum Effect {
     Ended {
         state: InstanceState,
     },
+    /// Attempt `attempt` of `token` was in flight when its token was removed
+    /// (a cancel, an unwind, an interrupting boundary): its result will be
+    /// discarded when it arrives. `interruptible` is false for a task declared
+    /// non-idempotent, whose attempt must be let finish; a runtime that can
+    /// interrupt attempts may stop the others.
+    AttemptAbandoned {
+        token: u64,
+        node: String,
+        attempt: u32,
+        interruptible: bool,
+    },
 }
 
 /// The result of one step.
@@ -246,3 +264,5 @@ pub fn apply(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_documents;

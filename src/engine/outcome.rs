@@ -4,10 +4,10 @@
 //! instance with `SUTRA.RUNTIME.RETRY.EXHAUSTED` / `SUTRA.RUNTIME.TASK_FAILED`.
 
 use super::machine::{Machine, Raised};
-use super::snapshot::{TaskPhase, TaskState};
+use super::snapshot::{NodeState, TaskPhase, TaskState};
 use super::{vars, AttemptRecord, Cause, Effect, Park, ParkKind, TaskOutcome, TokenStatus};
-use crate::codes::Code;
-use crate::model::{NodeKind, OnTimeout, RetryPolicy, ServiceTask};
+use crate::codes::{Code, ErrorClass};
+use crate::model::{Node, NodeKind, OnTimeout, RetryPolicy, ServiceTask};
 use serde_json::json;
 
 /// What the retry policy says about a failure.
@@ -50,6 +50,10 @@ impl Machine<'_> {
         if let TaskPhase::Running { park } | TaskPhase::Calling { park, .. } = state.phase {
             self.withdraw(park);
         }
+        // The attempt is over: nothing of this token is in flight any more.
+        if let Some(t) = self.snap.token_mut(token) {
+            t.status = TokenStatus::Ready;
+        }
         let (code, message) = match &outcome {
             TaskOutcome::Completed { .. } => (None, None),
             TaskOutcome::BusinessError { code, message, .. }
@@ -73,7 +77,15 @@ impl Machine<'_> {
             json!({ "attempt": attempt, "outcome": outcome.label(), "code": code, "message": message }),
         );
         match outcome {
+            TaskOutcome::Completed { output } if node.data.is_some() => {
+                self.doc_task_completed(token, node, output);
+            }
             TaskOutcome::Completed { output } => {
+                let compensable =
+                    self.process.compensator(node.ix).is_some() && !self.is_compensating(token);
+                if compensable {
+                    self.snap.outputs.insert(node.id.clone(), output.clone());
+                }
                 if let Err(e) = vars::merge_output(
                     &mut self.snap.variables,
                     &node.id,
@@ -98,6 +110,7 @@ impl Machine<'_> {
                 self.raise_from(
                     Some(token),
                     Raised {
+                        also: failure_names(node, None),
                         code,
                         message,
                         details,
@@ -114,14 +127,34 @@ impl Machine<'_> {
                 details,
             } => {
                 let timed_out = code == Code::TaskDeadlineExceeded.as_str();
+                // A node may raise engine codes under names of its own (ActionFailed, ...).
+                let code = match &node.data {
+                    Some(df) => df.error_name(&code).to_string(),
+                    None => code,
+                };
+                let also = failure_names(node, Some(class));
                 if let (true, Some(t)) = (timed_out, &task.timeout) {
                     match t.on_timeout {
+                        OnTimeout::Skip if self.is_compensating(token) => {
+                            // A rollback that did not happen is a failed compensation.
+                            self.unwind_failure(
+                                &code,
+                                format!("onTimeout=\"skip\": {message}"),
+                                Some(Cause {
+                                    code: code.clone(),
+                                    message: message.clone(),
+                                }),
+                            );
+                            return;
+                        }
                         OnTimeout::Skip => {
                             self.journal(
                                 "task_skipped",
                                 Some(&node.id),
                                 json!({ "reason": "timeout" }),
                             );
+                            self.set_state(&node.id, NodeState::Skipped);
+                            self.snap.outputs.remove(&node.id);
                             self.complete_task(token, &node.id);
                             return;
                         }
@@ -133,36 +166,28 @@ impl Machine<'_> {
                                 "onTimeout=\"fail\"".into(),
                                 !task.retries.is_empty(),
                                 cause,
+                                also,
                             );
                             return;
                         }
                         OnTimeout::Retry => {}
                     }
                 }
-                match judge(task, &state, &code, class, retryable, self.inputs.draw) {
+                match judge(
+                    task,
+                    &state,
+                    &code,
+                    &also,
+                    class,
+                    retryable,
+                    self.inputs.draw,
+                ) {
                     Verdict::Retry { retrier, delay } => {
                         let mut granted = state.granted.clone();
                         granted.resize(task.retries.len().max(granted.len()), 0);
                         granted[retrier] += 1;
-                        let d = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-                        let due = self
-                            .inputs
-                            .now
-                            .checked_add_signed(d)
-                            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
-                        let park = self.arm(Park {
-                            kind: ParkKind::Retry,
-                            token,
-                            node: node.id.clone(),
-                            due: Some(due),
-                            message: None,
-                            cycle: None,
-                        });
-                        self.journal(
-                            "retry_scheduled",
-                            Some(&node.id),
-                            json!({ "next_attempt": attempt + 1, "due": due, "delay_ms": delay.as_millis() as u64, "code": code }),
-                        );
+                        let (park, due) =
+                            self.arm_retry(token, &node.id, attempt + 1, delay, &code);
                         if let Some(t) = self.snap.token_mut(token) {
                             t.status = TokenStatus::Task(TaskState {
                                 attempt: attempt + 1,
@@ -175,14 +200,50 @@ impl Machine<'_> {
                     Verdict::Stop { why, policy } => {
                         let cause = Cause { code, message };
                         let _ = details;
-                        self.give_up(token, &node.id, why, policy, cause);
+                        self.give_up(token, &node.id, why, policy, cause, also);
                     }
                 }
             }
         }
     }
 
+    /// Arm the retry park of `token` due `delay` from now and journal it;
+    /// returns the park and its due instant.
+    pub(super) fn arm_retry(
+        &mut self,
+        token: u64,
+        node_id: &str,
+        next_attempt: u32,
+        delay: std::time::Duration,
+        code: &str,
+    ) -> (u64, chrono::DateTime<chrono::Utc>) {
+        let d = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+        let due = self
+            .inputs
+            .now
+            .checked_add_signed(d)
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+        let park = self.arm(Park {
+            kind: ParkKind::Retry,
+            token,
+            node: node_id.to_string(),
+            due: Some(due),
+            message: None,
+            cycle: None,
+        });
+        self.journal(
+            "retry_scheduled",
+            Some(node_id),
+            json!({ "next_attempt": next_attempt, "due": due, "delay_ms": delay.as_millis() as u64, "code": code }),
+        );
+        (park, due)
+    }
+
     pub(super) fn complete_task(&mut self, token: u64, node_id: &str) {
+        if self.is_compensating(token) {
+            self.compensator_succeeded(token);
+            return;
+        }
         self.snap.completed.push(node_id.to_string());
         if let Some(t) = self.snap.token_mut(token) {
             t.status = TokenStatus::Ready;
@@ -203,7 +264,15 @@ impl Machine<'_> {
 
     /// The policy will not retry: raise RETRY.EXHAUSTED (a policy existed) or
     /// TASK_FAILED (none did), with the last attempt as the cause.
-    fn give_up(&mut self, token: u64, node_id: &str, why: String, policy: bool, cause: Cause) {
+    fn give_up(
+        &mut self,
+        token: u64,
+        node_id: &str,
+        why: String,
+        policy: bool,
+        cause: Cause,
+        also: Vec<String>,
+    ) {
         let code = if policy {
             Code::RetryExhausted
         } else {
@@ -218,8 +287,18 @@ impl Machine<'_> {
             message,
             details: None,
             failure: Some(cause),
+            also,
         };
         self.raise_from(Some(token), raised, node_id);
+    }
+}
+
+/// The further names a task failure of `node` answers to: its
+/// `task_failure_name`, unless the failure is of class `timeout`.
+fn failure_names(node: &Node, class: Option<ErrorClass>) -> Vec<String> {
+    match node.data.as_ref().and_then(|d| d.task_failure_name.clone()) {
+        Some(name) if class != Some(ErrorClass::Timeout) => vec![name],
+        _ => Vec::new(),
     }
 }
 
@@ -227,14 +306,15 @@ fn judge(
     task: &ServiceTask,
     state: &TaskState,
     code: &str,
-    class: crate::codes::ErrorClass,
+    also: &[String],
+    class: ErrorClass,
     retryable: bool,
     draw: f64,
 ) -> Verdict {
     let Some((ix, policy)) = task.retries.iter().enumerate().find(|(_, p)| {
         p.error_equals
             .as_ref()
-            .is_none_or(|codes| codes.iter().any(|c| c == code))
+            .is_none_or(|codes| codes.iter().any(|c| c == code || also.contains(c)))
     }) else {
         let why = if task.retries.is_empty() {
             "no retry policy".to_string()
@@ -253,7 +333,9 @@ fn judge(
     if policy.non_retryable_codes.iter().any(|c| c == code) {
         return stop(format!("{code} is listed in nonRetryableCodes"));
     }
-    if !retryable {
+    // A policy that names the classes it retries (HX `retryOn`) is
+    // authoritative; otherwise a code's default retryability applies.
+    if !retryable && policy.retry_on.is_none() {
         return stop(format!("{code} is not retryable"));
     }
     if let Some(classes) = &policy.retry_on {

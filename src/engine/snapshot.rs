@@ -26,6 +26,10 @@ pub enum InstanceState {
     Terminated,
     /// Failed: retained, inspectable, blocks its deployment's retirement.
     Failed,
+    /// A failure was unwound: every compensator of a succeeded node ran and
+    /// succeeded (the error still says what failed). Like COMPLETED for
+    /// retention and retirement.
+    Compensated,
 }
 
 impl InstanceState {
@@ -36,6 +40,7 @@ impl InstanceState {
             InstanceState::Completed => "COMPLETED",
             InstanceState::Terminated => "TERMINATED",
             InstanceState::Failed => "FAILED",
+            InstanceState::Compensated => "COMPENSATED",
         }
     }
 
@@ -46,6 +51,7 @@ impl InstanceState {
             InstanceState::Completed,
             InstanceState::Terminated,
             InstanceState::Failed,
+            InstanceState::Compensated,
         ]
         .into_iter()
         .find(|st| st.as_str() == s)
@@ -54,7 +60,10 @@ impl InstanceState {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            InstanceState::Completed | InstanceState::Terminated | InstanceState::Failed
+            InstanceState::Completed
+                | InstanceState::Terminated
+                | InstanceState::Failed
+                | InstanceState::Compensated
         )
     }
 }
@@ -76,6 +85,96 @@ pub struct InstanceError {
     /// The node where it failed (a `from-failure` retry resumes there).
     pub node: Option<String>,
     pub cause: Option<Cause>,
+    /// The compensators that failed during the unwind this error began (the
+    /// instance then ends FAILED rather than COMPENSATED).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compensation_failures: Vec<CompensationFailure>,
+}
+
+/// One compensator that failed during an unwind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompensationFailure {
+    /// The node it was to compensate (it stays SUCCEEDED).
+    pub node: String,
+    /// The compensator node.
+    pub compensator: String,
+    /// `SUTRA.RUNTIME.COMPENSATION.FAILED`.
+    pub code: String,
+    pub message: String,
+    /// The compensator's own last failure.
+    pub cause: Option<Cause>,
+}
+
+/// The state of one node of an instance (the last time it ran).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum NodeState {
+    /// Reached and about to run (its join, if any, decided).
+    Ready,
+    /// An attempt in flight or a backoff, a timer or message wait, a sub-process.
+    Running,
+    Succeeded,
+    /// It failed (handled by an error flow or a boundary, or not).
+    Failed,
+    /// Not run: every incoming flow was dead (a branch not taken), or its
+    /// attempt timed out with `onTimeout="skip"`.
+    Skipped,
+    /// It was READY or RUNNING when the instance was cancelled, ended, or
+    /// began unwinding.
+    Cancelled,
+    /// It had SUCCEEDED and its compensator has undone it.
+    Compensated,
+}
+
+impl NodeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Ready => "READY",
+            NodeState::Running => "RUNNING",
+            NodeState::Succeeded => "SUCCEEDED",
+            NodeState::Failed => "FAILED",
+            NodeState::Skipped => "SKIPPED",
+            NodeState::Cancelled => "CANCELLED",
+            NodeState::Compensated => "COMPENSATED",
+        }
+    }
+
+    /// READY or RUNNING.
+    pub fn is_active(self) -> bool {
+        matches!(self, NodeState::Ready | NodeState::Running)
+    }
+}
+
+/// A join in progress (a node with a join rule): its incoming flows decided so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinState {
+    pub node: String,
+    /// The sub-process token it is in (`None` at process level).
+    pub scope: Option<u64>,
+    /// Flow ids satisfied so far.
+    pub satisfied: Vec<String>,
+    /// Flow ids dead so far.
+    pub dead: Vec<String>,
+}
+
+/// A node to compensate and its compensator.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compensation {
+    pub node: String,
+    pub compensator: String,
+}
+
+/// An unwind in progress (or finished, kept for inspection): compensators run
+/// one at a time, newest completion first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unwind {
+    /// Left to run, next first.
+    pub pending: Vec<Compensation>,
+    /// The one running now and its token.
+    pub current: Option<(Compensation, u64)>,
+    /// Compensated so far, in order.
+    pub done: Vec<String>,
+    pub failed: Vec<CompensationFailure>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -169,6 +268,38 @@ pub enum TokenStatus {
     Joining,
     /// At a sub-process whose children run.
     InSubProcess,
+    /// At a fan-out whose branches (or iterations) run.
+    Fanout(FanoutState),
+    /// A branch (or iteration) of the fan-out token that is its scope.
+    Branch {
+        slot: u32,
+        /// The item a `Map` iteration runs on (`$$.Map.Item.Value`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        item: Option<Value>,
+    },
+}
+
+/// Where a fan-out is: its branches' results so far, and its retries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FanoutState {
+    /// One per branch or item, in order; `None` until it ended.
+    pub results: Vec<Option<Value>>,
+    /// The items of a `Map` (the iterations not started yet read theirs here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<Value>,
+    /// The fan-out's effective input (branches and item selectors read it).
+    #[serde(default)]
+    pub input: Value,
+    /// The next branch or item to start.
+    pub next: u32,
+    /// The run (1-based; a retry runs the fan-out again).
+    pub attempt: u32,
+    /// Retries granted so far, per retrier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub granted: Vec<u32>,
+    /// The retry park while waiting out a backoff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,6 +315,9 @@ pub struct Token {
     /// Timer and message boundary parks armed for the activity it is at.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub boundary_parks: Vec<u64>,
+    /// The document it carries (nodes with a `DataFlow` read and rewrite it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub doc: Option<Value>,
 }
 
 impl Token {
@@ -197,6 +331,10 @@ impl Token {
                 | TaskPhase::Calling { park, .. } => v.push(park),
             },
             TokenStatus::Waiting { park } => v.push(*park),
+            TokenStatus::Fanout(FanoutState {
+                backoff: Some(park),
+                ..
+            }) => v.push(*park),
             _ => {}
         }
         v
@@ -221,6 +359,19 @@ pub struct Snapshot {
     pub next_journal: u64,
     /// Node ids in completion order (compensation unwinds in reverse).
     pub completed: Vec<String>,
+    /// Each reached node's state (the last time it ran), by node id.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_states: BTreeMap<String, NodeState>,
+    /// The recorded output of each succeeded node that has a compensator (its
+    /// compensator receives it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, Value>,
+    /// Joins waiting for more of their incoming flows to be decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<JoinState>,
+    /// The unwind (compensation) in progress, or the one that ended the instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unwind: Option<Unwind>,
     pub error: Option<InstanceError>,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,

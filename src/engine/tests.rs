@@ -48,6 +48,8 @@ impl B {
             incoming: vec![],
             outgoing: vec![],
             boundaries: vec![],
+            join: None,
+            data: None,
         });
         ix
     }
@@ -945,3 +947,5 @@ fn a_stored_v1_snapshot_still_loads_and_resumes() {
     assert_eq!((run.node.as_str(), run.attempt, run.token), ("T", 2, 2));
     assert_eq!(run.idempotency_key, "0194f1a2b3c4d5e6f708192a:T:2");
 }
+
+mod flow;

@@ -11,7 +11,14 @@ pub const MAX_EXPR_LEN: usize = 4096;
 #[derive(Clone)]
 pub struct Expr {
     source: String,
-    program: Arc<cel_interpreter::Program>,
+    kind: ExprKind,
+}
+
+#[derive(Clone)]
+enum ExprKind {
+    Cel(Arc<cel_interpreter::Program>),
+    /// A structured rule over a document (`engine::choice` evaluates it).
+    Rule(Arc<super::rule::Rule>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,8 +50,24 @@ impl Expr {
         let program = compile_guarded(text)?;
         Ok(Expr {
             source: source.to_string(),
-            program: Arc::new(program),
+            kind: ExprKind::Cel(Arc::new(program)),
         })
+    }
+
+    /// A condition that is a structured rule (its `source` is the rule as JSON).
+    pub fn rule(rule: super::rule::Rule) -> Expr {
+        Expr {
+            source: serde_json::to_string(&rule).unwrap_or_default(),
+            kind: ExprKind::Rule(Arc::new(rule)),
+        }
+    }
+
+    /// The structured rule, when this condition is one.
+    pub fn as_rule(&self) -> Option<&super::rule::Rule> {
+        match &self.kind {
+            ExprKind::Rule(r) => Some(r),
+            ExprKind::Cel(_) => None,
+        }
     }
 
     pub fn source(&self) -> &str {
@@ -56,12 +79,20 @@ impl Expr {
         &self,
         vars: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<serde_json::Value, ExprError> {
+        let program = match &self.kind {
+            ExprKind::Cel(p) => p,
+            ExprKind::Rule(_) => {
+                return Err(ExprError(
+                    "a structured rule is evaluated over a document, not over variables".into(),
+                ))
+            }
+        };
         let mut ctx = cel_interpreter::Context::default();
         for (k, v) in vars {
             ctx.add_variable(k.as_str(), v)
                 .map_err(|e| ExprError(e.to_string()))?;
         }
-        let program = std::panic::AssertUnwindSafe(&self.program);
+        let program = std::panic::AssertUnwindSafe(program);
         let ctx = std::panic::AssertUnwindSafe(&ctx);
         let value = quietly(|| program.execute(&ctx))
             .ok_or_else(|| {

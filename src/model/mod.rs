@@ -11,11 +11,18 @@
 //!   the same scope, and appears in that activity's `boundaries`;
 //! - every condition parsed (a syntax error never reaches the engine).
 
+mod document;
 mod expr;
 mod policy;
+mod rule;
 
+pub use document::{
+    Arg, Call, DataFlow, DocPath, Intrinsic, PathRoot, ResultPath, Selection, Step, Template,
+    TimerFrom, ValueExpr,
+};
 pub use expr::{Expr, ExprError};
 pub use policy::{Backoff, Jitter, OnTimeout, RetryPolicy, TaskTimeout};
+pub use rule::{Against, Compare, Operand, Rule, TypeTest};
 
 use crate::diag::Pos;
 use crate::time::TimerSpec;
@@ -107,6 +114,25 @@ impl Process {
         v
     }
 
+    /// The code a deploy refuses a missing module `name` with: what the first
+    /// task calling it renames `SUTRA.RUNTIME.TASK_NOT_REGISTERED` to (the
+    /// States language's `ResourceNotFound`), else that code.
+    pub fn missing_module_code(&self, name: &str) -> crate::codes::Code {
+        use crate::codes::Code;
+        let missing = Code::TaskNotRegistered.as_str();
+        self.nodes
+            .iter()
+            .find(|n| match &n.kind {
+                NodeKind::ServiceTask(t) => {
+                    t.implementation == TaskImpl::Registered(name.to_string())
+                }
+                _ => false,
+            })
+            .and_then(|n| n.data.as_ref())
+            .and_then(|d| Code::parse(d.error_name(missing)))
+            .unwrap_or(Code::TaskNotRegistered)
+    }
+
     /// A stateful process can park (a timer, a message wait, a channel call, a
     /// retry policy) and so needs a datasource; otherwise it runs to completion.
     pub fn stateful(&self) -> bool {
@@ -115,10 +141,21 @@ impl Process {
             NodeKind::ServiceTask(t) => {
                 !t.retries.is_empty() || matches!(t.implementation, TaskImpl::Channel(_))
             }
-            NodeKind::Catch(_) => true,
+            NodeKind::Catch(_) | NodeKind::CallProcess { .. } => true,
+            NodeKind::Fanout(f) => !f.retries.is_empty(),
             NodeKind::Boundary(b) => !matches!(b.trigger, BoundaryTrigger::Error { .. }),
             _ => false,
         })
+    }
+
+    /// The compensator of a node: the target of its compensation flow.
+    pub fn compensator(&self, ix: NodeIx) -> Option<NodeIx> {
+        self.node(ix)
+            .outgoing
+            .iter()
+            .map(|&f| self.flow(f))
+            .find(|f| f.kind == FlowKind::Compensation)
+            .map(|f| f.target)
     }
 
     /// Rebuild `by_id` (loaders call this once the node list is final).
@@ -134,13 +171,41 @@ pub struct Node {
     pub id: String,
     pub name: Option<String>,
     pub pos: Pos,
-    /// The enclosing sub-process, `None` at process level.
+    /// The enclosing sub-process (a fan-out's branch scopes are sub-processes
+    /// whose scope is the fan-out), `None` at process level.
     pub scope: Option<NodeIx>,
     pub kind: NodeKind,
     pub incoming: Vec<FlowIx>,
     pub outgoing: Vec<FlowIx>,
     /// Boundary events attached to this activity.
     pub boundaries: Vec<NodeIx>,
+    /// `Some`: the node waits until every incoming sequence and error flow is
+    /// decided (satisfied or dead) and then runs, is skipped, or fails the
+    /// instance as the rule says; it receives dead-path signals and, when
+    /// skipped, passes them on (HX nodes). `None`: every arriving token runs
+    /// it (BPMN; a parallel gateway joins by itself).
+    pub join: Option<JoinRule>,
+    /// Set when the node works on its token's document (see [`DataFlow`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Box<DataFlow>>,
+}
+
+/// How a node with a join rule decides once all its incoming flows are decided.
+///
+/// A flow is *satisfied* when its source succeeded (or was skipped by
+/// `onTimeout="skip"`, whose flow goes on) and its condition held, or, for an
+/// error flow, when its source failed; it is *dead* otherwise (a false
+/// condition, a source skipped as dead, a failed source for a sequence flow, a
+/// succeeded one for an error flow). Every flow dead: the node is SKIPPED and
+/// its outgoing flows are dead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JoinRule {
+    /// Runs when every incoming flow is satisfied; some satisfied and some
+    /// dead fails the instance with `SUTRA.RUNTIME.JOIN.DEAD_EDGE`.
+    All,
+    /// Runs when at least one incoming flow is satisfied.
+    Any,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -162,9 +227,42 @@ pub enum NodeKind {
     /// An embedded sub-process: its children are the nodes whose `scope` is this node.
     SubProcess,
     /// Sets variables and passes on (ASL `Pass`; a BPMN none intermediate throw event).
+    /// With a data flow, `set` is the node's result (its effective input when `None`).
     Pass {
         set: Option<serde_json::Value>,
     },
+    /// Runs its branch scopes on copies of its token's document and collects
+    /// their outputs in an array (States-language `Parallel` and `Map`).
+    Fanout(Fanout),
+    /// Starts an instance of another deployed process of the same tenant and
+    /// waits for it: its output is the result, its failure the error.
+    CallProcess {
+        process: String,
+    },
+}
+
+/// A fan-out's branches: each is a `SubProcess` node scoped to the fan-out.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fanout {
+    pub branches: Vec<NodeIx>,
+    /// `Some`: one run of `branches[0]` per item of an array (a `Map`).
+    pub items: Option<Items>,
+    /// Ordered retriers: a failed fan-out runs again from its input.
+    pub retries: Vec<RetryPolicy>,
+}
+
+/// How a `Map` fans out over an array.
+#[derive(Debug, Clone, Serialize)]
+pub struct Items {
+    /// Where the array is in the effective input (`ItemsPath`).
+    pub path: Selection,
+    /// Builds each iteration's input (`ItemSelector`); `None` = the item itself.
+    pub selector: Option<Template>,
+    /// Iterations running at once (0 = all).
+    pub max_concurrency: u32,
+    /// `true`: one failed iteration fails the whole fan-out; `false`: each
+    /// failed item's `{Error, Cause}` takes its place in the result array.
+    pub fail_on_partial: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -237,6 +335,8 @@ pub struct IoMapping {
 pub enum CatchTrigger {
     Timer(TimerSpec),
     Message(MessageRef),
+    /// A timer whose due time is read from the token's document when it is armed.
+    TimerFrom(TimerFrom),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -287,7 +387,14 @@ pub struct Flow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FlowKind {
+    /// Taken when the source completes (and the condition, if any, holds).
     Sequence,
-    /// HX compensation edge: source's effects are undone by target.
+    /// Taken when the source activity FAILS (its retries spent, a business
+    /// error, `onTimeout="fail"`): the failure is handled, not propagated — no
+    /// unwind — and `{node, code, message, cause}` is placed in the variable
+    /// `error`. The source stays FAILED.
+    Error,
+    /// The source's effects are undone by the target (a task, run only during
+    /// an unwind, never along forward flows).
     Compensation,
 }

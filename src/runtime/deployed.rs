@@ -85,7 +85,7 @@ impl<S: Store> Runtime<S> {
                 }
                 let bytes = modules.get(name).ok_or_else(|| {
                     RuntimeError::new(
-                        Code::TaskNotRegistered,
+                        p.missing_module_code(name),
                         format!(
                             "process `{}` calls registered:{name} but no module `{name}` was given",
                             p.id

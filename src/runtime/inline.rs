@@ -187,6 +187,9 @@ impl<S: Store> Runtime<S> {
                     created_at: ms(self.inner.clock.now()),
                     claim: None,
                 }),
+                // The runtime never interrupts an attempt (yet): an abandoned
+                // one runs to its end and its result is discarded.
+                Effect::AttemptAbandoned { .. } => {}
                 Effect::Ended { state } => {
                     w.withdraw_all = true;
                     // Retention PT0S: no history at all, but FAILED is always retained.

@@ -5,7 +5,7 @@
 //! Invariants:
 //! - the retirement gate is [`Store::deployment_load`]: a FAILED instance
 //!   keeps its deployment DRAINING (it may still be repaired or retried from
-//!   failure on it); COMPLETED and TERMINATED ones do not count;
+//!   failure on it); COMPLETED, TERMINATED and COMPENSATED ones do not count;
 //! - the gate is checked whenever it can open: after a terminal step of an
 //!   instance of a DRAINING deployment, after a deploy or undeploy, and by the
 //!   periodic [`Runtime::retire_drained`] pass of the serve loop (which also

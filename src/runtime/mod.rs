@@ -19,6 +19,7 @@ mod alarm;
 mod channel;
 mod deployed;
 mod driver;
+mod events;
 mod external;
 mod hosts;
 mod incidents;
@@ -42,7 +43,7 @@ pub use hosts::HostPolicy;
 pub use incidents::ResolveOutcome;
 pub use migrate::MigrateRequest;
 pub use outbox::{request_body, sign, SIGNATURE_HEADER};
-pub use view::{AttemptView, ErrorView, HistoryView, InstanceView};
+pub use view::{AttemptView, ErrorView, HistoryView, InstanceView, WaitView};
 
 use crate::codes::Code;
 use crate::config::Config;
@@ -109,6 +110,9 @@ pub struct RuntimeOptions {
     /// (alarm.rs; only on the system clock). `false` leaves every wait to the
     /// pollers — for a runtime that only starts instances.
     pub alarms: bool,
+    /// Seed the random draws the engine gets (retry jitter), so a run is
+    /// reproducible; `None` = seeded from the OS.
+    pub seed: Option<u64>,
 }
 
 impl RuntimeOptions {
@@ -122,7 +126,15 @@ impl RuntimeOptions {
             owner: format!("sutra-{}", std::process::id()),
             cache_dir: None,
             alarms: true,
+            seed: None,
         }
+    }
+
+    /// Seed the engine's random draws (retry jitter): the same seed and the
+    /// same sequence of steps give the same delays.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
     }
 
     /// Run on a virtual clock starting at `start`.
@@ -250,7 +262,10 @@ impl<S: Store> Runtime<S> {
                 hot: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 active_refresh: tokio::sync::Mutex::new(()),
-                rng: Mutex::new(rand::rngs::StdRng::from_os_rng()),
+                rng: Mutex::new(match opts.seed {
+                    Some(seed) => rand::rngs::StdRng::seed_from_u64(seed),
+                    None => rand::rngs::StdRng::from_os_rng(),
+                }),
                 tenancy: tenancy::TenancyCache::default(),
                 channels: channel::ChannelCache::default(),
                 hosts,

@@ -302,7 +302,7 @@ impl<S: Store> Runtime<S> {
     }
 
     /// One pass of the retention sweeper, if this replica holds its lease:
-    /// purge COMPLETED/TERMINATED instances past `sutra.instance.retention`.
+    /// purge COMPLETED/TERMINATED/COMPENSATED instances past `sutra.instance.retention`.
     /// FAILED instances and parked ones are never purged. Returns how many went.
     pub async fn sweep_once(&self) -> RuntimeResult<u64> {
         let now = self.inner.clock.now();

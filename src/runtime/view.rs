@@ -2,7 +2,8 @@
 
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
-use crate::engine::Snapshot;
+use crate::engine::snapshot::TaskPhase;
+use crate::engine::{Snapshot, TokenStatus};
 use crate::store::{AttemptRow, Store};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -19,6 +20,9 @@ pub struct ErrorView {
     pub code: String,
     pub message: String,
     pub cause: Option<CauseView>,
+    /// Compensators that failed during the unwind this error began.
+    #[serde(rename = "compensationFailures", skip_serializing_if = "Vec::is_empty")]
+    pub compensation_failures: Vec<crate::engine::CompensationFailure>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -28,6 +32,28 @@ pub struct AttemptView {
     pub at: DateTime<Utc>,
     pub outcome: String,
     pub code: Option<String>,
+}
+
+/// One thing an instance waits for: a park of its snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitView {
+    /// `message`, `timer`, `retry` (a backoff before `attempt`), or `attempt`
+    /// (an attempt in flight, re-run if its runner is lost by `due`).
+    pub kind: String,
+    /// The node it waits at (the task, the catch event or the boundary event).
+    pub node: String,
+    /// When it falls due; none for a message.
+    pub due: Option<DateTime<Utc>>,
+    /// The message name (message waits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The correlation key a message must carry (message waits that have one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub correlation_key: Option<String>,
+    /// The attempt that runs when it falls due (retry) or is in flight (attempt).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
 }
 
 /// The shape of `sutra run` / `sutra inspect` (and the API's instance view).
@@ -41,6 +67,11 @@ pub struct InstanceView {
     pub variables: Map<String, Value>,
     pub error: Option<ErrorView>,
     pub attempts: Vec<AttemptView>,
+    /// What it waits for, earliest due first (message waits last); empty once it ended.
+    pub waits: Vec<WaitView>,
+    /// Each reached node's state (READY, RUNNING, SUCCEEDED, FAILED, SKIPPED,
+    /// CANCELLED, COMPENSATED), by node id.
+    pub nodes: std::collections::BTreeMap<String, String>,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,6 +103,36 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
     }
 }
 
+/// The pending waits of a snapshot, earliest due first, message waits last.
+fn waits(snap: &Snapshot) -> Vec<WaitView> {
+    // The attempt a task's own park (attempt or retry) stands for.
+    let attempt_of = |seq: u64| {
+        snap.tokens.iter().find_map(|t| match &t.status {
+            TokenStatus::Task(task) => match task.phase {
+                TaskPhase::Running { park } | TaskPhase::Backoff { park } if park == seq => {
+                    Some(task.attempt)
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+    };
+    let mut waits: Vec<WaitView> = snap
+        .parks
+        .iter()
+        .map(|(seq, p)| WaitView {
+            kind: p.kind.as_str().to_string(),
+            node: p.node.clone(),
+            due: p.due,
+            message: p.message.as_ref().map(|m| m.name.clone()),
+            correlation_key: p.message.as_ref().and_then(|m| m.key.clone()),
+            attempt: attempt_of(*seq),
+        })
+        .collect();
+    waits.sort_by_key(|w| (w.due.is_none(), w.due));
+    waits
+}
+
 impl<S: Store> Runtime<S> {
     /// Inspect an instance (a retained terminal one answers too).
     pub async fn inspect(&self, id: &str) -> RuntimeResult<InstanceView> {
@@ -81,6 +142,7 @@ impl<S: Store> Runtime<S> {
         let snap = Snapshot::from_json(&rec.snapshot)
             .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
         let attempts = self.inner.store.attempts(id).await?;
+        let waits = waits(&snap);
         Ok(InstanceView {
             instance: rec.id,
             process: rec.process_id,
@@ -94,8 +156,15 @@ impl<S: Store> Runtime<S> {
                     code: c.code,
                     message: c.message,
                 }),
+                compensation_failures: e.compensation_failures,
             }),
             attempts: attempts.iter().map(attempt_view).collect(),
+            waits,
+            nodes: snap
+                .node_states
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().to_string()))
+                .collect(),
             started_at: at(rec.started_at),
             ended_at: rec.ended_at.map(at),
             retry_of: rec.retry_of,

@@ -17,17 +17,24 @@
 //!   so both backends order and compare identically.
 //!
 //! The snapshot is opaque here (JSON text written by the engine).
+//!
+//! Layout: this file and `tenancy.rs` hold the traits and records, `rows.rs`
+//! the row shapes; `queries.rs`, `queries_tenancy.rs` and `queries_steps.rs`
+//! implement both traits once for every backend ([`queries::SqlBackend`]);
+//! `sqlite*.rs` and `postgres.rs` (with `pg_listen.rs`) hold only what
+//! differs between the backends; `migrations.rs` the schema of each.
 
 pub mod any;
 pub mod channels;
+mod migrations;
 mod outbox;
 pub mod postgres;
-mod postgres_tenancy;
+mod queries;
+mod queries_steps;
+mod queries_tenancy;
 mod rows;
 pub mod sqlite;
 mod sqlite_group;
-mod sqlite_sql;
-mod sqlite_tenancy;
 mod sqlite_writer;
 pub mod tenancy;
 
@@ -409,7 +416,7 @@ pub trait Store:
     ) -> impl Future<Output = StoreResult<Vec<JournalRow>>> + Send;
 
     // ---- retention ----
-    /// Deletes COMPLETED and TERMINATED instances (and their attempts and
+    /// Deletes COMPLETED, TERMINATED and COMPENSATED instances (and their attempts and
     /// journal) that ended at or before `ended_before`, up to `limit`; never a
     /// FAILED one, never one with a park. Returns how many were deleted.
     fn sweep(&self, ended_before: i64, limit: i64)

@@ -14,8 +14,10 @@ use super::channels::{
     NewRequest, RequestRecord, Transport, INCIDENT_DELIVERY_POISONED,
     INCIDENT_EXTERNAL_TASK_FAILED,
 };
+use super::queries::{Column, Conn, RowsAffected, SqlBackend};
 use super::rows::effective_limit;
-use super::{PgStore, SqliteStore, StoreError, StoreResult};
+use super::{StoreError, StoreResult};
+use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
 
 /// Columns of `outbox` that make a [`RequestRecord`], in its field order.
 pub(super) const REQUEST_COLUMNS: &str = "id, tenant, instance_id, park_seq, deployment_id, \
@@ -113,461 +115,434 @@ fn fetch_and_lock_sql(channels: usize, lock: &str) -> String {
 /// The lock of `$2` (worker) on `$1` (id) holds at `$3` (now).
 const HELD: &str = "id = $1 AND claimed_by = $2 AND claimed_until > $3 AND state = 'PENDING'";
 
-/// The backend-specific parts of the shared implementation.
-macro_rules! channel_store {
-    ($store:ty, $db:ty, |$s:ident| read: $read:expr, write: $write:expr,
-     begin: $begin:expr, lock: $lock:expr) => {
-        impl ChannelStore for $store {
-            async fn put_channel(&self, c: &ChannelRecord) -> StoreResult<()> {
-                let $s = self;
-                sqlx::query(PUT_CHANNEL)
-                    .bind(&c.tenant)
-                    .bind(&c.name)
-                    .bind(c.transport.as_str())
-                    .bind(&c.url)
-                    .bind(&c.secret)
-                    .bind(c.created_at)
-                    .bind(c.updated_at)
-                    .execute($write)
-                    .await?;
-                Ok(())
-            }
+// The sqlx traits that make `B::Db` a database the shared SQL runs on (as
+// for the Store impl in queries.rs).
+impl<B> ChannelStore for B
+where
+    B: SqlBackend,
+    for<'c> &'c mut Conn<B>: Executor<'c, Database = B::Db>,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    i64: Column<B::Db>,
+    Option<i64>: Column<B::Db>,
+    String: Column<B::Db>,
+    Option<String>: Column<B::Db>,
+    for<'s> &'s str: Type<B::Db> + Encode<'s, B::Db> + ColumnIndex<<B::Db as Database>::Row>,
+    for<'s> Option<&'s str>: Type<B::Db> + Encode<'s, B::Db>,
+    usize: ColumnIndex<<B::Db as Database>::Row>,
+{
+    async fn put_channel(&self, c: &ChannelRecord) -> StoreResult<()> {
+        sqlx::query(PUT_CHANNEL)
+            .bind(&c.tenant)
+            .bind(&c.name)
+            .bind(c.transport.as_str())
+            .bind(&c.url)
+            .bind(&c.secret)
+            .bind(c.created_at)
+            .bind(c.updated_at)
+            .execute(self.writer())
+            .await?;
+        Ok(())
+    }
 
-            async fn get_channel(
-                &self,
-                tenant: &str,
-                name: &str,
-            ) -> StoreResult<Option<ChannelRecord>> {
-                let $s = self;
-                let row: Option<ChannelRow> = sqlx::query_as(&format!(
-                    "SELECT {CHANNEL_COLUMNS} FROM channels WHERE tenant = $1 AND name = $2"
-                ))
-                .bind(tenant)
-                .bind(name)
-                .fetch_optional($read)
-                .await?;
-                row.map(ChannelRow::into_record).transpose()
-            }
+    async fn get_channel(&self, tenant: &str, name: &str) -> StoreResult<Option<ChannelRecord>> {
+        let row: Option<ChannelRow> = sqlx::query_as(&format!(
+            "SELECT {CHANNEL_COLUMNS} FROM channels WHERE tenant = $1 AND name = $2"
+        ))
+        .bind(tenant)
+        .bind(name)
+        .fetch_optional(self.reads())
+        .await?;
+        row.map(ChannelRow::into_record).transpose()
+    }
 
-            async fn list_channels(&self, tenant: &str) -> StoreResult<Vec<ChannelRecord>> {
-                let $s = self;
-                let rows: Vec<ChannelRow> = sqlx::query_as(&format!(
-                    "SELECT {CHANNEL_COLUMNS} FROM channels WHERE tenant = $1 ORDER BY name"
-                ))
-                .bind(tenant)
-                .fetch_all($read)
-                .await?;
-                rows.into_iter().map(ChannelRow::into_record).collect()
-            }
+    async fn list_channels(&self, tenant: &str) -> StoreResult<Vec<ChannelRecord>> {
+        let rows: Vec<ChannelRow> = sqlx::query_as(&format!(
+            "SELECT {CHANNEL_COLUMNS} FROM channels WHERE tenant = $1 ORDER BY name"
+        ))
+        .bind(tenant)
+        .fetch_all(self.reads())
+        .await?;
+        rows.into_iter().map(ChannelRow::into_record).collect()
+    }
 
-            async fn delete_channel(&self, tenant: &str, name: &str) -> StoreResult<bool> {
-                let $s = self;
-                let done = sqlx::query("DELETE FROM channels WHERE tenant = $1 AND name = $2")
-                    .bind(tenant)
-                    .bind(name)
-                    .execute($write)
-                    .await?;
-                Ok(done.rows_affected() > 0)
-            }
+    async fn delete_channel(&self, tenant: &str, name: &str) -> StoreResult<bool> {
+        let done = sqlx::query("DELETE FROM channels WHERE tenant = $1 AND name = $2")
+            .bind(tenant)
+            .bind(name)
+            .execute(self.writer())
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
 
-            async fn get_request(&self, id: &str) -> StoreResult<Option<RequestRecord>> {
-                let $s = self;
-                Ok(sqlx::query_as(&format!(
-                    "SELECT {REQUEST_COLUMNS} FROM outbox WHERE id = $1"
-                ))
-                .bind(id)
-                .fetch_optional($read)
-                .await?)
-            }
+    async fn get_request(&self, id: &str) -> StoreResult<Option<RequestRecord>> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {REQUEST_COLUMNS} FROM outbox WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.reads())
+        .await?)
+    }
 
-            async fn requests_of(&self, instance_id: &str) -> StoreResult<Vec<RequestRecord>> {
-                let $s = self;
-                Ok(sqlx::query_as(&format!(
-                    "SELECT {REQUEST_COLUMNS} FROM outbox WHERE instance_id = $1 \
-                     ORDER BY created_at, id"
-                ))
-                .bind(instance_id)
-                .fetch_all($read)
-                .await?)
-            }
+    async fn requests_of(&self, instance_id: &str) -> StoreResult<Vec<RequestRecord>> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {REQUEST_COLUMNS} FROM outbox WHERE instance_id = $1 \
+                 ORDER BY created_at, id"
+        ))
+        .bind(instance_id)
+        .fetch_all(self.reads())
+        .await?)
+    }
 
-            async fn claim_deliveries(
-                &self,
-                now: i64,
-                limit: i64,
-                owner: &str,
-                lease_ms: i64,
-            ) -> StoreResult<Vec<RequestRecord>> {
-                let $s = self;
-                if limit <= 0 {
-                    return Ok(Vec::new());
-                }
-                let mut tx = $begin.await?;
-                sqlx::query(&cancel_orphans_sql($lock))
+    async fn claim_deliveries(
+        &self,
+        now: i64,
+        limit: i64,
+        owner: &str,
+        lease_ms: i64,
+    ) -> StoreResult<Vec<RequestRecord>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_write().await?;
+        sqlx::query(&cancel_orphans_sql(B::SKIP_LOCKED_O))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        let mut rows: Vec<RequestRecord> = sqlx::query_as(&claim_deliveries_sql(B::SKIP_LOCKED_O))
+            .bind(owner)
+            .bind(now.saturating_add(lease_ms.max(0)))
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.sort_by(|a, b| (a.due_at, &a.id).cmp(&(b.due_at, &b.id)));
+        Ok(rows)
+    }
+
+    async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
+        Ok(sqlx::query_scalar(NEXT_DELIVERY_DUE)
+            .fetch_one(self.reads())
+            .await?)
+    }
+
+    async fn record_delivery(
+        &self,
+        id: &str,
+        owner: &str,
+        now: i64,
+        outcome: &DeliveryOutcome,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = match outcome {
+            DeliveryOutcome::Delivered => {
+                sqlx::query(RECORD_DELIVERED)
+                    .bind(id)
+                    .bind(owner)
                     .bind(now)
                     .execute(&mut *tx)
-                    .await?;
-                let mut rows: Vec<RequestRecord> =
-                    sqlx::query_as(&claim_deliveries_sql($lock))
-                        .bind(owner)
-                        .bind(now.saturating_add(lease_ms.max(0)))
-                        .bind(now)
-                        .bind(limit)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                tx.commit().await?;
-                rows.sort_by(|a, b| (a.due_at, &a.id).cmp(&(b.due_at, &b.id)));
-                Ok(rows)
+                    .await?
             }
-
-            async fn next_delivery_due(&self) -> StoreResult<Option<i64>> {
-                let $s = self;
-                Ok(sqlx::query_scalar(NEXT_DELIVERY_DUE)
-                    .fetch_one($read)
-                    .await?)
-            }
-
-            async fn record_delivery(
-                &self,
-                id: &str,
-                owner: &str,
-                now: i64,
-                outcome: &DeliveryOutcome,
-            ) -> StoreResult<bool> {
-                let $s = self;
-                let mut tx = $begin.await?;
-                let done = match outcome {
-                    DeliveryOutcome::Delivered => {
-                        sqlx::query(RECORD_DELIVERED)
-                            .bind(id)
-                            .bind(owner)
-                            .bind(now)
-                            .execute(&mut *tx)
-                            .await?
-                    }
-                    DeliveryOutcome::Retry { due_at, error } => {
-                        sqlx::query(RECORD_RETRY)
-                            .bind(id)
-                            .bind(owner)
-                            .bind(now)
-                            .bind(due_at)
-                            .bind(error)
-                            .execute(&mut *tx)
-                            .await?
-                    }
-                    DeliveryOutcome::Poisoned { error, incident_id } => {
-                        let done = sqlx::query(RECORD_POISONED)
-                            .bind(id)
-                            .bind(owner)
-                            .bind(now)
-                            .bind(error)
-                            .execute(&mut *tx)
-                            .await?;
-                        if done.rows_affected() > 0 {
-                            sqlx::query(INSERT_INCIDENT)
-                                .bind(incident_id)
-                                .bind(INCIDENT_DELIVERY_POISONED)
-                                .bind(error)
-                                .bind(now)
-                                .bind(id)
-                                .execute(&mut *tx)
-                                .await?;
-                        }
-                        done
-                    }
-                };
-                tx.commit().await?;
-                Ok(done.rows_affected() > 0)
-            }
-
-            async fn fetch_and_lock(
-                &self,
-                tenant: &str,
-                channels: &[String],
-                worker: &str,
-                now: i64,
-                lock_until: i64,
-                limit: i64,
-            ) -> StoreResult<Vec<RequestRecord>> {
-                let $s = self;
-                if limit <= 0 || channels.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let sql = fetch_and_lock_sql(channels.len(), $lock);
-                let mut q = sqlx::query_as::<_, RequestRecord>(&sql)
-                    .bind(worker)
-                    .bind(lock_until)
+            DeliveryOutcome::Retry { due_at, error } => {
+                sqlx::query(RECORD_RETRY)
+                    .bind(id)
+                    .bind(owner)
                     .bind(now)
-                    .bind(tenant)
-                    .bind(limit);
-                for c in channels {
-                    q = q.bind(c);
-                }
-                let mut rows = q.fetch_all($write).await?;
-                rows.sort_by(|a, b| (a.due_at, &a.id).cmp(&(b.due_at, &b.id)));
-                Ok(rows)
+                    .bind(due_at)
+                    .bind(error)
+                    .execute(&mut *tx)
+                    .await?
             }
-
-            async fn update_locked(
-                &self,
-                id: &str,
-                worker: &str,
-                now: i64,
-                change: &LockedChange,
-            ) -> StoreResult<bool> {
-                let $s = self;
-                let mut tx = $begin.await?;
-                let done = match change {
-                    LockedChange::Extend { until } => {
-                        sqlx::query(&format!(
-                            "UPDATE outbox SET claimed_until = $4, updated_at = $3 WHERE {HELD}"
-                        ))
-                        .bind(id)
-                        .bind(worker)
-                        .bind(now)
-                        .bind(until)
-                        .execute(&mut *tx)
-                        .await?
-                    }
-                    LockedChange::Retry {
-                        retries,
-                        due_at,
-                        error,
-                    } => {
-                        sqlx::query(&format!(
-                            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, \
-                             retries = $4, due_at = $5, last_error = $6, updated_at = $3 \
-                             WHERE {HELD}"
-                        ))
-                        .bind(id)
-                        .bind(worker)
-                        .bind(now)
-                        .bind(retries)
-                        .bind(due_at)
+            DeliveryOutcome::Poisoned { error, incident_id } => {
+                let done = sqlx::query(RECORD_POISONED)
+                    .bind(id)
+                    .bind(owner)
+                    .bind(now)
+                    .bind(error)
+                    .execute(&mut *tx)
+                    .await?;
+                if done.rows_affected() > 0 {
+                    sqlx::query(INSERT_INCIDENT)
+                        .bind(incident_id)
+                        .bind(INCIDENT_DELIVERY_POISONED)
                         .bind(error)
-                        .execute(&mut *tx)
-                        .await?
-                    }
-                    LockedChange::Incident { error, incident_id } => {
-                        let done = sqlx::query(&format!(
-                            "UPDATE outbox SET state = 'INCIDENT', claimed_by = NULL, \
-                             claimed_until = NULL, retries = 0, last_error = $4, \
-                             updated_at = $3 WHERE {HELD}"
-                        ))
-                        .bind(id)
-                        .bind(worker)
                         .bind(now)
-                        .bind(error)
+                        .bind(id)
                         .execute(&mut *tx)
                         .await?;
-                        if done.rows_affected() > 0 {
-                            sqlx::query(INSERT_INCIDENT)
-                                .bind(incident_id)
-                                .bind(INCIDENT_EXTERNAL_TASK_FAILED)
-                                .bind(error)
-                                .bind(now)
-                                .bind(id)
-                                .execute(&mut *tx)
-                                .await?;
-                        }
-                        done
-                    }
-                };
-                tx.commit().await?;
-                Ok(done.rows_affected() > 0)
-            }
-
-            async fn unlock_request(&self, id: &str, now: i64) -> StoreResult<bool> {
-                let $s = self;
-                let done = sqlx::query(
-                    "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, updated_at = $2 \
-                     WHERE id = $1 AND state = 'PENDING'",
-                )
-                .bind(id)
-                .bind(now)
-                .execute($write)
-                .await?;
-                Ok(done.rows_affected() > 0)
-            }
-
-            async fn finish_request(&self, id: &str, now: i64) -> StoreResult<()> {
-                let $s = self;
-                sqlx::query(
-                    "UPDATE outbox SET state = 'DONE', claimed_by = NULL, claimed_until = NULL, \
-                     updated_at = $2 WHERE id = $1 AND state = 'PENDING'",
-                )
-                .bind(id)
-                .bind(now)
-                .execute($write)
-                .await?;
-                Ok(())
-            }
-
-            async fn purge_requests(&self, before: i64, limit: i64) -> StoreResult<u64> {
-                let $s = self;
-                if limit <= 0 {
-                    return Ok(0);
                 }
-                let done = sqlx::query(
-                    "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox \
-                     WHERE state IN ('DELIVERED', 'DONE', 'CANCELLED') AND updated_at <= $1 \
-                     ORDER BY updated_at, id LIMIT $2)",
-                )
-                .bind(before)
-                .bind(limit)
-                .execute($write)
-                .await?;
-                Ok(done.rows_affected())
+                done
             }
+        };
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
 
-            async fn request_counts(&self) -> StoreResult<Vec<(String, i64)>> {
-                let $s = self;
-                Ok(sqlx::query_as(
-                    "SELECT state, COUNT(*) FROM outbox GROUP BY state ORDER BY state",
-                )
-                .fetch_all($read)
-                .await?)
-            }
+    async fn fetch_and_lock(
+        &self,
+        tenant: &str,
+        channels: &[String],
+        worker: &str,
+        now: i64,
+        lock_until: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<RequestRecord>> {
+        if limit <= 0 || channels.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sql = fetch_and_lock_sql(channels.len(), B::SKIP_LOCKED_O);
+        let mut q = sqlx::query_as::<_, RequestRecord>(&sql)
+            .bind(worker)
+            .bind(lock_until)
+            .bind(now)
+            .bind(tenant)
+            .bind(limit);
+        for c in channels {
+            q = q.bind(c);
+        }
+        let mut rows = q.fetch_all(self.writer()).await?;
+        rows.sort_by(|a, b| (a.due_at, &a.id).cmp(&(b.due_at, &b.id)));
+        Ok(rows)
+    }
 
-            async fn list_incidents(
-                &self,
-                filter: &IncidentFilter,
-            ) -> StoreResult<Vec<IncidentRecord>> {
-                let $s = self;
-                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
-                    "SELECT {INCIDENT_COLUMNS} FROM incidents WHERE 1 = 1"
-                ));
-                if let Some(t) = &filter.tenant {
-                    q.push(" AND tenant = ").push_bind(t);
-                }
-                if let Some(i) = &filter.instance_id {
-                    q.push(" AND instance_id = ").push_bind(i);
-                }
-                if let Some(st) = &filter.state {
-                    q.push(" AND state = ").push_bind(st);
-                }
-                if let Some(a) = &filter.after_id {
-                    q.push(" AND id > ").push_bind(a);
-                }
-                q.push(" ORDER BY id LIMIT ")
-                    .push_bind(effective_limit(filter.limit));
-                Ok(q.build_query_as().fetch_all($read).await?)
-            }
-
-            async fn get_incident(&self, id: &str) -> StoreResult<Option<IncidentRecord>> {
-                let $s = self;
-                Ok(sqlx::query_as(&format!(
-                    "SELECT {INCIDENT_COLUMNS} FROM incidents WHERE id = $1"
+    async fn update_locked(
+        &self,
+        id: &str,
+        worker: &str,
+        now: i64,
+        change: &LockedChange,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = match change {
+            LockedChange::Extend { until } => {
+                sqlx::query(&format!(
+                    "UPDATE outbox SET claimed_until = $4, updated_at = $3 WHERE {HELD}"
                 ))
                 .bind(id)
-                .fetch_optional($read)
-                .await?)
-            }
-
-            async fn resolve_incident(
-                &self,
-                id: &str,
-                now: i64,
-                rearm: Option<i64>,
-            ) -> StoreResult<bool> {
-                let $s = self;
-                let mut tx = $begin.await?;
-                let done = sqlx::query(
-                    "UPDATE incidents SET state = 'RESOLVED', resolved_at = $2 \
-                     WHERE id = $1 AND state = 'OPEN'",
-                )
-                .bind(id)
+                .bind(worker)
                 .bind(now)
+                .bind(until)
+                .execute(&mut *tx)
+                .await?
+            }
+            LockedChange::Retry {
+                retries,
+                due_at,
+                error,
+            } => {
+                sqlx::query(&format!(
+                    "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, \
+                         retries = $4, due_at = $5, last_error = $6, updated_at = $3 \
+                         WHERE {HELD}"
+                ))
+                .bind(id)
+                .bind(worker)
+                .bind(now)
+                .bind(retries)
+                .bind(due_at)
+                .bind(error)
+                .execute(&mut *tx)
+                .await?
+            }
+            LockedChange::Incident { error, incident_id } => {
+                let done = sqlx::query(&format!(
+                    "UPDATE outbox SET state = 'INCIDENT', claimed_by = NULL, \
+                         claimed_until = NULL, retries = 0, last_error = $4, \
+                         updated_at = $3 WHERE {HELD}"
+                ))
+                .bind(id)
+                .bind(worker)
+                .bind(now)
+                .bind(error)
                 .execute(&mut *tx)
                 .await?;
                 if done.rows_affected() > 0 {
-                    if let Some(retries) = rearm {
-                        sqlx::query(
-                            "UPDATE outbox SET state = 'PENDING', due_at = $2, claimed_by = NULL, \
-                             claimed_until = NULL, deliveries = 0, retries = $3, updated_at = $2 \
-                             WHERE id = (SELECT request_id FROM incidents WHERE id = $1) \
-                               AND state IN ('POISONED', 'INCIDENT')",
-                        )
-                        .bind(id)
+                    sqlx::query(INSERT_INCIDENT)
+                        .bind(incident_id)
+                        .bind(INCIDENT_EXTERNAL_TASK_FAILED)
+                        .bind(error)
                         .bind(now)
-                        .bind(retries)
+                        .bind(id)
                         .execute(&mut *tx)
                         .await?;
-                    }
                 }
-                tx.commit().await?;
-                Ok(done.rows_affected() > 0)
+                done
             }
+        };
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
 
-            async fn incident_counts(&self) -> StoreResult<Vec<(String, i64)>> {
-                let $s = self;
-                Ok(sqlx::query_as(
-                    "SELECT state, COUNT(*) FROM incidents GROUP BY state ORDER BY state",
-                )
-                .fetch_all($read)
-                .await?)
-            }
+    async fn unlock_request(&self, id: &str, now: i64) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, updated_at = $2 \
+                 WHERE id = $1 AND state = 'PENDING'",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(self.writer())
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
 
-            async fn repin_instance(
-                &self,
-                id: &str,
-                expected_version: i64,
-                deployment_id: &str,
-                snapshot: &str,
-                state: &str,
-                now: i64,
-            ) -> StoreResult<()> {
-                let $s = self;
-                let mut tx = $begin.await?;
-                let done = sqlx::query(
-                    "UPDATE instances SET deployment_id = $1, snapshot = $2, state = $3, \
-                     version = version + 1, updated_at = $4, ended_at = NULL \
-                     WHERE id = $5 AND version = $6",
-                )
-                .bind(deployment_id)
-                .bind(snapshot)
-                .bind(state)
-                .bind(now)
-                .bind(id)
-                .bind(expected_version)
-                .execute(&mut *tx)
-                .await?;
-                if done.rows_affected() == 0 {
-                    let exists: Option<String> =
-                        sqlx::query_scalar("SELECT id FROM instances WHERE id = $1")
-                            .bind(id)
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                    return Err(match exists {
-                        Some(_) => StoreError::Conflict(id.to_string()),
-                        None => StoreError::NotFound(format!("instance {id}")),
-                    });
-                }
-                sqlx::query("UPDATE parks SET deployment_id = $1 WHERE instance_id = $2")
-                    .bind(deployment_id)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(
-                    "UPDATE outbox SET deployment_id = $1 WHERE instance_id = $2 \
-                     AND state = 'PENDING'",
-                )
-                .bind(deployment_id)
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-                tx.commit().await?;
-                Ok(())
+    async fn finish_request(&self, id: &str, now: i64) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE outbox SET state = 'DONE', claimed_by = NULL, claimed_until = NULL, \
+                 updated_at = $2 WHERE id = $1 AND state = 'PENDING'",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(self.writer())
+        .await?;
+        Ok(())
+    }
+
+    async fn purge_requests(&self, before: i64, limit: i64) -> StoreResult<u64> {
+        if limit <= 0 {
+            return Ok(0);
+        }
+        let done = sqlx::query(
+            "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox \
+                 WHERE state IN ('DELIVERED', 'DONE', 'CANCELLED') AND updated_at <= $1 \
+                 ORDER BY updated_at, id LIMIT $2)",
+        )
+        .bind(before)
+        .bind(limit)
+        .execute(self.writer())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn request_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        Ok(
+            sqlx::query_as("SELECT state, COUNT(*) FROM outbox GROUP BY state ORDER BY state")
+                .fetch_all(self.reads())
+                .await?,
+        )
+    }
+
+    async fn list_incidents(&self, filter: &IncidentFilter) -> StoreResult<Vec<IncidentRecord>> {
+        let filters = [
+            ("tenant =", &filter.tenant),
+            ("instance_id =", &filter.instance_id),
+            ("state =", &filter.state),
+            ("id >", &filter.after_id),
+        ];
+        let mut sql = format!("SELECT {INCIDENT_COLUMNS} FROM incidents WHERE 1 = 1");
+        let mut values = Vec::new();
+        for (rule, value) in filters {
+            if let Some(value) = value {
+                values.push(value);
+                sql.push_str(&format!(" AND {rule} ${}", values.len()));
             }
         }
-    };
-}
+        sql.push_str(&format!(" ORDER BY id LIMIT ${}", values.len() + 1));
+        let mut q = sqlx::query_as::<_, IncidentRecord>(&sql);
+        for value in values {
+            q = q.bind(value);
+        }
+        Ok(q.bind(effective_limit(filter.limit))
+            .fetch_all(self.reads())
+            .await?)
+    }
 
-channel_store!(SqliteStore, sqlx::Sqlite, |s| read: &s.read, write: &s.write,
-    begin: s.write.begin_with("BEGIN IMMEDIATE"), lock: "");
-// PostgreSQL: claims skip rows another replica holds locked.
-channel_store!(PgStore, sqlx::Postgres, |s| read: &s.pool, write: &s.pool,
-    begin: s.pool.begin(), lock: "FOR UPDATE OF o SKIP LOCKED");
+    async fn get_incident(&self, id: &str) -> StoreResult<Option<IncidentRecord>> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {INCIDENT_COLUMNS} FROM incidents WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.reads())
+        .await?)
+    }
+
+    async fn resolve_incident(&self, id: &str, now: i64, rearm: Option<i64>) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE incidents SET state = 'RESOLVED', resolved_at = $2 \
+                 WHERE id = $1 AND state = 'OPEN'",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() > 0 {
+            if let Some(retries) = rearm {
+                sqlx::query(
+                    "UPDATE outbox SET state = 'PENDING', due_at = $2, claimed_by = NULL, \
+                         claimed_until = NULL, deliveries = 0, retries = $3, updated_at = $2 \
+                         WHERE id = (SELECT request_id FROM incidents WHERE id = $1) \
+                           AND state IN ('POISONED', 'INCIDENT')",
+                )
+                .bind(id)
+                .bind(now)
+                .bind(retries)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn incident_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        Ok(
+            sqlx::query_as("SELECT state, COUNT(*) FROM incidents GROUP BY state ORDER BY state")
+                .fetch_all(self.reads())
+                .await?,
+        )
+    }
+
+    async fn repin_instance(
+        &self,
+        id: &str,
+        expected_version: i64,
+        deployment_id: &str,
+        snapshot: &str,
+        state: &str,
+        now: i64,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE instances SET deployment_id = $1, snapshot = $2, state = $3, \
+                 version = version + 1, updated_at = $4, ended_at = NULL \
+                 WHERE id = $5 AND version = $6",
+        )
+        .bind(deployment_id)
+        .bind(snapshot)
+        .bind(state)
+        .bind(now)
+        .bind(id)
+        .bind(expected_version)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            let exists: Option<String> =
+                sqlx::query_scalar("SELECT id FROM instances WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            return Err(match exists {
+                Some(_) => StoreError::Conflict(id.to_string()),
+                None => StoreError::NotFound(format!("instance {id}")),
+            });
+        }
+        sqlx::query("UPDATE parks SET deployment_id = $1 WHERE instance_id = $2")
+            .bind(deployment_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE outbox SET deployment_id = $1 WHERE instance_id = $2 \
+                 AND state = 'PENDING'",
+        )
+        .bind(deployment_id)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
 
 #[derive(Debug, sqlx::FromRow)]
 struct ChannelRow {
@@ -619,45 +594,49 @@ fn duplicate(id: &str) -> String {
     format!("request {id} exists already")
 }
 
-/// The insert of a step's requests on an sqlx connection (inside the step's transaction).
-macro_rules! write_requests_sqlx {
-    ($name:ident, $conn:ty) => {
-        pub(super) async fn $name(
-            conn: &mut $conn,
-            instance_id: &str,
-            tenant: &str,
-            deployment_id: &str,
-            requests: &[NewRequest],
-        ) -> StoreResult<()> {
-            for r in requests {
-                let (due_at, claimed_by, claimed_until, sent_at) = claim_columns(r);
-                sqlx::query(INSERT_REQUEST)
-                    .bind(&r.id)
-                    .bind(tenant)
-                    .bind(instance_id)
-                    .bind(r.park_seq)
-                    .bind(deployment_id)
-                    .bind(&r.channel)
-                    .bind(&r.node)
-                    .bind(r.call_attempt)
-                    .bind(&r.correlation)
-                    .bind(&r.payload)
-                    .bind(due_at)
-                    .bind(claimed_by)
-                    .bind(claimed_until)
-                    .bind(sent_at)
-                    .bind(r.created_at)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(|e| super::rows::duplicate_or_db(e, || duplicate(&r.id)))?;
-            }
-            Ok(())
-        }
-    };
+/// The insert of a step's requests on an sqlx connection of either backend
+/// (inside the step's transaction; `StepSql::apply`).
+pub(super) async fn write_requests<DB>(
+    conn: &mut DB::Connection,
+    instance_id: &str,
+    tenant: &str,
+    deployment_id: &str,
+    requests: &[NewRequest],
+) -> StoreResult<()>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    i64: Column<DB>,
+    Option<i64>: Column<DB>,
+    String: Column<DB>,
+    for<'s> &'s str: Type<DB> + Encode<'s, DB>,
+    for<'s> Option<&'s str>: Type<DB> + Encode<'s, DB>,
+{
+    for r in requests {
+        let (due_at, claimed_by, claimed_until, sent_at) = claim_columns(r);
+        sqlx::query(INSERT_REQUEST)
+            .bind(&r.id)
+            .bind(tenant)
+            .bind(instance_id)
+            .bind(r.park_seq)
+            .bind(deployment_id)
+            .bind(&r.channel)
+            .bind(&r.node)
+            .bind(r.call_attempt)
+            .bind(&r.correlation)
+            .bind(&r.payload)
+            .bind(due_at)
+            .bind(claimed_by)
+            .bind(claimed_until)
+            .bind(sent_at)
+            .bind(r.created_at)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| super::rows::duplicate_or_db(e, || duplicate(&r.id)))?;
+    }
+    Ok(())
 }
-
-write_requests_sqlx!(write_requests_sqlite, sqlx::SqliteConnection);
-write_requests_sqlx!(write_requests_pg, sqlx::PgConnection);
 
 /// The insert of a step's requests on the SQLite writer thread's connection.
 pub(super) fn write_requests_rusqlite(

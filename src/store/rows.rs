@@ -6,6 +6,7 @@
 //! so one `FromRow` shape decodes either; every decode that can fail (a
 //! deployment state, the modules JSON) answers a [`StoreError`], never panics.
 
+use super::tenancy::ScheduleEvent;
 use super::{
     AttemptRow, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceRecord, JournalRow,
     NewPark, ParkRecord, StoreError, StoreResult,
@@ -160,4 +161,22 @@ pub(super) fn load_from_counts(rows: &[(String, i64)]) -> DeploymentLoad {
         }
     }
     load
+}
+
+/// Columns of `tenants`.
+pub(super) const TENANT_COLUMNS: &str =
+    "name, created_at, max_instances, max_module_bytes, fuel, deadline_ms, memory_bytes";
+/// Columns of `schedules`.
+pub(super) const SCHEDULE_COLUMNS: &str =
+    "deployment_id, start_node, tenant, armed_at, last_slot, next_due, state, fires, skipped, refused";
+/// Columns of `schedule_events` that make a [`ScheduleEvent`].
+pub(super) const EVENT_COLUMNS: &str = "at, slot, skipped, outcome, instance_id, code, message";
+
+/// The counters a fire bumps: (fires, refused).
+pub(super) fn fire_counts(event: &ScheduleEvent) -> (i64, i64) {
+    if event.outcome == "fired" {
+        (1, 0)
+    } else {
+        (0, 1)
+    }
 }

@@ -17,11 +17,16 @@
 //! - a caller alone pays one transaction, as before: batching only happens
 //!   when requests queue up while a commit is in progress.
 
-use super::sqlite::{claim_one, commit_one, create_one, release_one};
-use super::sqlite_writer::{stopped, Done, Op, MAX_BATCH};
-use super::{StoreError, StoreResult};
-use sqlx::{SqliteConnection, SqlitePool};
+use super::queries::Claim;
+use super::queries_steps::{StepSql, INSERT_INSTANCE};
+use super::rows::{duplicate_or_db, sort_claimed, ParkRow};
+use super::sqlite_writer::{stopped, Done, Op, CLAIM_DUE, MAX_BATCH};
+use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
+
+/// The step writes on this path's connection.
+type Steps = StepSql<Sqlite>;
 
 struct Req {
     op: Op,
@@ -79,31 +84,57 @@ async fn writer(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Req>) {
 async fn apply(conn: &mut SqliteConnection, op: &Op) -> StoreResult<Done> {
     match op {
         Op::Create(inst, step) => create_one(conn, inst, step).await.map(Done::Created),
-        Op::Commit { id, version, step } => commit_one(conn, id, *version, step)
+        Op::Commit { id, version, step } => Steps::commit(conn, id, *version, step)
             .await
             .map(|()| Done::Written),
         Op::CommitAll(steps) => {
             for (id, version, step) in steps {
-                commit_one(conn, id, *version, step).await?;
+                Steps::commit(conn, id, *version, step).await?;
             }
             Ok(Done::Written)
         }
-        Op::Claim {
-            now,
-            limit,
-            owner,
-            lease_ms,
-        } => claim_one(conn, *now, *limit, owner, *lease_ms)
-            .await
-            .map(Done::Claimed),
+        Op::Claim(claim) => claim_one(conn, claim).await.map(Done::Claimed),
         Op::Release {
             instance_id,
             seq,
             owner,
-        } => release_one(conn, instance_id, *seq, owner)
+        } => Steps::release(conn, instance_id, *seq, owner)
             .await
             .map(|()| Done::Written),
     }
+}
+
+/// Inserts an instance and applies its first step. A reused idempotency key
+/// writes nothing and answers `Existing` (the writer thread's rule: one
+/// writer, so the key cannot be taken between the two statements).
+async fn create_one(
+    conn: &mut SqliteConnection,
+    inst: &NewInstance,
+    step: &StepWrite,
+) -> StoreResult<Created> {
+    if let Some(key) = &inst.idempotency_key {
+        if let Some(id) = Steps::instance_by_key(conn, &inst.tenant, key).await? {
+            return Ok(Created::Existing(id));
+        }
+    }
+    Steps::insert_instance(INSERT_INSTANCE, inst, step)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
+    Steps::apply(conn, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
+    Ok(Created::New)
+}
+
+/// Claims up to `limit` parks due at `now`.
+async fn claim_one(conn: &mut SqliteConnection, claim: &Claim) -> StoreResult<Vec<ParkRecord>> {
+    let rows: Vec<ParkRow> = sqlx::query_as(CLAIM_DUE)
+        .bind(&claim.owner)
+        .bind(claim.until)
+        .bind(claim.now)
+        .bind(claim.limit)
+        .fetch_all(conn)
+        .await?;
+    Ok(sort_claimed(rows))
 }
 
 async fn run_batch(pool: &SqlitePool, batch: &[Req]) -> StoreResult<Vec<StoreResult<Done>>> {

@@ -43,9 +43,10 @@
 //!   batch answers an error, the transaction is rolled back, the thread
 //!   goes on.
 
+use super::queries::Claim;
+use super::queries_steps as sql;
 use super::rows::{park_claim_columns, sort_claimed};
 use super::sqlite::Synchronous;
-use super::sqlite_sql as sql;
 use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -57,9 +58,27 @@ use tokio::sync::oneshot;
 /// The most requests one transaction carries.
 pub(super) const MAX_BATCH: usize = 512;
 
-/// Prepared statements kept per connection (every statement of
-/// `sqlite_sql.rs` plus the transaction control ones fit).
+/// Prepared statements kept per connection (every step statement of
+/// `queries_steps.rs`, the two below, and the transaction control ones fit).
 const STATEMENT_CACHE: usize = 64;
+
+/// `$1` instance id, `$2` seq: one withdrawn park. The writer deletes seq by
+/// seq with this one cached statement (a call into SQLite each, no round
+/// trip), where the sqlx paths send one `IN (..)` list.
+const DELETE_PARK: &str = "DELETE FROM parks WHERE instance_id = $1 AND seq = $2";
+
+/// `$1` owner, `$2` claimed_until, `$3` now, `$4` limit → the claimed parks
+/// (`rows::PARK_COLUMNS`, in no particular order). SQLite only (used by
+/// both its write paths): one writer at a time needs no row locks, where
+/// PostgreSQL's claim skips the rows other replicas hold (`postgres.rs`).
+pub(super) const CLAIM_DUE: &str = "UPDATE parks SET claimed_by = $1, claimed_until = $2 \
+     WHERE (instance_id, seq) IN ( \
+       SELECT instance_id, seq FROM parks \
+       WHERE due_at IS NOT NULL AND due_at <= $3 \
+         AND (claimed_until IS NULL OR claimed_until <= $3) \
+       ORDER BY due_at, instance_id, seq LIMIT $4) \
+     RETURNING instance_id, seq, tenant, deployment_id, kind, due_at, message_name, \
+       correlation_key";
 
 /// One write request, as both SQLite write paths take it.
 #[derive(Debug)]
@@ -72,12 +91,7 @@ pub(super) enum Op {
     },
     /// Several steps, all or nothing (one savepoint for them all).
     CommitAll(Vec<(String, i64, StepWrite)>),
-    Claim {
-        now: i64,
-        limit: i64,
-        owner: String,
-        lease_ms: i64,
-    },
+    Claim(Claim),
     Release {
         instance_id: String,
         seq: i64,
@@ -306,12 +320,7 @@ fn apply(conn: &Connection, op: &Op) -> StoreResult<Done> {
             }
             Ok(Done::Written)
         }
-        Op::Claim {
-            now,
-            limit,
-            owner,
-            lease_ms,
-        } => claim_due(conn, *now, *limit, owner, *lease_ms).map(Done::Claimed),
+        Op::Claim(claim) => claim_due(conn, claim).map(Done::Claimed),
         Op::Release {
             instance_id,
             seq,
@@ -427,7 +436,7 @@ fn apply_step(
             .execute(params![id])?;
     }
     if !step.withdraw.is_empty() {
-        let mut delete = conn.prepare_cached(sql::DELETE_PARK)?;
+        let mut delete = conn.prepare_cached(DELETE_PARK)?;
         for seq in &step.withdraw {
             delete.execute(params![id, seq])?;
         }
@@ -481,20 +490,11 @@ fn apply_step(
 }
 
 /// Claims up to `limit` parks due at `now` (see `Store::claim_due`).
-fn claim_due(
-    conn: &Connection,
-    now: i64,
-    limit: i64,
-    owner: &str,
-    lease_ms: i64,
-) -> StoreResult<Vec<ParkRecord>> {
-    if limit <= 0 {
-        return Ok(Vec::new());
-    }
-    let until = now.saturating_add(lease_ms.max(0));
-    let mut claim = conn.prepare_cached(sql::CLAIM_DUE)?;
-    let rows = claim
-        .query_map(params![owner, until, now, limit], |r| {
+fn claim_due(conn: &Connection, claim: &Claim) -> StoreResult<Vec<ParkRecord>> {
+    let mut statement = conn.prepare_cached(CLAIM_DUE)?;
+    let binds = params![claim.owner, claim.until, claim.now, claim.limit];
+    let rows = statement
+        .query_map(binds, |r| {
             Ok(ParkRecord {
                 instance_id: r.get(0)?,
                 seq: r.get(1)?,
@@ -508,4 +508,62 @@ fn claim_due(
         })?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(sort_claimed(rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::migrations::{migrations, Dialect};
+    use super::super::queries_steps as sql;
+    use super::super::rows::PARK_COLUMNS;
+    use super::{CLAIM_DUE, DELETE_PARK};
+    use rusqlite::Connection;
+
+    /// Every statement this thread binds by position.
+    const STATEMENTS: [&str; 13] = [
+        sql::INSTANCE_BY_KEY,
+        sql::INSERT_INSTANCE,
+        sql::UPDATE_INSTANCE,
+        sql::INSTANCE_EXISTS,
+        sql::DELETE_INSTANCE_ALL[0],
+        sql::DELETE_INSTANCE_ALL[3],
+        sql::DELETE_PARKS_OF,
+        sql::INSERT_PARK,
+        sql::INSERT_ATTEMPT,
+        sql::INSERT_JOURNAL,
+        sql::RELEASE_CLAIM,
+        DELETE_PARK,
+        CLAIM_DUE,
+    ];
+
+    fn migrated() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        for m in migrations(Dialect::Sqlite).unwrap() {
+            conn.execute_batch(&m.sql).unwrap();
+        }
+        conn
+    }
+
+    #[test]
+    fn positional_parameters_are_numbered_as_written() {
+        // rusqlite binds the n-th value to parameter index n; SQLite gives a
+        // `$N` parameter the next index at its first use. They agree only if
+        // `$1`, `$2`, ... are first used in that order.
+        let conn = migrated();
+        for statement in STATEMENTS {
+            let stmt = conn.prepare(statement).unwrap();
+            for i in 1..=stmt.parameter_count() {
+                assert_eq!(
+                    stmt.parameter_name(i),
+                    Some(format!("${i}").as_str()),
+                    "parameter {i} of {statement}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_claim_returns_the_park_columns() {
+        let squashed = CLAIM_DUE.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(squashed.ends_with(&format!("RETURNING {PARK_COLUMNS}")));
+    }
 }

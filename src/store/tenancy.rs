@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::future::Future;
 
 /// A tenant's quotas. `None` is unlimited (the server's own limits still apply).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct TenantLimits {
     /// Non-terminal (RUNNING/WAITING) instances at once.
     pub max_instances: Option<i64>,
@@ -31,10 +31,11 @@ pub struct TenantLimits {
     pub memory_bytes: Option<i64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct TenantRecord {
     pub name: String,
     pub created_at: i64,
+    #[sqlx(flatten)]
     pub limits: TenantLimits,
 }
 
@@ -54,7 +55,7 @@ pub const SCHEDULE_RESOLVED: &str = "RESOLVED";
 pub const SCHEDULE_EXHAUSTED: &str = "EXHAUSTED";
 
 /// One timer start event of one deployment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct ScheduleRecord {
     pub deployment_id: String,
     pub start_node: String,
@@ -74,7 +75,7 @@ pub struct ScheduleRecord {
 }
 
 /// What one fire did, journaled with the schedule's move.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct ScheduleEvent {
     pub at: i64,
     pub slot: Option<i64>,

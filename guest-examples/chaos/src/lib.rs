@@ -1,13 +1,16 @@
 //! `chaos`: a misbehaving task component for testing the Sutra sandbox and engine.
 //!
-//! Invariant: the input `{"do": <action>, ...}` alone decides what one attempt does;
+//! Invariant: the input `{"do": <action>, ...}` alone decides what one attempt does
+//! (with `"by-task": {"<task id>": {"do": ...}}`, the entry for `ctx.task-id`
+//! is the action instead, so one module can play every task of a workflow);
 //! apart from `ctx.attempt` (read by `fail` and `context`) and the clock (`sleep`),
 //! the same input always ends the same way. Every action the host must contain
 //! (`panic`, `loop`, `alloc`, `recurse`, `big-output`, `probe`) does exactly the
 //! one bad thing it is named for.
 //!
 //! Actions (fields other than `do` are optional unless stated):
-//! - `echo`: completes with the input text unchanged.
+//! - `echo`: completes with the input text unchanged (the whole input, `by-task` included).
+//! - `emit` `{output}`: completes with `output` (any JSON; default `null`).
 //! - `fail` `{code, until, message, class}`: a `failure` with `code` (default empty)
 //!   while `ctx.attempt < until`, then completes with `{"attempt": n}`; without
 //!   `until` it always fails. `class` (e.g. `"transient"`) goes into the details.
@@ -85,9 +88,21 @@ impl Guest for Chaos {
         let Some(args) = value.as_object() else {
             return Err(validation("input must be a JSON object".to_string()));
         };
+        // Per-task actions: the entry for this task, else the top-level action.
+        let args = match args.get("by-task").and_then(|b| b.get(ctx.task_id.as_str())) {
+            Some(Value::Object(action)) => action,
+            Some(_) => {
+                return Err(validation(format!(
+                    "\"by-task\".{:?} must be an object with \"do\"",
+                    ctx.task_id
+                )))
+            }
+            None => args,
+        };
         let action = args.get("do").and_then(Value::as_str).unwrap_or("");
         match action {
             "echo" => Ok(input),
+            "emit" => Ok(args.get("output").unwrap_or(&Value::Null).to_string()),
             "fail" => fail(&ctx, args),
             "business" => Err(TaskError::Business(info(
                 str_field(args, "code"),

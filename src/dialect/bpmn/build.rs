@@ -376,6 +376,8 @@ impl<'d> Builder<'d> {
             incoming: Vec::new(),
             outgoing: Vec::new(),
             boundaries: Vec::new(),
+            join: None,
+            data: None,
         });
         self.elements.push(el);
         ix

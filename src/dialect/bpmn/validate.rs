@@ -60,6 +60,8 @@ pub fn describe(n: &Node) -> String {
         NodeKind::Boundary(_) => "boundary event",
         NodeKind::SubProcess => "sub-process",
         NodeKind::Pass { .. } => "pass",
+        NodeKind::Fanout(_) => "fan-out",
+        NodeKind::CallProcess { .. } => "process call",
     };
     format!("{kind} `{}`", n.id)
 }

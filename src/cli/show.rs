@@ -1,0 +1,171 @@
+//! How every verb prints an instance (`run`, `inspect`, `start`, `cancel`,
+//! `retry`), locally or from a server: one text rendering of the instance
+//! view's JSON, and the one exit-code rule.
+//!
+//! Exit-code rule (every verb): 0 when the command did what was asked and the
+//! instance it shows, if any, is not FAILED or COMPENSATED; 1 for a negative
+//! result (a FAILED instance, a COMPENSATED one — its work was undone —, an
+//! invalid definition, not found, a refused or failed request); 2 for a usage
+//! error. A TERMINATED instance is what a cancel asked for: 0.
+
+use super::run::Format;
+use serde_json::Value;
+use std::process::ExitCode;
+
+/// A JSON value as a table cell or text: strings bare, null as `-`.
+pub fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Print an instance view (the JSON shape of `InstanceView`) and exit by the rule.
+pub fn print_instance(v: &Value, format: Format) -> ExitCode {
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()),
+        Format::Text => print!("{}", instance_text(v)),
+    }
+    instance_exit(v)
+}
+
+/// 1 when the instance FAILED or was COMPENSATED, else 0 (see the module docs).
+pub fn instance_exit(v: &Value) -> ExitCode {
+    if matches!(v["state"].as_str(), Some("FAILED" | "COMPENSATED")) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// An instance view as text.
+pub fn instance_text(v: &Value) -> String {
+    let mut out = format!(
+        "instance {}  process {}  state {}\n",
+        s(&v["instance"]),
+        s(&v["process"]),
+        s(&v["state"])
+    );
+    if let Some(r) = v.get("retryOf").filter(|r| !r.is_null()) {
+        out.push_str(&format!("  retry of {}\n", s(r)));
+    }
+    for a in v["attempts"].as_array().into_iter().flatten() {
+        let code = a
+            .get("code")
+            .filter(|c| !c.is_null())
+            .map(|c| format!(" {}", s(c)))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {}  {} attempt {}  {}{code}\n",
+            s(&a["at"]),
+            s(&a["task"]),
+            s(&a["attempt"]),
+            s(&a["outcome"])
+        ));
+    }
+    for w in v["waits"].as_array().into_iter().flatten() {
+        out.push_str(&format!("  {}\n", wait_text(w)));
+    }
+    if let Some(nodes) = v["nodes"].as_object().filter(|n| !n.is_empty()) {
+        let nodes: Vec<String> = nodes
+            .iter()
+            .map(|(n, st)| format!("{n}={}", s(st)))
+            .collect();
+        out.push_str(&format!("  nodes {}\n", nodes.join(" ")));
+    }
+    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        out.push_str(&format!(
+            "  error {}: {}\n",
+            s(&e["code"]),
+            s(&e["message"])
+        ));
+        if let Some(c) = e.get("cause").filter(|c| !c.is_null()) {
+            out.push_str(&format!(
+                "  cause {}: {}\n",
+                s(&c["code"]),
+                s(&c["message"])
+            ));
+        }
+        for f in e["compensationFailures"].as_array().into_iter().flatten() {
+            let (code, message) = (s(&f["code"]), s(&f["message"]));
+            out.push_str(&format!("  compensation failed {code}: {message}\n"));
+        }
+    }
+    out.push_str(&format!("  variables {}\n", v["variables"]));
+    out
+}
+
+/// One pending wait: what it waits for, where, and until when.
+fn wait_text(w: &Value) -> String {
+    let node = s(&w["node"]);
+    let due = s(&w["due"]);
+    match w["kind"].as_str().unwrap_or("") {
+        "message" => {
+            let key = match w.get("correlationKey").filter(|k| !k.is_null()) {
+                Some(k) => format!(" with correlation key `{}`", s(k)),
+                None => String::new(),
+            };
+            format!("waits at {node} for message `{}`{key}", s(&w["message"]))
+        }
+        "timer" => format!("waits at {node} for a timer due {due}"),
+        "retry" => format!(
+            "waits at {node} for a retry: attempt {} due {due}",
+            s(&w["attempt"])
+        ),
+        "attempt" => format!(
+            "runs {node} attempt {} (re-run if its runner is lost, from {due})",
+            s(&w["attempt"])
+        ),
+        other => format!("waits at {node} for {other} due {due}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn each_kind_of_wait_says_what_it_waits_for() {
+        let v = json!({
+            "instance": "i", "process": "p", "state": "WAITING", "attempts": [], "variables": {},
+            "waits": [
+                { "kind": "timer", "node": "courier", "due": "2030-01-01T02:00:00Z" },
+                { "kind": "retry", "node": "T", "due": "2030-01-01T00:00:03Z", "attempt": 2 },
+                { "kind": "message", "node": "wait", "due": null, "message": "go", "correlationKey": "k1" },
+            ],
+        });
+        let text = instance_text(&v);
+        assert!(
+            text.contains("waits at courier for a timer due 2030-01-01T02:00:00Z"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waits at T for a retry: attempt 2 due 2030-01-01T00:00:03Z"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waits at wait for message `go` with correlation key `k1`"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn only_a_failed_or_compensated_instance_exits_1() {
+        for (state, code) in [
+            ("FAILED", 1),
+            ("COMPENSATED", 1),
+            ("TERMINATED", 0),
+            ("COMPLETED", 0),
+            ("WAITING", 0),
+        ] {
+            let exit = instance_exit(&json!({ "state": state }));
+            assert_eq!(
+                format!("{exit:?}"),
+                format!("{:?}", ExitCode::from(code)),
+                "{state}"
+            );
+        }
+    }
+}

@@ -1,0 +1,1016 @@
+//! One state into IR nodes: its fields checked against its type, its data
+//! flow, retriers and catchers, and the transitions it asks for.
+
+use super::build::{Builder, Pending};
+use super::json::{Jv, J};
+use super::{jsonata, paths, rules};
+use crate::codes::Code;
+use crate::diag::Pos;
+use crate::model::{
+    CatchTrigger, DataFlow, EndKind, Expr, Fanout, Items, MessageRef, NodeIx, NodeKind, OnTimeout,
+    ResultPath, Selection, ServiceTask, TaskImpl, TaskTimeout, Template, TimerFrom,
+};
+use crate::time::{IsoDuration, TimerSpec};
+
+/// What building a state produced.
+pub struct Built {
+    pub node: NodeIx,
+    pub transitions: Vec<Pending>,
+    /// Ends its machine (`End`, Succeed, Fail).
+    pub terminal: bool,
+}
+
+const IO: &[&str] = &["InputPath", "OutputPath"];
+const JSONATA_FIELDS: &[&str] = &["Arguments", "Output", "Assign", "Items", "QueryLanguage"];
+
+/// The fields each state type has (besides `Type`, `Comment`, `QueryLanguage`).
+fn allowed(ty: &str) -> Option<&'static [&'static str]> {
+    Some(match ty {
+        "Task" => &[
+            "Resource",
+            "Next",
+            "End",
+            "Parameters",
+            "ResultSelector",
+            "ResultPath",
+            "Retry",
+            "Catch",
+            "TimeoutSeconds",
+        ],
+        "Pass" => &["Next", "End", "Parameters", "Result", "ResultPath"],
+        "Choice" => &["Choices", "Default"],
+        "Wait" => &[
+            "Next",
+            "End",
+            "Seconds",
+            "SecondsPath",
+            "Timestamp",
+            "TimestampPath",
+            "EventName",
+            "ResultPath",
+        ],
+        "Succeed" => &[],
+        "Fail" => &["Error", "ErrorPath", "Cause", "CausePath"],
+        "Parallel" => &[
+            "Branches",
+            "Next",
+            "End",
+            "Parameters",
+            "ResultSelector",
+            "ResultPath",
+            "Retry",
+            "Catch",
+        ],
+        "Map" => &[
+            "ItemProcessor",
+            "Iterator",
+            "ItemsPath",
+            "ItemSelector",
+            "Parameters",
+            "MaxConcurrency",
+            "FailOnPartial",
+            "Next",
+            "End",
+            "ResultSelector",
+            "ResultPath",
+            "Retry",
+            "Catch",
+        ],
+        "InvokeFlow" => &[
+            "Flow",
+            "Next",
+            "End",
+            "Parameters",
+            "ResultSelector",
+            "ResultPath",
+            "Retry",
+            "Catch",
+        ],
+        _ => return None,
+    })
+}
+
+/// Fields Sutra knows but does not run, and the feature each names.
+fn unsupported(ty: &str, field: &str) -> Option<&'static str> {
+    Some(match (ty, field) {
+        (_, "Assign") => "`Assign` (variables)",
+        (_, "Output") | (_, "Arguments") => "JSONata `Output`/`Arguments`",
+        ("Task", "TimeoutSecondsPath") => "`TimeoutSecondsPath`",
+        ("Task", "HeartbeatSeconds") | ("Task", "HeartbeatSecondsPath") => {
+            "task heartbeats (`HeartbeatSeconds`)"
+        }
+        ("Task", "Credentials") => "`Credentials` (assumed roles)",
+        ("Map", "ItemReader") => "distributed Map `ItemReader`",
+        ("Map", "ItemBatcher") => "`ItemBatcher`",
+        ("Map", "ResultWriter") => "distributed Map `ResultWriter`",
+        ("Map", "ToleratedFailureCount")
+        | ("Map", "ToleratedFailureCountPath")
+        | ("Map", "ToleratedFailurePercentage")
+        | ("Map", "ToleratedFailurePercentagePath") => {
+            "tolerated failures (Sutra has `FailOnPartial`)"
+        }
+        ("Map", "Label") => "distributed Map `Label`",
+        ("Map", "Items") => "JSONata `Items`",
+        ("Map", "MaxConcurrencyPath") => "`MaxConcurrencyPath`",
+        _ => return None,
+    })
+}
+
+/// Build one state.
+pub fn state(
+    b: &mut Builder<'_>,
+    name: &str,
+    kpos: Pos,
+    j: &J,
+    scope: Option<NodeIx>,
+) -> Option<Built> {
+    let Some(obj) = j.as_obj() else {
+        b.cx.err(
+            Code::StatesInvalidField,
+            j.pos,
+            name,
+            format!("a state must be an object, not {}", j.kind()),
+        );
+        return None;
+    };
+    let Some(ty_j) = j.get("Type") else {
+        b.cx.err(Code::StatesMissingField, kpos, name, "a state needs `Type`");
+        return None;
+    };
+    let ty = ty_j.as_str().unwrap_or_default();
+    let Some(fields) = allowed(ty) else {
+        b.cx.err(
+            Code::StatesInvalidField,
+            ty_j.pos,
+            name,
+            format!("`Type` is Task, Pass, Choice, Wait, Succeed, Fail, Parallel, Map or InvokeFlow, not {}", ty_j.to_value()),
+        );
+        return None;
+    };
+    // JSONata (this state's or the machine's QueryLanguage): checked, then refused.
+    let jsonata_state = match j.get("QueryLanguage") {
+        Some(q) => match q.as_str() {
+            Some("JSONata") => {
+                b.cx.unsupported(q.pos, name, "`QueryLanguage` JSONata");
+                true
+            }
+            Some("JSONPath") => false,
+            _ => {
+                b.cx.err(
+                    Code::StatesInvalidField,
+                    q.pos,
+                    name,
+                    "`QueryLanguage` is JSONPath or JSONata",
+                );
+                false
+            }
+        },
+        None => b.jsonata,
+    };
+    for (k, v) in obj {
+        let f = k.name.as_str();
+        if matches!(f, "Type" | "Comment" | "QueryLanguage") {
+            continue;
+        }
+        if jsonata_state {
+            jsonata::check(b.cx, v, name, f);
+            if jsonata::JSONPATH_ONLY.contains(&f) {
+                b.cx.err(
+                    Code::StatesInvalidField,
+                    k.pos,
+                    name,
+                    format!("`{f}` is a JSONPath field: a JSONata state does not have it"),
+                );
+                continue;
+            }
+            if JSONATA_FIELDS.contains(&f) || (ty == "Map" && f == "ItemSelector") {
+                continue;
+            }
+        }
+        if fields.contains(&f) || (IO.contains(&f) && ty != "Fail") {
+            continue;
+        }
+        match unsupported(ty, f) {
+            Some(feature) if !jsonata_state => b.cx.unsupported(k.pos, name, feature),
+            Some(_) => {}
+            None => b.cx.err(
+                Code::StatesUnknownField,
+                k.pos,
+                name,
+                format!("a {ty} state has no field `{f}`"),
+            ),
+        }
+    }
+    let mut s = St {
+        b,
+        name,
+        j,
+        scope,
+        transitions: Vec::new(),
+        jsonata: jsonata_state,
+    };
+    let (node, terminal) = match ty {
+        "Task" => s.task(),
+        "Pass" => s.pass(),
+        "Choice" => s.choice(),
+        "Wait" => s.wait(),
+        "Succeed" => s.succeed(),
+        "Fail" => s.fail(),
+        "Parallel" => s.parallel(),
+        "Map" => s.map(),
+        _ => s.invoke_flow(),
+    };
+    Some(Built {
+        node,
+        transitions: s.transitions,
+        terminal,
+    })
+}
+
+pub(super) struct St<'a, 'b, 'c> {
+    pub(super) b: &'a mut Builder<'c>,
+    pub(super) name: &'b str,
+    pub(super) j: &'b J,
+    pub(super) scope: Option<NodeIx>,
+    pub(super) transitions: Vec<Pending>,
+    pub(super) jsonata: bool,
+}
+
+impl St<'_, '_, '_> {
+    pub(super) fn err(&mut self, code: Code, pos: Pos, message: impl Into<String>) {
+        self.b.cx.err(code, pos, self.name, message);
+    }
+
+    pub(super) fn get(&self, f: &str) -> Option<&J> {
+        self.j.get(f)
+    }
+
+    /// At most one of `fields` (the first two found are reported).
+    pub(super) fn exclusive(&mut self, fields: &[&'static str]) -> Option<(&'static str, J)> {
+        exclusive_in(self.b.cx, self.name, self.j, fields)
+    }
+
+    fn node(&mut self, kind: NodeKind, data: Option<DataFlow>) -> NodeIx {
+        self.b
+            .node(self.name.to_string(), self.j.pos, self.scope, kind, data)
+    }
+
+    /// `Next` or `End: true`: exactly one. Returns whether the state ends.
+    fn next_or_end(&mut self, node: NodeIx) -> bool {
+        let next = self.get("Next").cloned();
+        let end = self.get("End").cloned();
+        let ends = match &end {
+            Some(e) => match e.v {
+                Jv::Bool(b) => b,
+                _ => {
+                    self.err(
+                        Code::StatesInvalidField,
+                        e.pos,
+                        "`End` must be true or false",
+                    );
+                    false
+                }
+            },
+            None => false,
+        };
+        match (next, ends) {
+            (Some(n), true) => {
+                self.err(
+                    Code::StatesConflictingFields,
+                    n.pos,
+                    "a state has `Next` or `End`, not both",
+                );
+                true
+            }
+            (Some(n), false) => {
+                match n.as_str() {
+                    Some(t) => self.transitions.push(Pending {
+                        from: node,
+                        target: t.to_string(),
+                        pos: n.pos,
+                        condition: None,
+                        default: false,
+                    }),
+                    None => self.err(
+                        Code::StatesInvalidField,
+                        n.pos,
+                        "`Next` must be a state name",
+                    ),
+                }
+                false
+            }
+            (None, true) => true,
+            (None, false) => {
+                self.err(
+                    Code::StatesMissingField,
+                    self.j.pos,
+                    "this state needs `Next` or `End: true`",
+                );
+                false
+            }
+        }
+    }
+
+    fn selection(&mut self, field: &str) -> Selection {
+        if self.jsonata {
+            return Selection::Whole;
+        }
+        match self.get(field).cloned() {
+            None => Selection::Whole,
+            Some(v) if v.is_null() => Selection::Empty,
+            Some(v) => match self.b.cx.path_field(&v, self.name, field) {
+                Some(p) => Selection::Path(p),
+                None => Selection::Whole,
+            },
+        }
+    }
+
+    pub(super) fn result_path(&mut self, j: Option<&J>, default: ResultPath) -> ResultPath {
+        let Some(v) = j.cloned() else {
+            return default;
+        };
+        if self.jsonata {
+            return default;
+        }
+        if v.is_null() {
+            return ResultPath::Discard;
+        }
+        let Some(text) = v.as_str() else {
+            self.err(
+                Code::StatesInvalidField,
+                v.pos,
+                "`ResultPath` must be a path or null",
+            );
+            return default;
+        };
+        match paths::path(text) {
+            Ok(p)
+                if p.steps.as_deref() == Some(&[])
+                    && p.root == crate::model::PathRoot::Document =>
+            {
+                ResultPath::Replace
+            }
+            Ok(p) if p.is_reference() && p.root == crate::model::PathRoot::Document => {
+                ResultPath::At(p)
+            }
+            Ok(_) => {
+                self.err(
+                    Code::StatesInvalidPath,
+                    v.pos,
+                    format!("`ResultPath` `{text}` must be a reference path into the input (`$.a.b`, `$.a[0]`)"),
+                );
+                default
+            }
+            Err(paths::Refusal::Unsupported(m)) => {
+                self.err(
+                    Code::StatesInvalidPath,
+                    v.pos,
+                    format!("`ResultPath`: {m} in a result path"),
+                );
+                default
+            }
+            Err(r) => {
+                self.b.cx.refusal(r, v.pos, self.name, "ResultPath");
+                default
+            }
+        }
+    }
+
+    fn template(&mut self, field: &str) -> Option<Template> {
+        if self.jsonata {
+            return None;
+        }
+        let j = self.get(field).cloned()?;
+        super::paths::template(self.b.cx, &j, self.name, field, 0)
+    }
+
+    /// The common data flow: input, parameters, result selector, result path, output.
+    fn data(&mut self, result_default: ResultPath) -> DataFlow {
+        let rp = self.get("ResultPath").cloned();
+        DataFlow {
+            input: self.selection("InputPath"),
+            parameters: self.template("Parameters"),
+            result_selector: self.template("ResultSelector"),
+            result_path: self.result_path(rp.as_ref(), result_default),
+            output: self.selection("OutputPath"),
+            ..DataFlow::default()
+        }
+    }
+
+    fn task(&mut self) -> (NodeIx, bool) {
+        let resource = match self.get("Resource").cloned() {
+            None => {
+                self.err(
+                    Code::StatesMissingField,
+                    self.j.pos,
+                    "a Task needs `Resource`",
+                );
+                String::new()
+            }
+            Some(r) => match &r.v {
+                Jv::Str(s) => {
+                    if let Err(why) = resource_syntax(s) {
+                        self.err(
+                            Code::StatesInvalidField,
+                            r.pos,
+                            format!("`Resource` {s:?}: {why}"),
+                        );
+                    }
+                    s.clone()
+                }
+                Jv::Obj(_) => {
+                    self.b.cx.unsupported(
+                        r.pos,
+                        self.name,
+                        "a CloudFormation `Resource` object (`Ref`, `Fn::GetAtt`)",
+                    );
+                    String::new()
+                }
+                _ => {
+                    self.err(
+                        Code::StatesInvalidField,
+                        r.pos,
+                        "`Resource` must be a string",
+                    );
+                    String::new()
+                }
+            },
+        };
+        if let Some(c) = self.get("Credentials").cloned() {
+            if c.as_obj().is_none() {
+                self.err(
+                    Code::StatesInvalidField,
+                    c.pos,
+                    "`Credentials` must be an object",
+                );
+            }
+        }
+        self.exclusive(&["TimeoutSeconds", "TimeoutSecondsPath"]);
+        self.exclusive(&["HeartbeatSeconds", "HeartbeatSecondsPath"]);
+        let timeout = match self.get("TimeoutSeconds").cloned() {
+            Some(t) if !self.jsonata => {
+                self.positive_int(&t, "TimeoutSeconds")
+                    .map(|s| TaskTimeout {
+                        duration: IsoDuration::from_secs(s),
+                        on_timeout: OnTimeout::Retry,
+                    })
+            }
+            _ => None,
+        };
+        let mut data = self.data(ResultPath::Replace);
+        data.error_names = vec![
+            (
+                Code::TaskFailed.as_str().into(),
+                Code::ActionFailed.as_str().into(),
+            ),
+            (
+                Code::TaskDeadlineExceeded.as_str().into(),
+                Code::StatesTimeout.as_str().into(),
+            ),
+            (
+                Code::TaskNotRegistered.as_str().into(),
+                Code::ResourceNotFound.as_str().into(),
+            ),
+        ];
+        data.task_failure_name = Some(Code::StatesTaskFailed.as_str().into());
+        let retries = self.retriers();
+        let node = self.node(
+            NodeKind::ServiceTask(ServiceTask {
+                implementation: TaskImpl::Registered(resource),
+                retries,
+                timeout,
+                idempotent: true,
+                io: Default::default(),
+            }),
+            Some(data),
+        );
+        self.catchers(node);
+        (node, self.next_or_end(node))
+    }
+
+    fn pass(&mut self) -> (NodeIx, bool) {
+        let data = self.data(ResultPath::Replace);
+        let set = self.get("Result").map(J::to_value);
+        let node = self.node(NodeKind::Pass { set }, Some(data));
+        (node, self.next_or_end(node))
+    }
+
+    fn choice(&mut self) -> (NodeIx, bool) {
+        let data = DataFlow {
+            input: self.selection("InputPath"),
+            output: self.selection("OutputPath"),
+            ..DataFlow::default()
+        };
+        let node = self.node(NodeKind::ExclusiveGateway { default: None }, Some(data));
+        if self.get("Next").is_some() || self.get("End").is_some() {
+            self.err(
+                Code::StatesUnknownField,
+                self.j.pos,
+                "a Choice has no `Next` or `End`: its rules and `Default` name the next state",
+            );
+        }
+        match self.get("Choices").cloned() {
+            None => self.err(
+                Code::StatesMissingField,
+                self.j.pos,
+                "a Choice needs `Choices`",
+            ),
+            Some(c) => match c.as_arr() {
+                Some(items) if !items.is_empty() => {
+                    for item in items {
+                        let rule = if self.jsonata {
+                            None
+                        } else {
+                            rules::rule(self.b.cx, item, self.name, true, 0)
+                        };
+                        if let Some(next) = item
+                            .get("Next")
+                            .and_then(|n| n.as_str().map(|s| (s.to_string(), n.pos)))
+                        {
+                            self.transitions.push(Pending {
+                                from: node,
+                                target: next.0,
+                                pos: next.1,
+                                condition: rule.map(Expr::rule),
+                                default: false,
+                            });
+                        } else if self.jsonata {
+                            self.err(
+                                Code::StatesMissingField,
+                                item.pos,
+                                "a choice rule needs `Next`",
+                            );
+                        }
+                    }
+                }
+                _ => self.err(
+                    Code::StatesInvalidField,
+                    c.pos,
+                    "`Choices` must be a non-empty array of rules",
+                ),
+            },
+        }
+        if let Some(d) = self.get("Default").cloned() {
+            match d.as_str() {
+                Some(t) => self.transitions.push(Pending {
+                    from: node,
+                    target: t.to_string(),
+                    pos: d.pos,
+                    condition: None,
+                    default: true,
+                }),
+                None => self.err(
+                    Code::StatesInvalidField,
+                    d.pos,
+                    "`Default` must be a state name",
+                ),
+            }
+        }
+        (node, false)
+    }
+
+    fn wait(&mut self) -> (NodeIx, bool) {
+        let rp = self.get("ResultPath").cloned();
+        let data = DataFlow {
+            input: self.selection("InputPath"),
+            output: self.selection("OutputPath"),
+            result_path: self.result_path(rp.as_ref(), ResultPath::Discard),
+            ..DataFlow::default()
+        };
+        let how = self.exclusive(&[
+            "Seconds",
+            "SecondsPath",
+            "Timestamp",
+            "TimestampPath",
+            "EventName",
+        ]);
+        let trigger = match how {
+            None => {
+                self.err(
+                    Code::StatesMissingField,
+                    self.j.pos,
+                    "a Wait needs one of `Seconds`, `SecondsPath`, `Timestamp`, `TimestampPath` or `EventName`",
+                );
+                None
+            }
+            Some(_) if self.jsonata => None,
+            Some(("Seconds", v)) => self
+                .non_negative_int(&v, "Seconds")
+                .map(|s| CatchTrigger::Timer(TimerSpec::Duration(IsoDuration::from_secs(s)))),
+            Some(("Timestamp", v)) => match v.as_str().map(chrono::DateTime::parse_from_rfc3339) {
+                Some(Ok(t)) => Some(CatchTrigger::Timer(TimerSpec::Date(t))),
+                _ => {
+                    self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        "`Timestamp` must be an RFC 3339 timestamp",
+                    );
+                    None
+                }
+            },
+            Some(("SecondsPath", v)) => self
+                .b
+                .cx
+                .path_field(&v, self.name, "SecondsPath")
+                .map(|p| CatchTrigger::TimerFrom(TimerFrom::Seconds(p))),
+            Some(("TimestampPath", v)) => self
+                .b
+                .cx
+                .path_field(&v, self.name, "TimestampPath")
+                .map(|p| CatchTrigger::TimerFrom(TimerFrom::Timestamp(p))),
+            Some((_, v)) => match v.as_str() {
+                Some(e) if !e.is_empty() && e.len() <= 128 => {
+                    Some(CatchTrigger::Message(MessageRef {
+                        name: e.to_string(),
+                        correlation_key: None,
+                    }))
+                }
+                _ => {
+                    self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        "`EventName` must be a name of 1 to 128 characters",
+                    );
+                    None
+                }
+            },
+        };
+        let kind = match trigger {
+            Some(t) => NodeKind::Catch(t),
+            None => NodeKind::Pass { set: None },
+        };
+        let node = self.node(kind, Some(data));
+        (node, self.next_or_end(node))
+    }
+
+    fn succeed(&mut self) -> (NodeIx, bool) {
+        let data = DataFlow {
+            input: self.selection("InputPath"),
+            output: self.selection("OutputPath"),
+            ..DataFlow::default()
+        };
+        (self.node(NodeKind::End(EndKind::None), Some(data)), true)
+    }
+
+    fn fail(&mut self) -> (NodeIx, bool) {
+        let mut texts = [None, None];
+        let mut exprs = [None, None];
+        for (i, (lit, path)) in [("Error", "ErrorPath"), ("Cause", "CausePath")]
+            .into_iter()
+            .enumerate()
+        {
+            match self.exclusive(&[lit, path]) {
+                Some((f, v)) if f == lit => match v.as_str() {
+                    Some(s) => texts[i] = Some(s.to_string()),
+                    None => self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        format!("`{lit}` must be a string"),
+                    ),
+                },
+                Some((_, v)) if !self.jsonata => match v.as_str() {
+                    Some(s) => match paths::value_expr(s) {
+                        Ok(e) => exprs[i] = Some(e),
+                        Err(r) => self.b.cx.refusal(r, v.pos, self.name, path),
+                    },
+                    None => self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        format!("`{path}` must be a string"),
+                    ),
+                },
+                _ => {}
+            }
+        }
+        let [error, cause] = exprs;
+        let [code, message] = texts;
+        let data = DataFlow {
+            error,
+            cause,
+            ..DataFlow::default()
+        };
+        let kind = NodeKind::End(EndKind::Error {
+            code: code.unwrap_or_else(|| Code::StatesFail.as_str().to_string()),
+            message,
+        });
+        (self.node(kind, Some(data)), true)
+    }
+
+    fn parallel(&mut self) -> (NodeIx, bool) {
+        let data = self.data(ResultPath::Replace);
+        let retries = self.retriers();
+        let node = self.node(
+            NodeKind::Fanout(Fanout {
+                branches: Vec::new(),
+                items: None,
+                retries,
+            }),
+            Some(data),
+        );
+        let mut branches = Vec::new();
+        match self.get("Branches").cloned() {
+            None => self.err(
+                Code::StatesMissingField,
+                self.j.pos,
+                "a Parallel needs `Branches`",
+            ),
+            Some(bj) => match bj.as_arr() {
+                Some(items) if !items.is_empty() => {
+                    for (i, item) in items.iter().enumerate() {
+                        let owner = format!("{}#branch{}", self.name, i + 1);
+                        let scope = self.b.node(
+                            owner.clone(),
+                            item.pos,
+                            Some(node),
+                            NodeKind::SubProcess,
+                            None,
+                        );
+                        branches.push(scope);
+                        self.b
+                            .machine(item, Some(scope), &owner, &["QueryLanguage"]);
+                    }
+                }
+                _ => self.err(
+                    Code::StatesInvalidField,
+                    bj.pos,
+                    "`Branches` must be a non-empty array of state machines",
+                ),
+            },
+        }
+        if let NodeKind::Fanout(f) = &mut self.b.nodes[node.0 as usize].kind {
+            f.branches = branches;
+        }
+        self.catchers(node);
+        (node, self.next_or_end(node))
+    }
+
+    fn map(&mut self) -> (NodeIx, bool) {
+        let mut data = self.data(ResultPath::Replace);
+        self.exclusive(&["Items", "ItemsPath"]);
+        let selector_field = self
+            .exclusive(&["ItemSelector", "Parameters"])
+            .map(|(f, _)| f);
+        // Parameters is the item selector here (the older name), not an input template.
+        data.parameters = None;
+        let selector = selector_field.and_then(|f| self.template(f));
+        self.exclusive(&["ToleratedFailureCount", "ToleratedFailureCountPath"]);
+        self.exclusive(&[
+            "ToleratedFailurePercentage",
+            "ToleratedFailurePercentagePath",
+        ]);
+        if let Some(p) = self.get("ToleratedFailurePercentage").cloned() {
+            let ok = match &p.v {
+                Jv::Num(n) => n.as_f64().is_some_and(|x| (0.0..=100.0).contains(&x)),
+                Jv::Str(_) => true,
+                _ => false,
+            };
+            if !ok {
+                self.err(
+                    Code::StatesInvalidField,
+                    p.pos,
+                    "`ToleratedFailurePercentage` is a number from 0 to 100",
+                );
+            }
+        }
+        if let Some(rc) = self
+            .get("ItemReader")
+            .and_then(|r| r.get("ReaderConfig"))
+            .cloned()
+        {
+            exclusive_in(self.b.cx, self.name, &rc, &["MaxItems", "MaxItemsPath"]);
+        }
+        let path = self.selection("ItemsPath");
+        let max_concurrency = match self.get("MaxConcurrency").cloned() {
+            Some(v) if !self.jsonata => self.non_negative_int(&v, "MaxConcurrency").unwrap_or(0),
+            _ => 0,
+        };
+        let fail_on_partial = match self.get("FailOnPartial").map(|v| v.v.clone()) {
+            None => false,
+            Some(Jv::Bool(b)) => b,
+            Some(_) => {
+                let pos = self.get("FailOnPartial").map(|v| v.pos).unwrap_or_default();
+                self.err(
+                    Code::StatesInvalidField,
+                    pos,
+                    "`FailOnPartial` must be true or false",
+                );
+                false
+            }
+        };
+        let retries = self.retriers();
+        let items = Items {
+            path,
+            selector,
+            max_concurrency: u32::try_from(max_concurrency).unwrap_or(u32::MAX),
+            fail_on_partial,
+        };
+        let node = self.node(
+            NodeKind::Fanout(Fanout {
+                branches: Vec::new(),
+                items: Some(items),
+                retries,
+            }),
+            Some(data),
+        );
+        let processor = self.exclusive(&["ItemProcessor", "Iterator"]);
+        match processor {
+            None => self.err(
+                Code::StatesMissingField,
+                self.j.pos,
+                "a Map needs `ItemProcessor` (or `Iterator`)",
+            ),
+            Some((_, pj)) => {
+                if let Some(cfg) = pj.get("ProcessorConfig") {
+                    self.processor_config(cfg);
+                }
+                let owner = format!("{}#iteration", self.name);
+                let scope = self.b.node(
+                    owner.clone(),
+                    pj.pos,
+                    Some(node),
+                    NodeKind::SubProcess,
+                    None,
+                );
+                self.b.machine(
+                    &pj,
+                    Some(scope),
+                    &owner,
+                    &["ProcessorConfig", "QueryLanguage"],
+                );
+                if let NodeKind::Fanout(f) = &mut self.b.nodes[node.0 as usize].kind {
+                    f.branches = vec![scope];
+                }
+            }
+        }
+        self.catchers(node);
+        (node, self.next_or_end(node))
+    }
+
+    fn processor_config(&mut self, cfg: &J) {
+        let Some(obj) = cfg.as_obj() else {
+            self.err(
+                Code::StatesInvalidField,
+                cfg.pos,
+                "`ProcessorConfig` must be an object",
+            );
+            return;
+        };
+        for (k, v) in obj {
+            match (k.name.as_str(), v.as_str()) {
+                ("Mode", Some("INLINE")) => {}
+                ("Mode", Some("DISTRIBUTED")) => {
+                    self.b
+                        .cx
+                        .unsupported(v.pos, self.name, "distributed Map (`Mode` DISTRIBUTED)")
+                }
+                ("ExecutionType", Some("STANDARD" | "EXPRESS")) => {
+                    self.b
+                        .cx
+                        .unsupported(v.pos, self.name, "distributed Map `ExecutionType`")
+                }
+                ("Mode" | "ExecutionType", _) => self.err(
+                    Code::StatesInvalidField,
+                    v.pos,
+                    format!("`{}` has an unknown value", k.name),
+                ),
+                (other, _) => self.err(
+                    Code::StatesUnknownField,
+                    k.pos,
+                    format!("`ProcessorConfig` has no field `{other}`"),
+                ),
+            }
+        }
+    }
+
+    fn invoke_flow(&mut self) -> (NodeIx, bool) {
+        let process = match self.get("Flow").cloned() {
+            Some(f) => match f.as_str() {
+                Some(s) if !s.is_empty() => s.to_string(),
+                _ => {
+                    self.err(
+                        Code::StatesInvalidField,
+                        f.pos,
+                        "`Flow` must name a deployed flow",
+                    );
+                    String::new()
+                }
+            },
+            None => {
+                self.err(
+                    Code::StatesMissingField,
+                    self.j.pos,
+                    "an InvokeFlow needs `Flow`",
+                );
+                String::new()
+            }
+        };
+        let mut data = self.data(ResultPath::Replace);
+        data.task_failure_name = Some(Code::StatesTaskFailed.as_str().into());
+        let retries = self.retriers();
+        if !retries.is_empty() {
+            let pos = self.get("Retry").map(|r| r.pos).unwrap_or_default();
+            self.b
+                .cx
+                .unsupported(pos, self.name, "`Retry` on InvokeFlow");
+        }
+        let node = self.node(NodeKind::CallProcess { process }, Some(data));
+        self.catchers(node);
+        (node, self.next_or_end(node))
+    }
+
+    pub(super) fn positive_int(&mut self, v: &J, field: &str) -> Option<u64> {
+        match v.to_value().as_u64() {
+            Some(n) if (1..=99_999_999).contains(&n) => Some(n),
+            _ => {
+                self.err(
+                    Code::StatesInvalidField,
+                    v.pos,
+                    format!("`{field}` must be a positive integer"),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn non_negative_int(&mut self, v: &J, field: &str) -> Option<u64> {
+        match v.to_value().as_u64() {
+            Some(n) if n <= 99_999_999 => Some(n),
+            _ => {
+                self.err(
+                    Code::StatesInvalidField,
+                    v.pos,
+                    format!("`{field}` must be a non-negative integer"),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// At most one of `fields` in `j` (the first two found are reported).
+fn exclusive_in(
+    cx: &mut super::Ctx,
+    name: &str,
+    j: &J,
+    fields: &[&'static str],
+) -> Option<(&'static str, J)> {
+    let present: Vec<(&'static str, J)> = fields
+        .iter()
+        .filter_map(|f| j.get(f).map(|v| (*f, v.clone())))
+        .collect();
+    if present.len() > 1 {
+        cx.err(
+            Code::StatesConflictingFields,
+            present[1].1.pos,
+            name,
+            format!(
+                "`{}` and `{}` exclude each other",
+                present[0].0, present[1].0
+            ),
+        );
+    }
+    present.into_iter().next()
+}
+
+/// A `Resource` string: a module name or an ARN, with optional `${...}`
+/// substitutions; no empty trailing segment and no stray characters.
+fn resource_syntax(s: &str) -> Result<(), &'static str> {
+    if s.is_empty() || s.len() > 2048 {
+        return Err("must have 1 to 2048 characters");
+    }
+    if s.ends_with(':') {
+        return Err("ends with an empty segment");
+    }
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '$' if chars.peek() == Some(&'{') => {
+                chars.next();
+                let mut closed = false;
+                for c in chars.by_ref() {
+                    if c == '}' {
+                        closed = true;
+                        break;
+                    }
+                    if !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':')) {
+                        return Err("has a malformed `${...}` substitution");
+                    }
+                }
+                if !closed {
+                    return Err("has an unclosed `${` substitution");
+                }
+            }
+            '$' => {
+                if !chars.peek().is_some_and(|c| c.is_ascii_alphabetic()) {
+                    return Err("has a stray `$`");
+                }
+            }
+            c if c.is_ascii_alphanumeric()
+                || matches!(c, '-' | '_' | '.' | ':' | '/' | '@' | '+' | '=' | ',') => {}
+            _ => return Err(
+                "has a character that is neither a letter, a digit nor one of - _ . : / @ + = ,",
+            ),
+        }
+    }
+    Ok(())
+}

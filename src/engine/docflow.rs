@@ -1,0 +1,472 @@
+//! The token walk for nodes with a [`DataFlow`]: they read and rewrite the
+//! document their token carries (see `model::document`) instead of the
+//! instance variables. `machine.rs` and `outcome.rs` call in here through
+//! small hooks; a node without a data flow never reaches this file.
+//!
+//! The instance variables mirror the document of the last top-level token
+//! that entered a node (so `inspect` shows it and a `from-failure` retry
+//! restarts from the failed node's input), and at the end the final output
+//! (an object as it is; any other value as `{"output": value}`).
+
+use super::choice;
+use super::document::{self as doc, DocError, Draws, Scope};
+use super::machine::{Machine, Raised};
+use super::snapshot::{Park, ParkKind, TokenStatus};
+use crate::codes::Code;
+use crate::model::{DataFlow, EndKind, Node, NodeKind, TimerFrom};
+use serde_json::{json, Map, Value};
+
+impl Machine<'_> {
+    /// The context object (`$$`) `token` sees at `node`.
+    pub(super) fn context_of(&self, token: u64, node: &Node, retry_count: u32) -> Value {
+        let mut item = None;
+        let mut cur = self.snap.token(token);
+        while let Some(t) = cur {
+            if let TokenStatus::Branch {
+                slot,
+                item: Some(v),
+            } = &t.status
+            {
+                item = Some(json!({ "Item": { "Index": slot, "Value": v } }));
+                break;
+            }
+            cur = t.scope.and_then(|s| self.snap.token(s));
+        }
+        let mut context = json!({
+            "Execution": {
+                "Id": self.snap.instance_id,
+                "Name": self.snap.instance_id,
+                "StartTime": self.snap.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                "Input": Value::Object(self.snap.input.clone()),
+            },
+            "StateMachine": {
+                "Id": self.snap.process_id,
+                "Name": self.process.name.clone().unwrap_or_else(|| self.process.id.clone()),
+            },
+            "State": {
+                "Name": node.id,
+                "EnteredTime": self.inputs.now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                "RetryCount": retry_count,
+            },
+        });
+        if let Some(m) = item {
+            context["Map"] = m;
+        }
+        context
+    }
+
+    pub(super) fn draws(&self, token: u64) -> Draws {
+        Draws::new(
+            &self.snap.instance_id,
+            self.inputs.draw,
+            self.snap
+                .next_journal
+                .wrapping_mul(1_000_003)
+                .wrapping_add(token),
+        )
+    }
+
+    pub(super) fn doc_of(&self, token: u64) -> Value {
+        self.snap
+            .token(token)
+            .and_then(|t| t.doc.clone())
+            .unwrap_or_else(|| Value::Object(self.snap.variables.clone()))
+    }
+
+    fn set_doc(&mut self, token: u64, value: Value) {
+        if let Some(t) = self.snap.token_mut(token) {
+            t.doc = Some(value);
+        }
+    }
+
+    /// Mirror a top-level document into the instance variables.
+    fn mirror(&mut self, token: u64, value: &Value) {
+        if self.snap.token(token).is_some_and(|t| t.scope.is_none()) {
+            self.snap.variables = match value {
+                Value::Object(m) => m.clone(),
+                other => {
+                    let mut m = Map::new();
+                    m.insert("output".into(), other.clone());
+                    m
+                }
+            };
+        }
+    }
+
+    /// Raise a data-flow error from `token` at `node` (its catchers see it).
+    pub(super) fn raise_doc_error(&mut self, token: u64, node: &Node, e: DocError) {
+        self.journal(
+            "data_flow_failed",
+            Some(&node.id),
+            json!({ "code": e.code.as_str(), "message": e.message }),
+        );
+        let raised = Raised {
+            code: e.code.as_str().to_string(),
+            message: e.message,
+            details: None,
+            failure: None,
+            also: Vec::new(),
+        };
+        if matches!(
+            node.kind,
+            NodeKind::ServiceTask(_) | NodeKind::Fanout(_) | NodeKind::CallProcess { .. }
+        ) {
+            self.raise_from(Some(token), raised, &node.id);
+        } else {
+            let scope = self.snap.token(token).and_then(|t| t.scope);
+            self.discard(token);
+            self.raise_from(scope, raised, &node.id);
+        }
+    }
+
+    /// Enter a node with a data flow. `true` when handled here; `false` lets
+    /// the ordinary walk go on (tasks, catch events, starts, boundaries).
+    pub(super) fn doc_enter(&mut self, token: u64, node: &Node) -> bool {
+        let Some(df) = node.data.as_deref() else {
+            return false;
+        };
+        let raw = self.doc_of(token);
+        self.mirror(token, &raw);
+        let context = self.context_of(token, node, 0);
+        let mut draws = self.draws(token);
+        let mut scope = Scope {
+            context: &context,
+            draws: &mut draws,
+        };
+        let result = match &node.kind {
+            NodeKind::Pass { set } => {
+                doc::effective_input(df, &raw, &mut scope).and_then(|input| {
+                    let result = set.clone().unwrap_or(input);
+                    doc::finish(df, raw.clone(), result, &mut scope)
+                })
+            }
+            NodeKind::End(EndKind::None) => doc::select(&df.input, raw.clone(), &context)
+                .and_then(|v| doc::select(&df.output, v, &context)),
+            NodeKind::End(EndKind::Error { code, message }) => {
+                return self.doc_throw(token, node, df, &raw, code, message.as_deref());
+            }
+            NodeKind::ExclusiveGateway { default } => {
+                return self.doc_choose(token, node, df, &raw, *default);
+            }
+            _ => return false,
+        };
+        match result {
+            Err(e) => self.raise_doc_error(token, node, e),
+            Ok(out) => {
+                self.set_doc(token, out);
+                self.snap.completed.push(node.id.clone());
+                match node.kind {
+                    NodeKind::End(_) => self.consume(token),
+                    _ => self.leave(token),
+                }
+            }
+        }
+        true
+    }
+
+    /// An error end whose code and message may be computed from the input.
+    fn doc_throw(
+        &mut self,
+        token: u64,
+        node: &Node,
+        df: &DataFlow,
+        raw: &Value,
+        code: &str,
+        message: Option<&str>,
+    ) -> bool {
+        let context = self.context_of(token, node, 0);
+        let mut draws = self.draws(token);
+        let mut scope = Scope {
+            context: &context,
+            draws: &mut draws,
+        };
+        let text = |v: Value| match v {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        let code = match &df.error {
+            Some(e) => doc::compute(e, raw, &mut scope).map(text),
+            None => Ok(code.to_string()),
+        };
+        let message = match &df.cause {
+            Some(e) => doc::compute(e, raw, &mut scope).map(|v| Some(text(v))),
+            None => Ok(message.map(str::to_string)),
+        };
+        let (code, message) = match (code, message) {
+            (Ok(c), Ok(m)) => (c, m),
+            (Err(e), _) | (_, Err(e)) => {
+                self.raise_doc_error(token, node, e);
+                return true;
+            }
+        };
+        self.snap.completed.push(node.id.clone());
+        let scope = self.snap.token(token).and_then(|t| t.scope);
+        self.discard(token);
+        let raised = Raised {
+            message: message.unwrap_or_else(|| format!("state `{}` failed with {code}", node.id)),
+            code,
+            details: None,
+            failure: None,
+            also: Vec::new(),
+        };
+        self.raise_from(scope, raised, &node.id);
+        true
+    }
+
+    /// A gateway whose conditions are rules over the input document.
+    fn doc_choose(
+        &mut self,
+        token: u64,
+        node: &Node,
+        df: &DataFlow,
+        raw: &Value,
+        default: Option<crate::model::FlowIx>,
+    ) -> bool {
+        let context = self.context_of(token, node, 0);
+        let input = match doc::select(&df.input, raw.clone(), &context) {
+            Ok(v) => v,
+            Err(e) => {
+                self.raise_doc_error(token, node, e);
+                return true;
+            }
+        };
+        let mut chosen = None;
+        for &f in &node.outgoing {
+            if Some(f) == default {
+                continue;
+            }
+            let flow = self.process.flow(f);
+            let holds = match &flow.condition {
+                None => Ok(true),
+                Some(c) => match c.as_rule() {
+                    Some(rule) => choice::eval(rule, &input, &context),
+                    None => c
+                        .eval_bool(&self.snap.variables)
+                        .map_err(|e| DocError::new(Code::ConditionFailed, e.to_string())),
+                },
+            };
+            match holds {
+                Ok(true) => {
+                    chosen = Some(f);
+                    break;
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    self.raise_doc_error(token, node, e);
+                    return true;
+                }
+            }
+        }
+        let Some(f) = chosen.or(default) else {
+            let e = DocError::new(
+                Code::StatesNoChoiceMatched,
+                format!(
+                    "no choice rule of `{}` matched and it has no default",
+                    node.id
+                ),
+            );
+            self.raise_doc_error(token, node, e);
+            return true;
+        };
+        let out = match doc::select(&df.output, input, &context) {
+            Ok(v) => v,
+            Err(e) => {
+                self.raise_doc_error(token, node, e);
+                return true;
+            }
+        };
+        self.snap.completed.push(node.id.clone());
+        let scope = self.snap.token(token).and_then(|t| t.scope);
+        self.discard(token);
+        self.spawn_doc(self.process.flow(f).target, scope, Some(f), Some(out));
+        true
+    }
+
+    /// The input of a task attempt (`None`: an error was raised instead).
+    pub(super) fn doc_task_input(
+        &mut self,
+        token: u64,
+        node: &Node,
+        attempt: u32,
+    ) -> Option<Value> {
+        let df = node.data.as_deref()?;
+        let raw = self.doc_of(token);
+        if attempt == 1 {
+            self.mirror(token, &raw);
+        }
+        let context = self.context_of(token, node, attempt.saturating_sub(1));
+        let mut draws = self.draws(token);
+        let mut scope = Scope {
+            context: &context,
+            draws: &mut draws,
+        };
+        match doc::effective_input(df, &raw, &mut scope) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.raise_doc_error(token, node, e);
+                None
+            }
+        }
+    }
+
+    /// A task of `node` completed with `output`.
+    pub(super) fn doc_task_completed(&mut self, token: u64, node: &Node, output: Value) {
+        let Some(df) = node.data.as_deref() else {
+            return;
+        };
+        let raw = self.doc_of(token);
+        let context = self.context_of(token, node, 0);
+        let mut draws = self.draws(token);
+        let mut scope = Scope {
+            context: &context,
+            draws: &mut draws,
+        };
+        match doc::finish(df, raw, output, &mut scope) {
+            Ok(out) => {
+                self.set_doc(token, out);
+                self.complete_task(token, &node.id);
+            }
+            Err(e) => self.raise_doc_error(token, node, e),
+        }
+    }
+
+    /// A park of a document node fired (a Wait's timer or event): its output
+    /// becomes the token's document. `false` when the node has no data flow.
+    pub(super) fn doc_resumed(
+        &mut self,
+        token: u64,
+        node: &Node,
+        park: &Park,
+        variables: Map<String, Value>,
+    ) -> bool {
+        let Some(df) = node.data.as_deref() else {
+            return false;
+        };
+        if !matches!(park.kind, ParkKind::Timer | ParkKind::Message)
+            || !matches!(node.kind, NodeKind::Catch(_))
+        {
+            return true;
+        }
+        let raw = self.doc_of(token);
+        let context = self.context_of(token, node, 0);
+        let mut draws = self.draws(token);
+        let mut scope = Scope {
+            context: &context,
+            draws: &mut draws,
+        };
+        // A wait passes its effective input on (with an event's data at its result path).
+        let out = doc::select(&df.input, raw, &context).and_then(|input| {
+            if park.kind == ParkKind::Message {
+                doc::finish(df, input, Value::Object(variables), &mut scope)
+            } else {
+                doc::select(&df.output, input, &context)
+            }
+        });
+        match out {
+            Ok(v) => self.set_doc(token, v),
+            Err(e) => {
+                // The park is gone; the wait fails where it stands.
+                if let Some(t) = self.snap.token_mut(token) {
+                    t.status = TokenStatus::Ready;
+                }
+                self.raise_doc_error(token, node, e);
+            }
+        }
+        true
+    }
+
+    /// The document a catching boundary passes on: `{Error, Cause}` placed
+    /// into the activity's input at the boundary's result path.
+    pub(super) fn caught_doc(
+        &self,
+        activity: u64,
+        boundary: &Node,
+        raised: &Raised,
+    ) -> Result<Option<Value>, DocError> {
+        let Some(df) = boundary.data.as_deref() else {
+            return Ok(self.snap.token(activity).and_then(|t| t.doc.clone()));
+        };
+        let raw = self.doc_of(activity);
+        let (code, cause) = match &raised.failure {
+            Some(f) => (f.code.clone(), f.message.clone()),
+            None => (raised.code.clone(), raised.message.clone()),
+        };
+        doc::place(
+            &df.result_path,
+            raw,
+            json!({ "Error": code, "Cause": cause }),
+        )
+        .map(Some)
+    }
+
+    /// A token with a document ends: at top level its document is the output.
+    pub(super) fn doc_consumed(&mut self, token: u64) {
+        if let Some(d) = self.snap.token(token).and_then(|t| t.doc.clone()) {
+            self.mirror(token, &d);
+        }
+        self.branch_output(token);
+    }
+
+    /// Arm a timer whose due time the document gives.
+    pub(super) fn timer_from_park(
+        &mut self,
+        token: u64,
+        node: &Node,
+        from: &TimerFrom,
+    ) -> Option<u64> {
+        let raw = self.doc_of(token);
+        let context = self.context_of(token, node, 0);
+        let input = match node.data.as_deref() {
+            Some(df) => doc::select(&df.input, raw, &context),
+            None => Ok(raw),
+        };
+        let due = input.and_then(|input| match from {
+            TimerFrom::Seconds(p) => {
+                let v = doc::read(p, &input, &context)?;
+                let secs = v
+                    .as_f64()
+                    .filter(|s| *s >= 0.0 && s.is_finite())
+                    .ok_or_else(|| {
+                        DocError::new(
+                            Code::StatesRuntime,
+                            format!(
+                                "`{}` must be a non-negative number of seconds, not {v}",
+                                p.text
+                            ),
+                        )
+                    })?;
+                let d = chrono::Duration::milliseconds((secs.min(3.2e9) * 1000.0) as i64);
+                Ok(self
+                    .inputs
+                    .now
+                    .checked_add_signed(d)
+                    .unwrap_or(self.inputs.now))
+            }
+            TimerFrom::Timestamp(p) => {
+                let v = doc::read(p, &input, &context)?;
+                v.as_str().and_then(choice::timestamp).ok_or_else(|| {
+                    DocError::new(
+                        Code::StatesRuntime,
+                        format!("`{}` must be an RFC 3339 timestamp, not {v}", p.text),
+                    )
+                })
+            }
+        });
+        let due = match due {
+            Ok(d) => d,
+            Err(e) => {
+                self.raise_doc_error(token, node, e);
+                return None;
+            }
+        };
+        self.journal("timer_armed", Some(&node.id), json!({ "due": due }));
+        Some(self.arm(Park {
+            kind: ParkKind::Timer,
+            token,
+            node: node.id.clone(),
+            due: Some(due),
+            message: None,
+            cycle: None,
+        }))
+    }
+}

@@ -1,0 +1,280 @@
+//! Reading and rewriting a token's document along a node's [`DataFlow`]:
+//! paths (RFC 9535 through `serde_json_path`), payload templates, the
+//! placement of a result, and the context object `$$`.
+//!
+//! Pure functions of their arguments: randomness (`States.UUID`,
+//! `States.MathRandom`) comes from a [`Draws`] seeded by the step's inputs.
+
+use super::intrinsics;
+use crate::codes::Code;
+use crate::model::{DataFlow, DocPath, PathRoot, ResultPath, Selection, Step, Template, ValueExpr};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+/// A data-flow failure: the code it raises and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DocError {
+    pub code: Code,
+    pub message: String,
+}
+
+impl DocError {
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        DocError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+pub type DocResult<T> = Result<T, DocError>;
+
+/// Deterministic pseudo-random numbers for one step: the runtime's draw,
+/// the instance and a counter, hashed.
+pub struct Draws {
+    seed: Vec<u8>,
+    n: u64,
+}
+
+impl Draws {
+    pub fn new(instance: &str, draw: f64, salt: u64) -> Self {
+        let mut seed = instance.as_bytes().to_vec();
+        seed.extend_from_slice(&draw.to_bits().to_le_bytes());
+        seed.extend_from_slice(&salt.to_le_bytes());
+        Draws { seed, n: 0 }
+    }
+
+    /// 32 fresh bytes.
+    pub fn bytes(&mut self) -> [u8; 32] {
+        self.n += 1;
+        let mut h = Sha256::new();
+        h.update(&self.seed);
+        h.update(self.n.to_le_bytes());
+        h.finalize().into()
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let b = self.bytes();
+        u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+    }
+}
+
+/// What templates and paths can see besides the value at hand.
+pub struct Scope<'a> {
+    /// The context object (`$$`).
+    pub context: &'a Value,
+    pub draws: &'a mut Draws,
+}
+
+/// Read a path: a reference path yields the value it names (missing → error);
+/// a query yields the array of its matches.
+pub fn read(path: &DocPath, doc: &Value, context: &Value) -> DocResult<Value> {
+    let root = match path.root {
+        PathRoot::Document => doc,
+        PathRoot::Context => context,
+    };
+    let found = path.query.query(root);
+    if path.is_reference() {
+        match found.at_most_one() {
+            Ok(Some(v)) => Ok(v.clone()),
+            Ok(None) => Err(DocError::new(
+                Code::StatesRuntime,
+                format!("path `{}` matched nothing in the input", path.text),
+            )),
+            Err(_) => Err(DocError::new(
+                Code::StatesRuntime,
+                format!("path `{}` matched more than one value", path.text),
+            )),
+        }
+    } else {
+        Ok(Value::Array(found.all().into_iter().cloned().collect()))
+    }
+}
+
+/// Apply an input or output selection.
+pub fn select(sel: &Selection, v: Value, context: &Value) -> DocResult<Value> {
+    match sel {
+        Selection::Whole => Ok(v),
+        Selection::Empty => Ok(Value::Object(Map::new())),
+        Selection::Path(p) => read(p, &v, context),
+    }
+}
+
+/// Evaluate a computed value.
+pub fn compute(e: &ValueExpr, input: &Value, scope: &mut Scope<'_>) -> DocResult<Value> {
+    match e {
+        ValueExpr::Path(p) => read(p, input, scope.context),
+        ValueExpr::Call(c) => intrinsics::call(c, input, scope),
+    }
+}
+
+/// Instantiate a payload template over `input`.
+pub fn template(t: &Template, input: &Value, scope: &mut Scope<'_>) -> DocResult<Value> {
+    Ok(match t {
+        Template::Literal(v) => v.clone(),
+        Template::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|i| template(i, input, scope))
+                .collect::<DocResult<_>>()?,
+        ),
+        Template::Object(entries) => {
+            let mut m = Map::new();
+            for (k, t) in entries {
+                m.insert(k.clone(), template(t, input, scope)?);
+            }
+            Value::Object(m)
+        }
+        Template::Computed(e) => compute(e, input, scope).map_err(|e| {
+            if e.code == Code::StatesRuntime {
+                DocError::new(Code::StatesParameterPathFailure, e.message)
+            } else {
+                e
+            }
+        })?,
+    })
+}
+
+/// The effective input of a node: its input selection, then its parameters.
+pub fn effective_input(df: &DataFlow, raw: &Value, scope: &mut Scope<'_>) -> DocResult<Value> {
+    let selected = select(&df.input, raw.clone(), scope.context)?;
+    match &df.parameters {
+        Some(t) => template(t, &selected, scope),
+        None => Ok(selected),
+    }
+}
+
+/// The document after a node produced `result` from its raw input `raw`:
+/// the result selector, the result path, then the output selection.
+pub fn finish(df: &DataFlow, raw: Value, result: Value, scope: &mut Scope<'_>) -> DocResult<Value> {
+    let result = match &df.result_selector {
+        Some(t) => template(t, &result, scope)?,
+        None => result,
+    };
+    let placed = place(&df.result_path, raw, result)?;
+    select(&df.output, placed, scope.context)
+}
+
+/// Place `result` into `input` at the result path.
+pub fn place(rp: &ResultPath, input: Value, result: Value) -> DocResult<Value> {
+    match rp {
+        ResultPath::Replace => Ok(result),
+        ResultPath::Discard => Ok(input),
+        ResultPath::At(path) => {
+            let Some(steps) = &path.steps else {
+                return Err(DocError::new(
+                    Code::StatesResultPathMatchFailure,
+                    format!("result path `{}` is not a reference path", path.text),
+                ));
+            };
+            let mut doc = input;
+            set(&mut doc, steps, result).map_err(|why| {
+                DocError::new(
+                    Code::StatesResultPathMatchFailure,
+                    format!("result path `{}`: {why}", path.text),
+                )
+            })?;
+            Ok(doc)
+        }
+    }
+}
+
+/// Write `value` at `steps`, creating objects for missing keys.
+pub fn set(doc: &mut Value, steps: &[Step], value: Value) -> Result<(), String> {
+    let Some((last, init)) = steps.split_last() else {
+        *doc = value;
+        return Ok(());
+    };
+    let mut cur = doc;
+    for s in init {
+        cur = match s {
+            Step::Key(k) => {
+                if cur.is_null() {
+                    *cur = Value::Object(Map::new());
+                }
+                match cur {
+                    Value::Object(m) => m.entry(k.clone()).or_insert(Value::Null),
+                    other => return Err(format!("`{k}` is read from {}", kind(other))),
+                }
+            }
+            Step::Index(i) => index_mut(cur, *i)?,
+        };
+    }
+    match last {
+        Step::Key(k) => {
+            if cur.is_null() {
+                *cur = Value::Object(Map::new());
+            }
+            match cur {
+                Value::Object(m) => {
+                    m.insert(k.clone(), value);
+                    Ok(())
+                }
+                other => Err(format!("cannot set `{k}` in {}", kind(other))),
+            }
+        }
+        Step::Index(i) => {
+            *index_mut(cur, *i)? = value;
+            Ok(())
+        }
+    }
+}
+
+fn index_mut(v: &mut Value, i: i64) -> Result<&mut Value, String> {
+    match v {
+        Value::Array(a) => {
+            let len = a.len() as i64;
+            let at = if i < 0 { len + i } else { i };
+            usize::try_from(at)
+                .ok()
+                .and_then(|at| a.get_mut(at))
+                .ok_or_else(|| format!("index {i} is out of bounds (length {len})"))
+        }
+        other => Err(format!("index {i} is read from {}", kind(other))),
+    }
+}
+
+pub fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn set_creates_objects_and_writes_indexes() {
+        let mut v = json!({"a": [1, 2]});
+        set(
+            &mut v,
+            &[Step::Key("b".into()), Step::Key("c".into())],
+            json!(3),
+        )
+        .unwrap();
+        set(&mut v, &[Step::Key("a".into()), Step::Index(-1)], json!(9)).unwrap();
+        assert_eq!(v, json!({"a": [1, 9], "b": {"c": 3}}));
+        assert!(set(
+            &mut v,
+            &[Step::Key("a".into()), Step::Key("x".into())],
+            json!(0)
+        )
+        .is_err());
+        assert!(set(&mut v, &[Step::Key("a".into()), Step::Index(5)], json!(0)).is_err());
+    }
+
+    #[test]
+    fn draws_are_deterministic() {
+        let mut a = Draws::new("i", 0.5, 1);
+        let mut b = Draws::new("i", 0.5, 1);
+        assert_eq!(a.next_u64(), b.next_u64());
+        assert_ne!(a.next_u64(), Draws::new("i", 0.25, 1).next_u64());
+    }
+}

@@ -1,0 +1,170 @@
+//! The document data flow, fan-outs and event waits, on States-language
+//! definitions loaded by the real loader, without a runtime or a guest.
+
+use super::*;
+use crate::model::Process;
+use chrono::TimeZone;
+use serde_json::{json, Value};
+
+fn load(def: Value) -> Process {
+    let l = crate::dialect::asl::load(&def.to_string());
+    assert!(l.ok(), "{:?}", l.diagnostics);
+    l.definitions.processes.into_iter().next().unwrap()
+}
+
+fn inputs(s: i64) -> Inputs {
+    Inputs {
+        now: chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
+            + chrono::Duration::seconds(s),
+        draw: 0.5,
+        attempt_lease: std::time::Duration::from_secs(60),
+    }
+}
+
+fn begin(p: &Process, vars: Value) -> Step {
+    start(
+        p,
+        NewInstance {
+            instance_id: "i1",
+            tenant: "t",
+            deployment_id: "d",
+            start_node: None,
+            variables: vars.as_object().cloned().unwrap(),
+        },
+        &inputs(0),
+    )
+    .unwrap()
+}
+
+fn fire_all(p: &Process, mut snap: Snapshot, at: i64) -> Snapshot {
+    let due: Vec<u64> = snap.parks.keys().copied().collect();
+    for park in due {
+        snap = apply(p, snap, Event::ParkFired { park }, &inputs(at))
+            .unwrap()
+            .snapshot;
+    }
+    snap
+}
+
+#[test]
+fn pass_choice_and_intrinsics_rewrite_the_document() {
+    let p = load(json!({
+        "StartAt": "Init",
+        "States": {
+            "Init": {"Type": "Pass", "Parameters": {"n.$": "States.MathAdd($.a, 1)", "tags.$": "States.StringSplit($.csv, ',')", "id.$": "$$.Execution.Id"}, "ResultPath": "$.init", "Next": "C"},
+            "C": {"Type": "Choice", "Choices": [{"Variable": "$.init.n", "NumericEquals": 3, "Next": "Three"}], "Default": "Other"},
+            "Three": {"Type": "Pass", "InputPath": "$.init", "OutputPath": "$.tags", "End": true},
+            "Other": {"Type": "Fail", "Error": "Other"}
+        }
+    }));
+    let step = begin(&p, json!({"a": 2, "csv": "x,y"}));
+    assert_eq!(step.snapshot.state, InstanceState::Completed);
+    assert_eq!(
+        Value::Object(step.snapshot.variables),
+        json!({"output": ["x", "y"]})
+    );
+}
+
+#[test]
+fn a_map_with_waits_runs_each_item_in_its_own_document() {
+    let p = load(json!({
+        "StartAt": "M",
+        "States": {"M": {
+            "Type": "Map", "ItemsPath": "$.items", "MaxConcurrency": 1,
+            "ItemSelector": {"v.$": "$$.Map.Item.Value", "i.$": "$$.Map.Item.Index", "k.$": "$.k"},
+            "ItemProcessor": {"StartAt": "W", "States": {
+                "W": {"Type": "Wait", "Seconds": 10, "Next": "P"},
+                "P": {"Type": "Pass", "Parameters": {"out.$": "States.Format('{}-{}', $.k, $.v)"}, "End": true}
+            }},
+            "ResultPath": "$.r", "End": true
+        }}
+    }));
+    let step = begin(&p, json!({"items": ["a", "b"], "k": "K"}));
+    assert_eq!(step.snapshot.state, InstanceState::Waiting);
+    assert_eq!(
+        step.snapshot.parks.len(),
+        1,
+        "MaxConcurrency 1: one iteration waits"
+    );
+    let snap = fire_all(&p, step.snapshot, 10);
+    assert_eq!(snap.parks.len(), 1, "the second iteration started");
+    let snap = fire_all(&p, snap, 20);
+    assert_eq!(snap.state, InstanceState::Completed, "{:?}", snap.error);
+    assert_eq!(snap.variables["r"], json!([{"out": "K-a"}, {"out": "K-b"}]));
+}
+
+#[test]
+fn an_event_wait_places_the_event_at_its_result_path() {
+    let p = load(json!({
+        "StartAt": "E",
+        "States": {"E": {"Type": "Wait", "EventName": "go", "ResultPath": "$.ev", "End": true}}
+    }));
+    let step = begin(&p, json!({"x": 1}));
+    let (&park, _) = step.snapshot.parks.iter().next().unwrap();
+    let data = json!({"ok": true}).as_object().cloned().unwrap();
+    let snap = apply(
+        &p,
+        step.snapshot,
+        Event::MessageArrived {
+            park,
+            variables: data,
+        },
+        &inputs(5),
+    )
+    .unwrap()
+    .snapshot;
+    assert_eq!(
+        Value::Object(snap.variables),
+        json!({"x": 1, "ev": {"ok": true}})
+    );
+}
+
+#[test]
+fn a_parallel_branch_failure_fails_the_run_with_the_branch_error() {
+    let p = load(json!({
+        "StartAt": "P",
+        "States": {"P": {"Type": "Parallel", "End": true, "Branches": [
+            {"StartAt": "A", "States": {"A": {"Type": "Wait", "Seconds": 5, "End": true}}},
+            {"StartAt": "B", "States": {"B": {"Type": "Fail", "Error": "Nope", "Cause": "b"}}}
+        ]}}
+    }));
+    let step = begin(&p, json!({}));
+    assert_eq!(step.snapshot.state, InstanceState::Failed);
+    assert_eq!(step.snapshot.error.unwrap().code, "Nope");
+    assert!(
+        step.snapshot.parks.is_empty(),
+        "the other branch's timer is withdrawn"
+    );
+}
+
+#[test]
+fn a_retried_parallel_runs_again_after_its_backoff() {
+    let p = load(json!({
+        "StartAt": "P",
+        "States": {"P": {"Type": "Parallel", "End": true,
+            "Retry": [{"ErrorEquals": ["Nope"], "IntervalSeconds": 3, "MaxAttempts": 1}],
+            "Branches": [{"StartAt": "B", "States": {"B": {"Type": "Fail", "Error": "Nope"}}}]}}
+    }));
+    let step = begin(&p, json!({}));
+    assert_eq!(step.snapshot.state, InstanceState::Waiting);
+    let due = step.snapshot.parks.values().next().unwrap().due.unwrap();
+    assert_eq!(due, inputs(3).now);
+    let snap = fire_all(&p, step.snapshot, 3);
+    assert_eq!(
+        snap.state,
+        InstanceState::Failed,
+        "one retry, then the error"
+    );
+}
+
+#[test]
+fn a_uuid_is_drawn_from_the_inputs() {
+    let p = load(json!({
+        "StartAt": "U",
+        "States": {"U": {"Type": "Pass", "Parameters": {"id.$": "States.UUID()"}, "End": true}}
+    }));
+    let a = begin(&p, json!({})).snapshot.variables["id"].clone();
+    let b = begin(&p, json!({})).snapshot.variables["id"].clone();
+    assert_eq!(a, b, "same inputs, same UUID");
+    assert_eq!(a.as_str().unwrap().len(), 36);
+}

@@ -1,0 +1,538 @@
+//! The queries both backends run, written once: [`Store`] for every
+//! [`SqlBackend`] (the tenancy half is in `queries_tenancy.rs`, the step
+//! writes in `queries_steps.rs`).
+//!
+//! A backend (`sqlite.rs`, `postgres.rs`) brings its pools, its write
+//! transaction and the few operations that truly differ between SQLite and
+//! PostgreSQL (instance writes, claims, wake-ups); every other method is
+//! implemented here, once, over sqlx's database-generic API.
+//!
+//! Invariants:
+//! - the SQL here is the same text on both backends: `$N` placeholders
+//!   (sqlx binds them on SQLite too), columns both decode alike (TEXT,
+//!   64-bit integers, bytes), no syntax only one dialect knows. A statement
+//!   that cannot be written so stays in its backend file, with a comment
+//!   saying why;
+//! - every write runs in [`SqlBackend::begin_write`]'s transaction, every
+//!   read on [`SqlBackend::reads`];
+//! - each SQL list of instance states exists once, below ([`LIVE`],
+//!   [`HOLDING`], [`SWEPT`]).
+//!
+//! Rules both backends keep: `next_due` is the earliest instant at which
+//! `claim_due` could hand out a park — an unclaimed timed park's `due_at`,
+//! a claimed one's `claimed_until` (when its claim lapses); message waits
+//! never count. A claim with `lease_ms <= 0` lapses at once. A park armed
+//! with a pre-claim ([`super::NewPark::claim`]) is stored claimed by its
+//! owner until `max(until, due_at)` and is then like any claimed park (a
+//! message wait ignores its pre-claim). Attempt and journal rows are
+//! `INSERT .. ON CONFLICT DO NOTHING`: a replayed step never records one
+//! twice. Sweep deletes attempts and journal with the instance (`ON DELETE
+//! CASCADE`).
+
+use super::rows::{
+    duplicate_or_db, effective_limit, encode_modules, load_from_counts, AttemptDbRow,
+    DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS,
+    INSTANCE_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
+};
+use super::{
+    AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
+    InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite, Store,
+    StoreError, StoreResult,
+};
+use sqlx::{
+    ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type,
+};
+use std::future::Future;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// Live instance states (as [`super::LIVE_STATES`]), as an SQL list.
+pub(super) const LIVE: &str = "'RUNNING', 'WAITING'";
+/// The states that keep a deployment from retiring: live, or FAILED (an
+/// operator may still retry it).
+pub(super) const HOLDING: &str = "'RUNNING', 'WAITING', 'FAILED'";
+/// The terminal states retention deletes: never FAILED (it waits for an operator).
+pub(super) const SWEPT: &str = "'COMPLETED', 'TERMINATED', 'COMPENSATED'";
+
+/// The sqlx connection of a backend.
+pub(super) type Conn<B> = <<B as SqlBackend>::Db as Database>::Connection;
+
+/// A column type the shared queries bind and decode on database `DB`.
+pub trait Column<DB: Database>: Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB> {}
+impl<DB: Database, T> Column<DB> for T where
+    T: Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB>
+{
+}
+
+/// How many rows a statement changed (sqlx's two results have the method,
+/// no trait for it).
+pub trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self) // the inherent method
+    }
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self) // the inherent method
+    }
+}
+
+/// A claim as the shared code hands it to a backend: up to `limit` (> 0)
+/// parks due at `now`, for `owner` until `until`.
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub owner: String,
+    pub now: i64,
+    /// When the claim lapses: `now + lease_ms` (at once for a lease <= 0).
+    pub until: i64,
+    pub limit: i64,
+}
+
+/// What a backend brings to the shared queries.
+pub trait SqlBackend: Clone + Send + Sync + 'static {
+    type Db: Database<QueryResult: RowsAffected>;
+    /// [`Store::backend`]: `sqlite` or `postgres`.
+    const NAME: &'static str;
+    /// Appended to the sweep's choice of rows. PostgreSQL: `FOR UPDATE SKIP
+    /// LOCKED`, so replicas sweeping at once never wait on each other's rows;
+    /// SQLite: nothing (one writer at a time).
+    const SKIP_LOCKED: &'static str;
+    /// [`Self::SKIP_LOCKED`] for a choice that joins other tables: only the
+    /// rows of the table aliased `o` are locked (the outbox's claims,
+    /// outbox.rs), so claimers never skip each other's channel rows.
+    const SKIP_LOCKED_O: &'static str;
+
+    /// The pool reads run on.
+    fn reads(&self) -> &Pool<Self::Db>;
+    /// The pool a single-statement write runs on outside a transaction
+    /// (SQLite: the one write connection; PostgreSQL: the pool).
+    fn writer(&self) -> &Pool<Self::Db>;
+    /// A write transaction. SQLite: `BEGIN IMMEDIATE` on the single write
+    /// connection; PostgreSQL: a pooled transaction.
+    fn begin_write(
+        &self,
+    ) -> impl Future<Output = StoreResult<Transaction<'static, Self::Db>>> + Send;
+    /// Inside a deploy's transaction, before the next version is numbered:
+    /// makes concurrent deploys of (tenant, process) number one at a time.
+    fn lock_versions(
+        conn: &mut Conn<Self>,
+        tenant: &str,
+        process_id: &str,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    // The instance writes and claims: [`Store::create_instance`],
+    // [`Store::commit_step`], [`Store::commit_steps`] (never empty),
+    // [`Store::claim_due`] (`limit > 0`) and [`Store::release_claim`].
+    fn create(
+        &self,
+        inst: &NewInstance,
+        step: &StepWrite,
+    ) -> impl Future<Output = StoreResult<Created>> + Send;
+    fn commit(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: &StepWrite,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn commit_batch(
+        &self,
+        steps: &[(String, i64, StepWrite)],
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    fn claim(&self, claim: Claim) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
+    fn release(
+        &self,
+        instance_id: &str,
+        seq: i64,
+        owner: &str,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// [`Store::watch_parks`].
+    fn watch(&self, notify: Arc<Notify>) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+// The sqlx traits that make `B::Db` a database the shared SQL runs on.
+// Rust does not carry a trait's where-clauses to its users, so each generic
+// impl of the shared queries states them (this one, queries_tenancy.rs,
+// queries_steps.rs).
+impl<B> Store for B
+where
+    B: SqlBackend,
+    for<'c> &'c mut Conn<B>: Executor<'c, Database = B::Db>,
+    for<'q> <B::Db as Database>::Arguments<'q>: IntoArguments<'q, B::Db>,
+    i64: Column<B::Db>,
+    Option<i64>: Column<B::Db>,
+    String: Column<B::Db>,
+    Option<String>: Column<B::Db>,
+    Vec<u8>: Column<B::Db>,
+    for<'s> &'s str: Type<B::Db> + Encode<'s, B::Db> + ColumnIndex<<B::Db as Database>::Row>,
+    for<'s> Option<&'s str>: Type<B::Db> + Encode<'s, B::Db>,
+    for<'s> &'s [u8]: Type<B::Db> + Encode<'s, B::Db>,
+    usize: ColumnIndex<<B::Db as Database>::Row>,
+{
+    fn backend(&self) -> &'static str {
+        B::NAME
+    }
+
+    async fn put_module(&self, tenant: &str, digest: &str, bytes: &[u8]) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO modules (tenant, digest, bytes) VALUES ($1, $2, $3) \
+             ON CONFLICT (tenant, digest) DO NOTHING",
+        )
+        .bind(tenant)
+        .bind(digest)
+        .bind(bytes)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_module(&self, tenant: &str, digest: &str) -> StoreResult<Option<Vec<u8>>> {
+        Ok(
+            sqlx::query_scalar("SELECT bytes FROM modules WHERE tenant = $1 AND digest = $2")
+                .bind(tenant)
+                .bind(digest)
+                .fetch_optional(self.reads())
+                .await?,
+        )
+    }
+
+    async fn insert_deployment(&self, d: &NewDeployment) -> StoreResult<DeploymentRecord> {
+        let modules = encode_modules(&d.modules)?;
+        let mut tx = self.begin_write().await?;
+        B::lock_versions(&mut *tx, &d.tenant, &d.process_id).await?;
+        let previous: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(MAX(version), 0) FROM deployments WHERE tenant = $1 AND process_id = $2",
+        )
+        .bind(&d.tenant)
+        .bind(&d.process_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE deployments SET state = 'DRAINING' \
+             WHERE tenant = $1 AND process_id = $2 AND state = 'ACTIVE'",
+        )
+        .bind(&d.tenant)
+        .bind(&d.process_id)
+        .execute(&mut *tx)
+        .await?;
+        let row: DeploymentRow = sqlx::query_as(&format!(
+            "INSERT INTO deployments ({DEPLOYMENT_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'ACTIVE', $8) RETURNING {DEPLOYMENT_COLUMNS}"
+        ))
+        .bind(&d.id)
+        .bind(&d.tenant)
+        .bind(&d.process_id)
+        .bind(previous + 1)
+        .bind(&d.dialect)
+        .bind(&d.source)
+        .bind(&modules)
+        .bind(d.created_at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| duplicate_or_db(e, || format!("deployment {} already exists", d.id)))?;
+        tx.commit().await?;
+        row.into_record()
+    }
+
+    async fn get_deployment(&self, id: &str) -> StoreResult<Option<DeploymentRecord>> {
+        let row: Option<DeploymentRow> = sqlx::query_as(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.reads())
+        .await?;
+        row.map(DeploymentRow::into_record).transpose()
+    }
+
+    async fn list_deployments(&self, tenant: Option<&str>) -> StoreResult<Vec<DeploymentRecord>> {
+        // The CAST gives PostgreSQL the parameter's type when it is NULL.
+        let rows: Vec<DeploymentRow> = sqlx::query_as(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments \
+             WHERE (CAST($1 AS TEXT) IS NULL OR tenant = $1) ORDER BY tenant, process_id, version"
+        ))
+        .bind(tenant)
+        .fetch_all(self.reads())
+        .await?;
+        rows.into_iter().map(DeploymentRow::into_record).collect()
+    }
+
+    async fn active_deployment(
+        &self,
+        tenant: &str,
+        process_id: &str,
+    ) -> StoreResult<Option<DeploymentRecord>> {
+        let row: Option<DeploymentRow> = sqlx::query_as(&format!(
+            "SELECT {DEPLOYMENT_COLUMNS} FROM deployments \
+             WHERE tenant = $1 AND process_id = $2 AND state = 'ACTIVE'"
+        ))
+        .bind(tenant)
+        .bind(process_id)
+        .fetch_optional(self.reads())
+        .await?;
+        row.map(DeploymentRow::into_record).transpose()
+    }
+
+    async fn set_deployment_state(&self, id: &str, state: DeploymentState) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("UPDATE deployments SET state = $1 WHERE id = $2")
+            .bind(state.as_str())
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| {
+                duplicate_or_db(e, || {
+                    format!("another deployment of the process of {id} is ACTIVE")
+                })
+            })?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(format!("deployment {id}")));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn deployment_load(&self, id: &str) -> StoreResult<DeploymentLoad> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+            "SELECT state, COUNT(*) FROM instances WHERE deployment_id = $1 \
+             AND state IN ({HOLDING}) GROUP BY state"
+        ))
+        .bind(id)
+        .fetch_all(self.reads())
+        .await?;
+        Ok(load_from_counts(&rows))
+    }
+
+    async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
+        self.create(inst, step).await
+    }
+
+    async fn load_instance(&self, id: &str) -> StoreResult<Option<InstanceRecord>> {
+        let row: Option<InstanceRow> = sqlx::query_as(&format!(
+            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(self.reads())
+        .await?;
+        Ok(row)
+    }
+
+    async fn commit_step(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
+        self.commit(id, expected_version, step).await
+    }
+
+    async fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {
+        if steps.is_empty() {
+            return Ok(());
+        }
+        self.commit_batch(steps).await
+    }
+
+    async fn list_instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {
+        let filters = [
+            ("tenant =", &filter.tenant),
+            ("state =", &filter.state),
+            ("process_id =", &filter.process_id),
+            ("deployment_id =", &filter.deployment_id),
+            ("id >", &filter.after_id),
+        ];
+        let mut sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1");
+        let mut values = Vec::new();
+        for (rule, value) in filters {
+            if let Some(value) = value {
+                values.push(value);
+                sql.push_str(&format!(" AND {rule} ${}", values.len()));
+            }
+        }
+        sql.push_str(&format!(" ORDER BY id LIMIT ${}", values.len() + 1));
+        let mut q = sqlx::query_as::<_, InstanceRow>(&sql);
+        for value in values {
+            q = q.bind(value);
+        }
+        Ok(q.bind(effective_limit(filter.limit))
+            .fetch_all(self.reads())
+            .await?)
+    }
+
+    async fn live_instances(&self) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT id FROM instances WHERE state IN ({LIVE}) ORDER BY id"
+        ))
+        .fetch_all(self.reads())
+        .await?)
+    }
+
+    async fn next_due(&self) -> StoreResult<Option<i64>> {
+        Ok(sqlx::query_scalar(NEXT_DUE_SQL)
+            .fetch_one(self.reads())
+            .await?)
+    }
+
+    async fn claim_due(
+        &self,
+        now: i64,
+        limit: i64,
+        owner: &str,
+        lease_ms: i64,
+    ) -> StoreResult<Vec<ParkRecord>> {
+        if limit <= 0 {
+            return Ok(Vec::new());
+        }
+        self.claim(Claim {
+            owner: owner.to_string(),
+            now,
+            until: now.saturating_add(lease_ms.max(0)),
+            limit,
+        })
+        .await
+    }
+
+    async fn release_claim(&self, instance_id: &str, seq: i64, owner: &str) -> StoreResult<()> {
+        self.release(instance_id, seq, owner).await
+    }
+
+    async fn find_message_parks(
+        &self,
+        tenant: &str,
+        name: &str,
+        correlation_key: Option<&str>,
+    ) -> StoreResult<Vec<ParkRecord>> {
+        // Two texts rather than a NULL-safe comparison: `=` and `IS NULL`
+        // both use the index on both backends.
+        let key_rule = match correlation_key {
+            Some(_) => "correlation_key = $3",
+            None => "correlation_key IS NULL",
+        };
+        let sql = format!(
+            "SELECT {PARK_COLUMNS} FROM parks WHERE tenant = $1 AND message_name = $2 \
+             AND {key_rule} ORDER BY instance_id, seq"
+        );
+        let mut q = sqlx::query_as::<_, ParkRow>(&sql).bind(tenant).bind(name);
+        if let Some(key) = correlation_key {
+            q = q.bind(key);
+        }
+        Ok(q.fetch_all(self.reads()).await?)
+    }
+
+    async fn parks_of(&self, instance_id: &str) -> StoreResult<Vec<ParkRecord>> {
+        let rows: Vec<ParkRow> = sqlx::query_as(&format!(
+            "SELECT {PARK_COLUMNS} FROM parks WHERE instance_id = $1 ORDER BY seq"
+        ))
+        .bind(instance_id)
+        .fetch_all(self.reads())
+        .await?;
+        Ok(rows)
+    }
+
+    async fn park_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        Ok(
+            sqlx::query_as("SELECT kind, COUNT(*) FROM parks GROUP BY kind ORDER BY kind")
+                .fetch_all(self.reads())
+                .await?,
+        )
+    }
+
+    async fn attempts(&self, instance_id: &str) -> StoreResult<Vec<AttemptRow>> {
+        let rows: Vec<AttemptDbRow> = sqlx::query_as(&format!(
+            "SELECT {ATTEMPT_COLUMNS} FROM attempts WHERE instance_id = $1 ORDER BY id"
+        ))
+        .bind(instance_id)
+        .fetch_all(self.reads())
+        .await?;
+        Ok(rows)
+    }
+
+    async fn journal(&self, instance_id: &str) -> StoreResult<Vec<JournalRow>> {
+        let rows: Vec<JournalDbRow> = sqlx::query_as(&format!(
+            "SELECT {JOURNAL_COLUMNS} FROM journal WHERE instance_id = $1 ORDER BY seq"
+        ))
+        .bind(instance_id)
+        .fetch_all(self.reads())
+        .await?;
+        Ok(rows)
+    }
+
+    async fn sweep(&self, ended_before: i64, limit: i64) -> StoreResult<u64> {
+        if limit <= 0 {
+            return Ok(0);
+        }
+        let mut tx = self.begin_write().await?;
+        // attempts and journal go with the instance (ON DELETE CASCADE).
+        let done = sqlx::query(&format!(
+            "DELETE FROM instances WHERE id IN ( \
+               SELECT i.id FROM instances i \
+               WHERE i.state IN ({SWEPT}) AND i.ended_at IS NOT NULL AND i.ended_at <= $1 \
+                 AND NOT EXISTS (SELECT 1 FROM parks p WHERE p.instance_id = i.id) \
+               ORDER BY i.ended_at, i.id LIMIT $2 {})",
+            B::SKIP_LOCKED
+        ))
+        .bind(ended_before)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: i64,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let held: Option<String> = sqlx::query_scalar(
+            "INSERT INTO leases (name, holder, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at \
+             WHERE leases.holder = EXCLUDED.holder OR leases.expires_at <= $4 \
+             RETURNING holder",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(now.saturating_add(ttl_ms.max(0)))
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(held.is_some())
+    }
+
+    async fn release_lease(&self, name: &str, holder: &str) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM leases WHERE name = $1 AND holder = $2")
+            .bind(name)
+            .bind(holder)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn watch_parks(&self, notify: Arc<Notify>) -> StoreResult<()> {
+        self.watch(notify).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_sql_list_of_live_states_is_the_live_states() {
+        let quoted: Vec<String> = super::super::LIVE_STATES
+            .iter()
+            .map(|s| format!("'{s}'"))
+            .collect();
+        assert_eq!(super::LIVE, quoted.join(", "));
+        assert!(super::HOLDING.starts_with(super::LIVE));
+    }
+}

@@ -1,0 +1,279 @@
+//! The step writes, written once: the SQL of an engine step (instance row,
+//! parks, attempts, journal, outbox requests) and its application on an sqlx connection of
+//! either backend ([`StepSql`]).
+//!
+//! Three paths run these statements and so write the same rows with the
+//! same rules: PostgreSQL (`postgres.rs`), SQLite's sqlx group commit
+//! (`sqlite_group.rs`, in-memory databases) through [`StepSql`], and the
+//! SQLite writer thread (`sqlite_writer.rs`, rusqlite, file databases)
+//! through the constants.
+//!
+//! Invariant: parameters are `$N`, bound in the order given beside each
+//! constant, and every constant names its parameters in ascending order of
+//! first use (`$1` before `$2` ...): rusqlite binds by position, and SQLite
+//! numbers a `$N` parameter by its first use (checked by a test).
+
+use super::queries::Column;
+use super::rows::{duplicate_or_db, park_claim_columns};
+use super::{NewInstance, StepWrite, StoreError, StoreResult};
+use sqlx::query::Query;
+use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
+use std::marker::PhantomData;
+
+/// `$1` tenant, `$2` idempotency key → the id holding that key.
+pub(super) const INSTANCE_BY_KEY: &str =
+    "SELECT id FROM instances WHERE tenant = $1 AND idempotency_key = $2";
+
+/// `$1` id, `$2` tenant, `$3` deployment_id, `$4` process_id, `$5` state,
+/// `$6` snapshot, `$7` idempotency_key, `$8` retry_of, `$9` started_at,
+/// `$10` updated_at, `$11` ended_at (version 1). The column list is
+/// `rows::INSTANCE_COLUMNS` (checked by a test).
+pub(super) const INSERT_INSTANCE: &str = "INSERT INTO instances (id, tenant, deployment_id, \
+     process_id, state, version, snapshot, idempotency_key, retry_of, started_at, updated_at, \
+     ended_at) VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11)";
+
+/// `$1` snapshot, `$2` state, `$3` updated_at, `$4` ended_at (kept when
+/// NULL), `$5` id, `$6` expected version → the instance's (tenant,
+/// deployment_id), no row if the version moved or the instance is gone.
+pub(super) const UPDATE_INSTANCE: &str = "UPDATE instances SET snapshot = $1, state = $2, \
+     version = version + 1, updated_at = $3, ended_at = COALESCE($4, ended_at) \
+     WHERE id = $5 AND version = $6 RETURNING tenant, deployment_id";
+
+/// `$1` id → a row if the instance exists.
+pub(super) const INSTANCE_EXISTS: &str = "SELECT 1 FROM instances WHERE id = $1";
+
+/// `$1` instance id: every row of it, children first (the `delete` step).
+pub(super) const DELETE_INSTANCE_ALL: [&str; 4] = [
+    "DELETE FROM parks WHERE instance_id = $1",
+    "DELETE FROM attempts WHERE instance_id = $1",
+    "DELETE FROM journal WHERE instance_id = $1",
+    "DELETE FROM instances WHERE id = $1",
+];
+
+/// `$1` instance id: every park of it (`withdraw_all`).
+pub(super) const DELETE_PARKS_OF: &str = "DELETE FROM parks WHERE instance_id = $1";
+
+/// `$1` instance id, `$2` seq, `$3` kind, `$4` tenant, `$5` deployment_id,
+/// `$6` due_at, `$7` message_name, `$8` correlation_key, `$9` claimed_by,
+/// `$10` claimed_until (a pre-claim, `rows::park_claim_columns`).
+pub(super) const INSERT_PARK: &str = "INSERT INTO parks (instance_id, seq, kind, tenant, \
+     deployment_id, due_at, message_name, correlation_key, claimed_by, claimed_until) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+/// `$1` instance id, `$2` token, `$3` node, `$4` attempt, `$5` started_at,
+/// `$6` ended_at, `$7` outcome, `$8` code, `$9` message; a replay is a no-op.
+pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts (instance_id, token, node, \
+     attempt, started_at, ended_at, outcome, code, message) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     ON CONFLICT (instance_id, token, node, attempt) DO NOTHING";
+
+/// `$1` instance id, `$2` seq, `$3` at, `$4` kind, `$5` node, `$6` data; a
+/// replay is a no-op.
+pub(super) const INSERT_JOURNAL: &str = "INSERT INTO journal (instance_id, seq, at, kind, \
+     node, data) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (instance_id, seq) DO NOTHING";
+
+/// `$1` instance id, `$2` seq, `$3` owner: only the holder's claim goes.
+pub(super) const RELEASE_CLAIM: &str = "UPDATE parks SET claimed_by = NULL, \
+     claimed_until = NULL WHERE instance_id = $1 AND seq = $2 AND claimed_by = $3";
+
+/// The step writes on an sqlx connection of database `DB` (called as
+/// `StepSql::<Postgres>::commit(..)`).
+pub(super) struct StepSql<DB>(PhantomData<DB>);
+
+// The sqlx traits that make `DB` a database the shared SQL runs on (see the
+// Store impl in queries.rs).
+impl<DB> StepSql<DB>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    i64: Column<DB>,
+    Option<i64>: Column<DB>,
+    String: Column<DB>,
+    Option<String>: Column<DB>,
+    for<'s> &'s str: Type<DB> + Encode<'s, DB>,
+    for<'s> Option<&'s str>: Type<DB> + Encode<'s, DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    /// `sql` ([`INSERT_INSTANCE`], or a statement that starts with it) with
+    /// the new instance's columns bound.
+    pub(super) fn insert_instance<'q>(
+        sql: &'q str,
+        inst: &'q NewInstance,
+        step: &'q StepWrite,
+    ) -> Query<'q, DB, DB::Arguments<'q>> {
+        sqlx::query(sql)
+            .bind(&inst.id)
+            .bind(&inst.tenant)
+            .bind(&inst.deployment_id)
+            .bind(&inst.process_id)
+            .bind(&step.state)
+            .bind(&step.snapshot)
+            .bind(&inst.idempotency_key)
+            .bind(&inst.retry_of)
+            .bind(inst.started_at)
+            .bind(step.updated_at)
+            .bind(step.ended_at)
+    }
+
+    /// The instance that holds (tenant, idempotency key), if any.
+    pub(super) async fn instance_by_key(
+        conn: &mut DB::Connection,
+        tenant: &str,
+        key: &str,
+    ) -> StoreResult<Option<String>> {
+        Ok(sqlx::query_scalar(INSTANCE_BY_KEY)
+            .bind(tenant)
+            .bind(key)
+            .fetch_optional(conn)
+            .await?)
+    }
+
+    /// Updates the instance row if it is at `expected_version`, then applies
+    /// the rest of the step. `Conflict` if the version moved, `NotFound` if
+    /// the row is gone.
+    pub(super) async fn commit(
+        conn: &mut DB::Connection,
+        id: &str,
+        expected_version: i64,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
+        let row: Option<(String, String)> = sqlx::query_as(UPDATE_INSTANCE)
+            .bind(&step.snapshot)
+            .bind(&step.state)
+            .bind(step.updated_at)
+            .bind(step.ended_at)
+            .bind(id)
+            .bind(expected_version)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if let Some((tenant, deployment_id)) = row {
+            return Self::apply(conn, id, &tenant, &deployment_id, step).await;
+        }
+        let exists = sqlx::query(INSTANCE_EXISTS)
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some();
+        Err(if exists {
+            StoreError::Conflict(id.to_string())
+        } else {
+            StoreError::NotFound(format!("instance {id}"))
+        })
+    }
+
+    /// Everything of a step but the instance row itself: parks, attempts,
+    /// journal, or the deletion of the whole instance.
+    pub(super) async fn apply(
+        conn: &mut DB::Connection,
+        id: &str,
+        tenant: &str,
+        deployment_id: &str,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
+        if step.delete {
+            for statement in DELETE_INSTANCE_ALL {
+                sqlx::query(statement).bind(id).execute(&mut *conn).await?;
+            }
+            return Ok(());
+        }
+        if step.withdraw_all {
+            sqlx::query(DELETE_PARKS_OF)
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        if !step.withdraw.is_empty() {
+            // One statement for all the seqs (a round trip each on PostgreSQL otherwise).
+            let seqs: Vec<String> = (2..step.withdraw.len() + 2)
+                .map(|n| format!("${n}"))
+                .collect();
+            let sql = format!(
+                "DELETE FROM parks WHERE instance_id = $1 AND seq IN ({})",
+                seqs.join(", ")
+            );
+            let mut q = sqlx::query(&sql).bind(id);
+            for seq in &step.withdraw {
+                q = q.bind(*seq);
+            }
+            q.execute(&mut *conn).await?;
+        }
+        for p in &step.arm {
+            let (claimed_by, claimed_until) = park_claim_columns(p);
+            sqlx::query(INSERT_PARK)
+                .bind(id)
+                .bind(p.seq)
+                .bind(&p.kind)
+                .bind(tenant)
+                .bind(deployment_id)
+                .bind(p.due_at)
+                .bind(&p.message_name)
+                .bind(&p.correlation_key)
+                .bind(claimed_by)
+                .bind(claimed_until)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| {
+                    duplicate_or_db(e, || format!("park {id}/{} is already armed", p.seq))
+                })?;
+        }
+        for a in &step.attempts {
+            sqlx::query(INSERT_ATTEMPT)
+                .bind(id)
+                .bind(a.token)
+                .bind(&a.node)
+                .bind(a.attempt)
+                .bind(a.started_at)
+                .bind(a.ended_at)
+                .bind(&a.outcome)
+                .bind(&a.code)
+                .bind(&a.message)
+                .execute(&mut *conn)
+                .await?;
+        }
+        for j in &step.journal {
+            sqlx::query(INSERT_JOURNAL)
+                .bind(id)
+                .bind(j.seq)
+                .bind(j.at)
+                .bind(&j.kind)
+                .bind(&j.node)
+                .bind(&j.data)
+                .execute(&mut *conn)
+                .await?;
+        }
+        // Channel-call requests: the transactional outbox (outbox.rs).
+        super::outbox::write_requests::<DB>(conn, id, tenant, deployment_id, &step.requests).await
+    }
+
+    /// Releases `owner`'s claim on one park.
+    pub(super) async fn release<'e>(
+        executor: impl Executor<'e, Database = DB>,
+        instance_id: &str,
+        seq: i64,
+        owner: &str,
+    ) -> StoreResult<()> {
+        sqlx::query(RELEASE_CLAIM)
+            .bind(instance_id)
+            .bind(seq)
+            .bind(owner)
+            .execute(executor)
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rows::INSTANCE_COLUMNS;
+    use super::*;
+
+    fn squash(s: &str) -> String {
+        s.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn the_instance_insert_writes_the_shared_column_list() {
+        assert!(squash(INSERT_INSTANCE).contains(&format!("({INSTANCE_COLUMNS})")));
+    }
+}
