@@ -78,6 +78,7 @@ impl<'a> Machine<'a> {
             error: None,
             started_at: now,
             ended_at: None,
+            parent: None,
         }
     }
 
@@ -187,6 +188,15 @@ impl<'a> Machine<'a> {
                 m.end(InstanceState::Terminated);
             }
             Event::Resume => m.resume()?,
+            Event::ChildEnded { .. } if terminal => {
+                return Err(EngineError::new(
+                    Code::InstanceState,
+                    format!(
+                        "instance is {}: no process call awaits a child",
+                        m.snap.state.as_str()
+                    ),
+                ))
+            }
             Event::ChannelAnswered { .. } if terminal => {
                 return Err(EngineError::new(
                     Code::ChannelCallNotFound,
@@ -219,6 +229,7 @@ impl<'a> Machine<'a> {
                 request,
                 message,
             } => m.delivery_failed(token, &request, message),
+            Event::ChildEnded { park, outcome } => m.child_ended(park, outcome)?,
             Event::ParkFired { park } => m.park_fired(park, Map::new()),
             Event::MessageArrived { park, variables } => m.park_fired(park, variables),
         }
@@ -346,6 +357,19 @@ impl<'a> Machine<'a> {
                     node: t.node.clone(),
                     attempt: *attempt,
                     interruptible,
+                });
+            }
+            if let TokenStatus::Task(TaskState {
+                phase: TaskPhase::Child { instance, .. },
+                ..
+            }) = &t.status
+            {
+                self.effects.push(Effect::CancelChild {
+                    instance: instance.clone(),
+                    reason: format!(
+                        "its parent {} no longer awaits it at `{}`",
+                        self.snap.instance_id, t.node
+                    ),
                 });
             }
             for p in t.parks() {
@@ -610,14 +634,11 @@ impl<'a> Machine<'a> {
                 }
             }
             NodeKind::Fanout(_) => self.fanout_enter(token, 1, Vec::new()),
-            NodeKind::CallProcess { .. } => self.fail_code(
-                Code::TaskKindUnsupported,
-                format!(
-                    "`{}` calls a process: not supported by this runtime yet",
-                    node.id
-                ),
-                Some(&node.id),
-            ),
+            // A process call starts a child and waits for it (child.rs).
+            NodeKind::CallProcess { .. } => {
+                self.arm_boundaries(token, node);
+                self.start_child(token, 1, Vec::new());
+            }
             NodeKind::SubProcess => {
                 self.set_state(&node.id, NodeState::Running);
                 if let Some(t) = self.snap.token_mut(token) {
@@ -836,6 +857,7 @@ impl<'a> Machine<'a> {
                 }
             }
             ParkKind::Channel => self.call_timed_out(park.token, seq),
+            ParkKind::Child => self.child_timed_out(park.token, seq),
             ParkKind::Timer | ParkKind::Message => {
                 let kind = if park.kind == ParkKind::Timer {
                     "timer_fired"
@@ -911,6 +933,11 @@ impl<'a> Machine<'a> {
         let Some(node) = self.node_of(token) else {
             return;
         };
+        if matches!(node.kind, NodeKind::CallProcess { .. }) {
+            // A retried process call starts a fresh child (child.rs).
+            self.start_child(token, attempt, granted);
+            return;
+        }
         let NodeKind::ServiceTask(task) = &node.kind else {
             return;
         };
@@ -1057,10 +1084,16 @@ impl<'a> Machine<'a> {
                     }
                 };
                 self.discard(tok);
+                // The error the catcher matched (what `{Error, Cause}` says),
+                // and the engine code that carried it, if another.
+                let (name, cause) = match &raised.failure {
+                    Some(f) => (&f.code, &f.message),
+                    None => (&raised.code, &raised.message),
+                };
                 self.journal(
                     "error_caught",
                     Some(&bnode.id),
-                    json!({ "code": raised.code, "message": raised.message, "from": origin }),
+                    json!({ "code": name, "message": cause, "raised": raised.code, "from": origin }),
                 );
                 if let Some(path) = result_path {
                     let cause = raised
