@@ -26,6 +26,7 @@ mod intrinsics;
 mod machine;
 mod migrate;
 mod outcome;
+mod parks;
 pub mod snapshot;
 mod unwind;
 mod vars;
