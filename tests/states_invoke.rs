@@ -364,6 +364,26 @@ backends::store_tests! {
         assert!(db.store.orphaned_children(10).await.unwrap().is_empty());
     }
 
+    async fn on_the_system_clock_a_short_child_wait_ends_the_parent_promptly(db) {
+        // The child's wait is fired by the runtime's alarm, its end handed to
+        // the parent at once (no poll interval in between).
+        let rt = Runtime::new(db.store.clone(), RuntimeOptions::new(Config::default())).unwrap();
+        deploy(&rt, "stock", json!({
+            "StartAt": "Cool",
+            "States": {"Cool": {"Type": "Wait", "Seconds": 1, "End": true}}
+        })).await;
+        deploy(&rt, "orders", order_flow(json!({"Parameters": {"qty.$": "$.qty"}}))).await;
+        let began = std::time::Instant::now();
+        let id = start(&rt, "orders", json!({"qty": 6})).await;
+        assert!(matches!(rt.settle(&id).await.unwrap(), Settled::Terminal(_)));
+        let took = began.elapsed();
+        let view = rt.inspect(&id).await.unwrap();
+        assert_eq!(view.state, "COMPLETED", "{view:?}");
+        assert_eq!(view.variables["stock"], json!({"qty": 6}));
+        assert!(took >= std::time::Duration::from_secs(1), "{took:?}");
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    }
+
     async fn a_flow_that_is_not_deployed_fails_the_state_with_a_stable_code(db) {
         let rt = runtime(db.store.clone());
         deploy(&rt, "orders", order_flow(json!({"Flow": "nowhere"}))).await;
