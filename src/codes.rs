@@ -188,6 +188,17 @@ codes! {
     /// A node that joins `all` of its incoming edges has one that can never be
     /// satisfied (its guard was false, or its source was skipped or failed).
     JoinDeadEdge => "SUTRA.RUNTIME.JOIN.DEAD_EDGE", Internal, false;
+    /// A child flow (InvokeFlow, a process call) names a process with no
+    /// ACTIVE deployment in the caller's tenant.
+    ChildProcessNotFound => "SUTRA.RUNTIME.CHILD.PROCESS_NOT_FOUND", InvalidInput, false;
+    /// A child flow would be nested deeper than child flows may nest.
+    ChildDepthExceeded => "SUTRA.RUNTIME.CHILD.DEPTH_EXCEEDED", InvalidInput, false;
+    /// The input of a child flow is not a JSON object (the child's variables).
+    ChildInputInvalid => "SUTRA.RUNTIME.CHILD.INPUT_INVALID", InvalidInput, false;
+    /// The child instance was cancelled by somebody else than its parent.
+    ChildTerminated => "SUTRA.RUNTIME.CHILD.TERMINATED", Internal, false;
+    /// A child flow outlived its call's timeout (it is cancelled).
+    ChildTimeout => "SUTRA.RUNTIME.CHILD.TIMEOUT", Timeout, true;
 
     // ---- The HTTP API ----
     /// The request is malformed: bad JSON, an unknown field, a bad path id or query, a bundle without a definition.

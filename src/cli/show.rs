@@ -50,6 +50,9 @@ pub fn instance_text(v: &Value) -> String {
     if let Some(r) = v.get("retryOf").filter(|r| !r.is_null()) {
         out.push_str(&format!("  retry of {}\n", s(r)));
     }
+    if let Some(p) = v.get("parent").filter(|p| !p.is_null()) {
+        out.push_str(&format!("  child flow of {}\n", s(p)));
+    }
     for a in v["attempts"].as_array().into_iter().flatten() {
         let code = a
             .get("code")
@@ -117,6 +120,13 @@ fn wait_text(w: &Value) -> String {
             "runs {node} attempt {} (re-run if its runner is lost, from {due})",
             s(&w["attempt"])
         ),
+        "child" => {
+            let until = match w.get("due").filter(|d| !d.is_null()) {
+                Some(_) => format!(" (timeout {due})"),
+                None => String::new(),
+            };
+            format!("waits at {node} for child flow {}{until}", s(&w["child"]))
+        }
         other => format!("waits at {node} for {other} due {due}"),
     }
 }
@@ -134,6 +144,7 @@ mod tests {
                 { "kind": "timer", "node": "courier", "due": "2030-01-01T02:00:00Z" },
                 { "kind": "retry", "node": "T", "due": "2030-01-01T00:00:03Z", "attempt": 2 },
                 { "kind": "message", "node": "wait", "due": null, "message": "go", "correlationKey": "k1" },
+                { "kind": "child", "node": "Invoke", "due": null, "child": "i.4" },
             ],
         });
         let text = instance_text(&v);
@@ -147,6 +158,10 @@ mod tests {
         );
         assert!(
             text.contains("waits at wait for message `go` with correlation key `k1`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waits at Invoke for child flow i.4\n"),
             "{text}"
         );
     }

@@ -83,7 +83,7 @@ pub fn call_of(snap: &Snapshot, token: u64) -> Option<CallView> {
     let request = match &state.phase {
         TaskPhase::Calling { request, .. } => Some(request.clone()),
         TaskPhase::Backoff { .. } => None,
-        TaskPhase::Running { .. } => return None,
+        TaskPhase::Running { .. } | TaskPhase::Child { .. } => return None,
     };
     Some(CallView {
         node: t.node.clone(),
@@ -209,7 +209,7 @@ impl<'a> Machine<'a> {
                 return Err(pending())
             }
             TaskPhase::Calling { .. } => {}
-            TaskPhase::Running { .. } => {
+            TaskPhase::Running { .. } | TaskPhase::Child { .. } => {
                 return Err(EngineError {
                     code: Code::ChannelCallNotFound,
                     message: format!("task `{}` is not a channel call", node.id),

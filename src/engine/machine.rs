@@ -1,20 +1,20 @@
 //! The token walk: entering nodes, leaving them along flows, scopes, joins,
-//! boundaries, parks and the terminal stamp. Attempt outcomes are judged in
-//! `outcome.rs`; join rules, dead paths and error flows are in `flow.rs`;
-//! compensation (the unwind) in `unwind.rs`.
+//! and the terminal stamp. Timers, message waits, boundaries and fired parks
+//! are in `parks.rs`; attempt outcomes are judged in `outcome.rs`; process
+//! calls (child flows) in `child.rs`; join rules, dead paths and error
+//! flows in `flow.rs`; compensation (the unwind) in `unwind.rs`.
 
-use super::snapshot::{CycleState, NodeState, TaskPhase, TaskState};
+use super::snapshot::{NodeState, TaskPhase, TaskState};
 use super::{
     vars, AttemptRequest, EngineError, Event, Inputs, InstanceError, InstanceState, JournalEntry,
-    MessageKey, NewInstance, Park, ParkKind, Snapshot, Step, Token, TokenStatus, SNAPSHOT_FORMAT,
+    NewInstance, Park, ParkKind, Snapshot, Step, Token, TokenStatus, SNAPSHOT_FORMAT,
 };
 use super::{Cause, Effect};
 use crate::codes::Code;
 use crate::model::{
-    BoundaryTrigger, CatchTrigger, EndKind, FlowIx, MessageRef, Node, NodeIx, NodeKind, Process,
-    StartTrigger, TaskImpl,
+    BoundaryTrigger, CatchTrigger, EndKind, FlowIx, Node, NodeIx, NodeKind, Process, StartTrigger,
+    TaskImpl,
 };
-use crate::time::TimerSpec;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 use std::collections::VecDeque;
@@ -78,6 +78,7 @@ impl<'a> Machine<'a> {
             error: None,
             started_at: now,
             ended_at: None,
+            parent: None,
         }
     }
 
@@ -187,6 +188,15 @@ impl<'a> Machine<'a> {
                 m.end(InstanceState::Terminated);
             }
             Event::Resume => m.resume()?,
+            Event::ChildEnded { .. } if terminal => {
+                return Err(EngineError::new(
+                    Code::InstanceState,
+                    format!(
+                        "instance is {}: no process call awaits a child",
+                        m.snap.state.as_str()
+                    ),
+                ))
+            }
             Event::ChannelAnswered { .. } if terminal => {
                 return Err(EngineError::new(
                     Code::ChannelCallNotFound,
@@ -219,6 +229,7 @@ impl<'a> Machine<'a> {
                 request,
                 message,
             } => m.delivery_failed(token, &request, message),
+            Event::ChildEnded { park, outcome } => m.child_ended(park, outcome)?,
             Event::ParkFired { park } => m.park_fired(park, Map::new()),
             Event::MessageArrived { park, variables } => m.park_fired(park, variables),
         }
@@ -346,6 +357,19 @@ impl<'a> Machine<'a> {
                     node: t.node.clone(),
                     attempt: *attempt,
                     interruptible,
+                });
+            }
+            if let TokenStatus::Task(TaskState {
+                phase: TaskPhase::Child { instance, .. },
+                ..
+            }) = &t.status
+            {
+                self.effects.push(Effect::CancelChild {
+                    instance: instance.clone(),
+                    reason: format!(
+                        "its parent {} no longer awaits it at `{}`",
+                        self.snap.instance_id, t.node
+                    ),
                 });
             }
             for p in t.parks() {
@@ -610,14 +634,11 @@ impl<'a> Machine<'a> {
                 }
             }
             NodeKind::Fanout(_) => self.fanout_enter(token, 1, Vec::new()),
-            NodeKind::CallProcess { .. } => self.fail_code(
-                Code::TaskKindUnsupported,
-                format!(
-                    "`{}` calls a process: not supported by this runtime yet",
-                    node.id
-                ),
-                Some(&node.id),
-            ),
+            // A process call starts a child and waits for it (child.rs).
+            NodeKind::CallProcess { .. } => {
+                self.arm_boundaries(token, node);
+                self.start_child(token, 1, Vec::new());
+            }
             NodeKind::SubProcess => {
                 self.set_state(&node.id, NodeState::Running);
                 if let Some(t) = self.snap.token_mut(token) {
@@ -718,199 +739,17 @@ impl<'a> Machine<'a> {
         self.leave(merged);
     }
 
-    // ------------------------------------------------------------ parks
-
-    fn timer_park(&mut self, token: u64, node: &Node, spec: &TimerSpec) -> Option<u64> {
-        let now = self.inputs.now;
-        let due = spec.first_due(now);
-        let Some(due) = due else {
-            self.fail_code(
-                Code::TimerUnsupported,
-                format!("timer on `{}` has no slot left", node.id),
-                Some(&node.id),
-            );
-            return None;
-        };
-        let cycle = matches!(spec, TimerSpec::Cycle(_)).then(|| CycleState {
-            armed_at: now,
-            slot: 0,
-        });
-        self.journal("timer_armed", Some(&node.id), json!({ "due": due }));
-        Some(self.arm(Park {
-            kind: ParkKind::Timer,
-            token,
-            node: node.id.clone(),
-            due: Some(due),
-            message: None,
-            cycle,
-        }))
-    }
-
-    fn message_park(&mut self, token: u64, node: &Node, m: &MessageRef) -> Option<u64> {
-        let key = match &m.correlation_key {
-            None => None,
-            Some(expr) => match expr.eval(&self.snap.variables) {
-                Ok(Value::String(s)) => Some(s),
-                Ok(Value::Null) => None,
-                Ok(other) => Some(other.to_string()),
-                Err(e) => {
-                    self.fail_code(
-                        Code::ConditionFailed,
-                        format!("correlation key of `{}` failed: {e}", node.id),
-                        Some(&node.id),
-                    );
-                    return None;
-                }
-            },
-        };
-        self.journal(
-            "message_awaited",
-            Some(&node.id),
-            json!({ "name": m.name, "key": key }),
-        );
-        Some(self.arm(Park {
-            kind: ParkKind::Message,
-            token,
-            node: node.id.clone(),
-            due: None,
-            message: Some(MessageKey {
-                name: m.name.clone(),
-                key,
-            }),
-            cycle: None,
-        }))
-    }
-
-    pub(super) fn arm_boundaries(&mut self, token: u64, activity: &'a Node) {
-        for &b in &activity.boundaries {
-            let bnode = self.process.node(b);
-            let NodeKind::Boundary(ev) = &bnode.kind else {
-                continue;
-            };
-            let park = match &ev.trigger {
-                BoundaryTrigger::Error { .. } => None,
-                BoundaryTrigger::Timer(spec) => self.timer_park(token, bnode, spec),
-                BoundaryTrigger::Message(m) => self.message_park(token, bnode, m),
-            };
-            if let (Some(p), Some(t)) = (park, self.snap.token_mut(token)) {
-                t.boundary_parks.push(p);
-            }
-        }
-    }
-
-    fn park_fired(&mut self, seq: u64, variables: Map<String, Value>) {
-        let Some(park) = self.snap.parks.get(&seq).cloned() else {
-            self.journal(
-                "park_ignored",
-                None,
-                json!({ "park": seq, "reason": "already withdrawn" }),
-            );
-            return;
-        };
-        if park.kind == ParkKind::Message && park.message.is_none() {
-            return;
-        }
-        self.withdraw(seq);
-        if let Some(t) = self.snap.token_mut(park.token) {
-            t.boundary_parks.retain(|&p| p != seq);
-        }
-        let Some(node) = self.process.find(&park.node) else {
-            return;
-        };
-        if !self.doc_resumed(park.token, node, &park, variables.clone()) {
-            self.snap.variables.extend(variables);
-        }
-        match park.kind {
-            ParkKind::Attempt => {
-                // The runner of this attempt was lost: run the same attempt again.
-                self.journal(
-                    "attempt_lost",
-                    Some(&node.id),
-                    json!({ "token": park.token }),
-                );
-                self.rerun_attempt(park.token);
-            }
-            ParkKind::Retry => {
-                if !self.fanout_retry_due(park.token) {
-                    self.retry_due(park.token);
-                }
-            }
-            ParkKind::Channel => self.call_timed_out(park.token, seq),
-            ParkKind::Timer | ParkKind::Message => {
-                let kind = if park.kind == ParkKind::Timer {
-                    "timer_fired"
-                } else {
-                    "message_received"
-                };
-                self.journal(kind, Some(&node.id), json!({ "token": park.token }));
-                match &node.kind {
-                    NodeKind::Catch(_) => {
-                        if let Some(t) = self.snap.token_mut(park.token) {
-                            t.status = TokenStatus::Ready;
-                        }
-                        self.snap.completed.push(node.id.clone());
-                        self.leave(park.token);
-                    }
-                    NodeKind::Boundary(ev) => {
-                        let Some(scope) = self.snap.token(park.token).map(|t| t.scope) else {
-                            return;
-                        };
-                        if ev.interrupting {
-                            if let Some(host) = self.snap.token(park.token).map(|t| t.node.clone())
-                            {
-                                self.set_state(&host, NodeState::Cancelled);
-                            }
-                            self.discard(park.token);
-                        } else {
-                            self.rearm_boundary(&park, node);
-                        }
-                        self.spawn(node.ix, scope, None);
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-
-    /// A non-interrupting boundary keeps watching: a message boundary waits
-    /// for the next message, a cycle timer arms its next slot in budget.
-    fn rearm_boundary(&mut self, fired: &Park, node: &Node) {
-        let NodeKind::Boundary(ev) = &node.kind else {
-            return;
-        };
-        let park = match (&ev.trigger, &fired.cycle) {
-            (BoundaryTrigger::Message(_), _) => Some(Park {
-                due: None,
-                ..fired.clone()
-            }),
-            (BoundaryTrigger::Timer(TimerSpec::Cycle(c)), Some(state)) => {
-                let cu = c.catch_up(state.armed_at, Some(state.slot), self.inputs.now);
-                cu.next.map(|(slot, due)| Park {
-                    due: Some(due),
-                    cycle: Some(CycleState {
-                        armed_at: state.armed_at,
-                        slot,
-                    }),
-                    ..fired.clone()
-                })
-            }
-            _ => None,
-        };
-        if let Some(p) = park {
-            let token = p.token;
-            let seq = self.arm(p);
-            if let Some(t) = self.snap.token_mut(token) {
-                t.boundary_parks.push(seq);
-            }
-        }
-    }
-
     // ----------------------------------------------------------- attempts
 
     pub(super) fn start_attempt(&mut self, token: u64, attempt: u32, granted: Vec<u32>) {
         let Some(node) = self.node_of(token) else {
             return;
         };
+        if matches!(node.kind, NodeKind::CallProcess { .. }) {
+            // A retried process call starts a fresh child (child.rs).
+            self.start_child(token, attempt, granted);
+            return;
+        }
         let NodeKind::ServiceTask(task) = &node.kind else {
             return;
         };
@@ -980,7 +819,7 @@ impl<'a> Machine<'a> {
         }));
     }
 
-    fn rerun_attempt(&mut self, token: u64) {
+    pub(super) fn rerun_attempt(&mut self, token: u64) {
         let Some(TokenStatus::Task(state)) = self.snap.token(token).map(|t| t.status.clone())
         else {
             return;
@@ -988,7 +827,7 @@ impl<'a> Machine<'a> {
         self.start_attempt(token, state.attempt, state.granted);
     }
 
-    fn retry_due(&mut self, token: u64) {
+    pub(super) fn retry_due(&mut self, token: u64) {
         let Some(TokenStatus::Task(state)) = self.snap.token(token).map(|t| t.status.clone())
         else {
             return;
@@ -1057,10 +896,16 @@ impl<'a> Machine<'a> {
                     }
                 };
                 self.discard(tok);
+                // The error the catcher matched (what `{Error, Cause}` says),
+                // and the engine code that carried it, if another.
+                let (name, cause) = match &raised.failure {
+                    Some(f) => (&f.code, &f.message),
+                    None => (&raised.code, &raised.message),
+                };
                 self.journal(
                     "error_caught",
                     Some(&bnode.id),
-                    json!({ "code": raised.code, "message": raised.message, "from": origin }),
+                    json!({ "code": name, "message": cause, "raised": raised.code, "from": origin }),
                 );
                 if let Some(path) = result_path {
                     let cause = raised

@@ -79,6 +79,15 @@ pub fn migrate(
                     t.node
                 )));
             }
+            let call = target
+                .find(&to)
+                .is_some_and(|n| matches!(n.kind, NodeKind::CallProcess { .. }));
+            if matches!(state.phase, TaskPhase::Child { .. }) && !call {
+                return Err(unmapped(format!(
+                    "`{}` waits for a child flow; `{to}` is not a process call",
+                    t.node
+                )));
+            }
         }
         t.node = to;
     }

@@ -16,6 +16,7 @@
 //!   left, a park already withdrawn) changes nothing but the journal.
 
 mod channel;
+mod child;
 mod choice;
 mod docflow;
 pub mod document;
@@ -25,15 +26,17 @@ mod intrinsics;
 mod machine;
 mod migrate;
 mod outcome;
+mod parks;
 pub mod snapshot;
 mod unwind;
 mod vars;
 
 pub use channel::{call_of, correlation_of, parse_correlation, CallView, ChannelRequest};
+pub use child::{child_id, ChildOutcome, ChildStart};
 pub use migrate::migrate;
 pub use snapshot::{
     Cause, Compensation, CompensationFailure, InstanceError, InstanceState, MessageKey, NodeState,
-    Park, ParkKind, Snapshot, Token, TokenStatus, Unwind, SNAPSHOT_FORMAT,
+    ParentLink, Park, ParkKind, Snapshot, Token, TokenStatus, Unwind, SNAPSHOT_FORMAT,
 };
 
 use crate::codes::{Code, ErrorClass};
@@ -113,6 +116,9 @@ pub enum Event {
         request: String,
         message: String,
     },
+    /// The child instance awaited on child park `park` ended (child.rs).
+    /// A child park that fires without it (`ParkFired`) is its timeout.
+    ChildEnded { park: u64, outcome: ChildOutcome },
 }
 
 /// The inputs a step may depend on besides the snapshot and the event.
@@ -170,6 +176,16 @@ pub enum Effect {
     RunAttempt(AttemptRequest),
     /// Put a channel-call request in the outbox, in this step's transaction.
     Request(ChannelRequest),
+    /// Create a child instance (a process call), in this step's
+    /// transaction; its end comes back as `Event::ChildEnded`.
+    StartChild(ChildStart),
+    /// Cancel child instance `instance` once this step is committed: the
+    /// process call awaiting it is gone (a cancel, an interrupting
+    /// boundary, the parent's end, the call's timeout).
+    CancelChild {
+        instance: String,
+        reason: String,
+    },
     /// Persist park `seq` (its details are in the snapshot's `parks`).
     Arm {
         seq: u64,

@@ -7,8 +7,19 @@ use super::machine::{Machine, Raised};
 use super::snapshot::{NodeState, TaskPhase, TaskState};
 use super::{vars, AttemptRecord, Cause, Effect, Park, ParkKind, TaskOutcome, TokenStatus};
 use crate::codes::{Code, ErrorClass};
-use crate::model::{Node, NodeKind, OnTimeout, RetryPolicy, ServiceTask};
+use crate::model::{Node, NodeKind, OnTimeout, RetryPolicy};
 use serde_json::json;
+
+/// A failure as the retriers judge it.
+pub(super) struct Failure {
+    /// The error name (after the node's renames).
+    pub code: String,
+    pub message: String,
+    pub class: ErrorClass,
+    pub retryable: bool,
+    /// Further names it answers to.
+    pub also: Vec<String>,
+}
 
 /// What the retry policy says about a failure.
 enum Verdict {
@@ -173,36 +184,67 @@ impl Machine<'_> {
                         OnTimeout::Retry => {}
                     }
                 }
-                match judge(
-                    task,
+                let _ = details;
+                self.judge_failure(
+                    token,
+                    &node.id,
+                    (&task.retries, task.idempotent),
                     &state,
-                    &code,
-                    &also,
-                    class,
-                    retryable,
-                    self.inputs.draw,
-                ) {
-                    Verdict::Retry { retrier, delay } => {
-                        let mut granted = state.granted.clone();
-                        granted.resize(task.retries.len().max(granted.len()), 0);
-                        granted[retrier] += 1;
-                        let (park, due) =
-                            self.arm_retry(token, &node.id, attempt + 1, delay, &code);
-                        if let Some(t) = self.snap.token_mut(token) {
-                            t.status = TokenStatus::Task(TaskState {
-                                attempt: attempt + 1,
-                                phase: TaskPhase::Backoff { park },
-                                granted,
-                                since: due,
-                            });
-                        }
-                    }
-                    Verdict::Stop { why, policy } => {
-                        let cause = Cause { code, message };
-                        let _ = details;
-                        self.give_up(token, &node.id, why, policy, cause, also);
-                    }
+                    Failure {
+                        code,
+                        message,
+                        class,
+                        retryable,
+                        also,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A failed attempt (or child) of the activity at `token`: a durable
+    /// retry park while a retrier of `policy` (its retriers, whether the
+    /// activity may be retried at all) allows, else the activity fails.
+    pub(super) fn judge_failure(
+        &mut self,
+        token: u64,
+        node_id: &str,
+        policy: (&[RetryPolicy], bool),
+        state: &TaskState,
+        f: Failure,
+    ) {
+        let (retries, idempotent) = policy;
+        let attempt = state.attempt;
+        match judge(
+            retries,
+            idempotent,
+            state,
+            &f.code,
+            &f.also,
+            f.class,
+            f.retryable,
+            self.inputs.draw,
+        ) {
+            Verdict::Retry { retrier, delay } => {
+                let mut granted = state.granted.clone();
+                granted.resize(retries.len().max(granted.len()), 0);
+                granted[retrier] += 1;
+                let (park, due) = self.arm_retry(token, node_id, attempt + 1, delay, &f.code);
+                if let Some(t) = self.snap.token_mut(token) {
+                    t.status = TokenStatus::Task(TaskState {
+                        attempt: attempt + 1,
+                        phase: TaskPhase::Backoff { park },
+                        granted,
+                        since: due,
+                    });
                 }
+            }
+            Verdict::Stop { why, policy } => {
+                let cause = Cause {
+                    code: f.code,
+                    message: f.message,
+                };
+                self.give_up(token, node_id, why, policy, cause, f.also);
             }
         }
     }
@@ -264,7 +306,7 @@ impl Machine<'_> {
 
     /// The policy will not retry: raise RETRY.EXHAUSTED (a policy existed) or
     /// TASK_FAILED (none did), with the last attempt as the cause.
-    fn give_up(
+    pub(super) fn give_up(
         &mut self,
         token: u64,
         node_id: &str,
@@ -295,15 +337,17 @@ impl Machine<'_> {
 
 /// The further names a task failure of `node` answers to: its
 /// `task_failure_name`, unless the failure is of class `timeout`.
-fn failure_names(node: &Node, class: Option<ErrorClass>) -> Vec<String> {
+pub(super) fn failure_names(node: &Node, class: Option<ErrorClass>) -> Vec<String> {
     match node.data.as_ref().and_then(|d| d.task_failure_name.clone()) {
         Some(name) if class != Some(ErrorClass::Timeout) => vec![name],
         _ => Vec::new(),
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn judge(
-    task: &ServiceTask,
+    retries: &[RetryPolicy],
+    idempotent: bool,
     state: &TaskState,
     code: &str,
     also: &[String],
@@ -311,23 +355,23 @@ fn judge(
     retryable: bool,
     draw: f64,
 ) -> Verdict {
-    let Some((ix, policy)) = task.retries.iter().enumerate().find(|(_, p)| {
+    let Some((ix, policy)) = retries.iter().enumerate().find(|(_, p)| {
         p.error_equals
             .as_ref()
             .is_none_or(|codes| codes.iter().any(|c| c == code || also.contains(c)))
     }) else {
-        let why = if task.retries.is_empty() {
+        let why = if retries.is_empty() {
             "no retry policy".to_string()
         } else {
             format!("no retrier matches {code}")
         };
         return Verdict::Stop {
             why,
-            policy: !task.retries.is_empty(),
+            policy: !retries.is_empty(),
         };
     };
     let stop = |why: String| Verdict::Stop { why, policy: true };
-    if !task.idempotent {
+    if !idempotent {
         return stop("the task is not idempotent".into());
     }
     if policy.non_retryable_codes.iter().any(|c| c == code) {

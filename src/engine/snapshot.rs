@@ -190,6 +190,10 @@ pub enum ParkKind {
     /// A channel call's outstanding request: its route-less timeout (due
     /// time, or none) and the anchor of its outbox row (engine/channel.rs).
     Channel,
+    /// A child flow in progress (engine/child.rs): its call's timeout (due
+    /// time, or none); the child's end makes it due with the child's
+    /// outcome stored on its row.
+    Child,
 }
 
 impl ParkKind {
@@ -200,6 +204,7 @@ impl ParkKind {
             ParkKind::Timer => "timer",
             ParkKind::Message => "message",
             ParkKind::Channel => "channel",
+            ParkKind::Child => "child",
         }
     }
 }
@@ -242,6 +247,9 @@ pub enum TaskPhase {
     /// A channel call: request `request` of attempt `attempt` is out (or in
     /// the outbox), its window on channel park `park`.
     Calling { park: u64, request: String },
+    /// A process call: child instance `instance` runs, awaited on child
+    /// park `park`.
+    Child { park: u64, instance: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -328,7 +336,8 @@ impl Token {
             TokenStatus::Task(t) => match t.phase {
                 TaskPhase::Running { park }
                 | TaskPhase::Backoff { park }
-                | TaskPhase::Calling { park, .. } => v.push(park),
+                | TaskPhase::Calling { park, .. }
+                | TaskPhase::Child { park, .. } => v.push(park),
             },
             TokenStatus::Waiting { park } => v.push(*park),
             TokenStatus::Fanout(FanoutState {
@@ -339,6 +348,15 @@ impl Token {
         }
         v
     }
+}
+
+/// The parent of a child instance: the instance whose park `park` awaits
+/// it, and how deep it is nested (1 = a child of a top-level instance).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    pub instance: String,
+    pub park: u64,
+    pub depth: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -375,6 +393,10 @@ pub struct Snapshot {
     pub error: Option<InstanceError>,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
+    /// Set on a child instance (a process call started it): its end is
+    /// delivered to that parent's park.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentLink>,
 }
 
 impl Snapshot {

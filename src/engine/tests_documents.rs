@@ -168,3 +168,66 @@ fn a_uuid_is_drawn_from_the_inputs() {
     assert_eq!(a, b, "same inputs, same UUID");
     assert_eq!(a.as_str().unwrap().len(), 36);
 }
+
+#[test]
+fn the_journal_of_a_catch_names_the_error_it_matched() {
+    let p = load(json!({
+        "StartAt": "T",
+        "States": {
+            "T": {"Type": "Task", "Resource": "chaos", "End": true,
+                  "Retry": [{"ErrorEquals": ["OUT_OF_STOCK"], "MaxAttempts": 1}],
+                  "Catch": [{"ErrorEquals": ["OUT_OF_STOCK"], "ResultPath": "$.error", "Next": "H"}]},
+            "H": {"Type": "Pass", "End": true}
+        }
+    }));
+    let mut step = begin(&p, json!({}));
+    for attempt in 1..=2 {
+        let req = step
+            .effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::RunAttempt(a) => Some(a.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("attempt {attempt}"));
+        let failed = Event::AttemptEnded {
+            token: req.token,
+            attempt: req.attempt,
+            outcome: TaskOutcome::Failed {
+                code: "OUT_OF_STOCK".into(),
+                class: crate::codes::ErrorClass::Internal,
+                retryable: true,
+                message: "no pots left".into(),
+                details: None,
+            },
+        };
+        step = apply(&p, step.snapshot, failed, &inputs(attempt)).unwrap();
+        if attempt == 1 {
+            let retry = *step.snapshot.parks.keys().next().unwrap();
+            step = apply(
+                &p,
+                step.snapshot,
+                Event::ParkFired { park: retry },
+                &inputs(2),
+            )
+            .unwrap();
+        }
+    }
+    assert_eq!(step.snapshot.state, InstanceState::Completed);
+    let caught = step
+        .effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Journal(j) if j.kind == "error_caught" => Some(j.data.clone()),
+            _ => None,
+        })
+        .unwrap();
+    // What `{Error, Cause}` says, not the engine code that carried it.
+    assert_eq!(caught["code"], json!("OUT_OF_STOCK"));
+    assert_eq!(caught["message"], json!("no pots left"));
+    assert_eq!(caught["raised"], json!("SUTRA.RUNTIME.RETRY.EXHAUSTED"));
+    assert_eq!(
+        step.snapshot.variables["error"]["Error"],
+        json!("OUT_OF_STOCK")
+    );
+}

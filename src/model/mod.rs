@@ -234,10 +234,17 @@ pub enum NodeKind {
     /// Runs its branch scopes on copies of its token's document and collects
     /// their outputs in an array (States-language `Parallel` and `Map`).
     Fanout(Fanout),
-    /// Starts an instance of another deployed process of the same tenant and
-    /// waits for it: its output is the result, its failure the error.
+    /// Starts an instance of another deployed process of the same tenant (a
+    /// child) and waits for it durably, like a BPMN call activity: the
+    /// child's output is the node's result, its failure the node's error
+    /// (judged by `retries`, each retry a fresh child). `timeout` bounds
+    /// each child (the child is cancelled when it elapses).
     CallProcess {
         process: String,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        retries: Vec<RetryPolicy>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        timeout: Option<crate::time::IsoDuration>,
     },
 }
 

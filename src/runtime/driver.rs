@@ -187,6 +187,8 @@ impl<S: Store> Runtime<S> {
         let mut spec = self.spec_of(step, None);
         // Run to the first wait before the first commit (inline.rs).
         self.speculate(&id, deployed, &mut spec).await;
+        // The child flows it starts are created with it (children.rs).
+        self.start_children(deployed, &mut spec).await?;
         let mut write = self.finish_write(&mut spec);
         self.claim_requests(&req.tenant, &mut write).await;
         // Tenant quota (tenancy.rs): held until the instance row is written.
@@ -199,6 +201,7 @@ impl<S: Store> Runtime<S> {
         tracing::debug!(instance = %id, "started");
         self.committed(&id, 1, &mut spec, &write).await;
         drop(guard);
+        self.after_commit(&mut spec).await;
         // Drive until every token waits: attempts still running, then the rest.
         for task in std::mem::take(&mut spec.running) {
             let _ = task.await;
@@ -212,7 +215,13 @@ impl<S: Store> Runtime<S> {
 
     /// What follows every commit: wake the poller for new parks, set alarms,
     /// tell `settle` waiters, let a drained deployment retire.
-    async fn committed(&self, id: &str, version: i64, spec: &mut Spec, write: &StepWrite) {
+    pub(super) async fn committed(
+        &self,
+        id: &str,
+        version: i64,
+        spec: &mut Spec,
+        write: &StepWrite,
+    ) {
         // The poller only needs to look again for a park no alarm here fires.
         if write
             .arm
@@ -234,7 +243,7 @@ impl<S: Store> Runtime<S> {
 
     /// On a virtual clock, wait for the deliveries a commit started (time
     /// must not jump past them); on the system clock they run on their own.
-    async fn await_sends(&self, spec: &mut Spec) {
+    pub(super) async fn await_sends(&self, spec: &mut Spec) {
         let sends = std::mem::take(&mut spec.sends);
         if self.inner.clock.is_wall_clock() {
             return;
@@ -277,6 +286,7 @@ impl<S: Store> Runtime<S> {
             let running = std::mem::take(&mut spec.running);
             let mut tries = 0;
             loop {
+                rt.start_children(&deployed, &mut spec).await?;
                 let mut write = rt.finish_write(&mut spec);
                 let tenant = spec.snapshot.tenant.clone();
                 rt.claim_requests(&tenant, &mut write).await;
@@ -303,6 +313,7 @@ impl<S: Store> Runtime<S> {
                 }
             }
             drop(guard);
+            rt.after_commit(&mut spec).await;
             for task in running {
                 let _ = task.await;
             }
@@ -334,7 +345,7 @@ impl<S: Store> Runtime<S> {
 
     /// Run attempts concurrently (bounded by the sandbox's lanes) and feed each
     /// outcome back.
-    fn run_attempts(
+    pub(super) fn run_attempts(
         &self,
         id: String,
         deployed: Arc<Deployed>,

@@ -77,6 +77,14 @@ pub(crate) struct Spec {
     /// The push deliveries started after the commit (channel.rs): awaited
     /// on a virtual clock (time must not jump past them), detached otherwise.
     pub(crate) sends: Vec<tokio::task::JoinHandle<()>>,
+    /// Child flows asked for and not yet prepared (children.rs).
+    pub(crate) child_starts: Vec<engine::ChildStart>,
+    /// Child flows prepared: created with the commit, carried on after it.
+    pub(crate) children: Vec<super::children::PreparedChild>,
+    /// Child instances to cancel once committed: (instance, reason).
+    pub(crate) cancels: Vec<(String, String)>,
+    /// This instance's end, for its parent (a child's final step).
+    pub(crate) delivery: Option<super::children::Delivery>,
 }
 
 /// `a` then `b`, as one write.
@@ -116,6 +124,10 @@ impl Spec {
             steps: 0,
             running: Vec::new(),
             sends: Vec::new(),
+            child_starts: Vec::new(),
+            children: Vec::new(),
+            cancels: Vec::new(),
+            delivery: None,
         }
     }
 }
@@ -187,6 +199,11 @@ impl<S: Store> Runtime<S> {
                     created_at: ms(self.inner.clock.now()),
                     claim: None,
                 }),
+                // Child flows: created with the commit, cancelled after it (children.rs).
+                Effect::StartChild(c) => spec.child_starts.push(c.clone()),
+                Effect::CancelChild { instance, reason } => {
+                    spec.cancels.push((instance.clone(), reason.clone()))
+                }
                 // The runtime never interrupts an attempt (yet): an abandoned
                 // one runs to its end and its result is discarded.
                 Effect::AttemptAbandoned { .. } => {}
@@ -226,6 +243,8 @@ impl<S: Store> Runtime<S> {
         if snap.state.is_terminal() {
             w.ended_at = snap.ended_at.map(ms);
         }
+        w.children = super::children::child_rows(spec);
+        self.child_end(spec, &mut w);
         if self.inner.clock.is_wall_clock() && self.inner.alarms.is_some() {
             let now = self.inner.clock.now();
             for p in &mut w.arm {

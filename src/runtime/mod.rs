@@ -17,6 +17,8 @@
 mod alarm;
 // Channel calls, the outbox, external tasks, incidents, migration (issue 14).
 mod channel;
+// Child flows (process calls, the States language's InvokeFlow).
+mod children;
 mod deployed;
 mod driver;
 mod events;

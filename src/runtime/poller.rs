@@ -6,7 +6,7 @@
 //! next due park, so a PT24H timer or a long backoff passes in milliseconds.
 
 use super::{Runtime, RuntimeResult};
-use crate::engine::{Event, InstanceState};
+use crate::engine::{InstanceState, ParkKind};
 use crate::store::{InstanceRecord, Store};
 use std::time::Duration;
 
@@ -58,8 +58,12 @@ impl<S: Store> Runtime<S> {
             for p in parks {
                 let rt = self.clone();
                 set.spawn(async move {
-                    let seq = u64::try_from(p.seq).unwrap_or_default();
-                    if let Err(e) = rt.drive(p.instance_id.clone(), Event::ParkFired { park: seq }).await {
+                    // A child park may carry its child's end (children.rs).
+                    let fired = match rt.park_event(&p.instance_id, p.seq, &p.kind).await {
+                        Ok(event) => rt.drive(p.instance_id.clone(), event).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = fired {
                         tracing::error!(instance = %p.instance_id, park = p.seq, error = %e, "could not fire park");
                         let _ = rt.inner.store.release_claim(&p.instance_id, p.seq, &rt.inner.owner).await;
                     }
@@ -92,14 +96,8 @@ impl<S: Store> Runtime<S> {
             // Parks first, then the instance: a step committed in between (an
             // alarm here, another replica) shows in the instance, never as an
             // instance that waits with no park.
-            let own_due = self
-                .inner
-                .store
-                .parks_of(id)
-                .await?
-                .iter()
-                .filter_map(|p| p.due_at)
-                .min();
+            // A child flow's waits count as the instance's own.
+            let own_due = self.due_with_children(id).await?;
             // A delivery retry due before the instance's next timed wait is
             // work to wait for too (a delivery alone is the outside world's);
             // a delivery this runtime is making is waited for.
@@ -150,6 +148,25 @@ impl<S: Store> Runtime<S> {
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+    }
+
+    /// The earliest due instant of the parks of instance `id` and of the
+    /// child flows it awaits (and theirs).
+    async fn due_with_children(&self, id: &str) -> RuntimeResult<Option<i64>> {
+        let mut due: Option<i64> = None;
+        let mut work = vec![(id.to_string(), 0)];
+        while let Some((instance, depth)) = work.pop() {
+            for p in self.inner.store.parks_of(&instance).await? {
+                if let Some(d) = p.due_at {
+                    due = Some(due.map_or(d, |x| x.min(d)));
+                }
+                if p.kind == ParkKind::Child.as_str() && depth < super::children::MAX_DEPTH {
+                    let seq = u64::try_from(p.seq).unwrap_or_default();
+                    work.push((crate::engine::child_id(&instance, seq), depth + 1));
+                }
+            }
+        }
+        Ok(due)
     }
 
     /// The earliest due park or push delivery.
@@ -230,6 +247,11 @@ impl<S: Store> Runtime<S> {
         if let Err(e) = self.rearm_schedules().await {
             tracing::warn!(error = %e, "re-arming schedules failed");
         }
+        // Boot: children whose parent stopped awaiting them while this
+        // process was down (children.rs).
+        if let Err(e) = self.cancel_orphans().await {
+            tracing::warn!(error = %e, "cancelling orphaned child flows failed");
+        }
         // The sweeper runs beside the poller, so a long burst of due work never
         // starves its lease renewal (the lease would change hands while its
         // holder lives).
@@ -287,6 +309,9 @@ impl<S: Store> Runtime<S> {
                 }
                 if let Err(e) = self.retire_drained().await {
                     tracing::warn!(error = %e, "retirement pass failed");
+                }
+                if let Err(e) = self.cancel_orphans().await {
+                    tracing::warn!(error = %e, "orphan pass failed");
                 }
                 next_sweep = self
                     .inner

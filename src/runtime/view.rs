@@ -54,6 +54,9 @@ pub struct WaitView {
     /// The attempt that runs when it falls due (retry) or is in flight (attempt).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
+    /// The child instance a `child` wait awaits (a process call).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub child: Option<String>,
 }
 
 /// The shape of `sutra run` / `sutra inspect` (and the API's instance view).
@@ -76,6 +79,9 @@ pub struct InstanceView {
     pub ended_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<String>,
+    /// The instance whose process call started this one (a child flow).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// The history route's answer: the journal, or an explanatory empty shape
@@ -109,7 +115,11 @@ fn waits(snap: &Snapshot) -> Vec<WaitView> {
     let attempt_of = |seq: u64| {
         snap.tokens.iter().find_map(|t| match &t.status {
             TokenStatus::Task(task) => match task.phase {
-                TaskPhase::Running { park } | TaskPhase::Backoff { park } if park == seq => {
+                TaskPhase::Running { park }
+                | TaskPhase::Backoff { park }
+                | TaskPhase::Child { park, .. }
+                    if park == seq =>
+                {
                     Some(task.attempt)
                 }
                 _ => None,
@@ -127,6 +137,8 @@ fn waits(snap: &Snapshot) -> Vec<WaitView> {
             message: p.message.as_ref().map(|m| m.name.clone()),
             correlation_key: p.message.as_ref().and_then(|m| m.key.clone()),
             attempt: attempt_of(*seq),
+            child: (p.kind == crate::engine::ParkKind::Child)
+                .then(|| crate::engine::child_id(&snap.instance_id, *seq)),
         })
         .collect();
     waits.sort_by_key(|w| (w.due.is_none(), w.due));
@@ -168,6 +180,7 @@ impl<S: Store> Runtime<S> {
             started_at: at(rec.started_at),
             ended_at: rec.ended_at.map(at),
             retry_of: rec.retry_of,
+            parent: snap.parent.map(|p| p.instance),
         })
     }
 

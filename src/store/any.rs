@@ -162,6 +162,14 @@ impl Store for AnyStore {
         delegate!(self, s => s.find_message_parks(tenant, name, correlation_key).await)
     }
 
+    async fn child_outcome(&self, instance_id: &str, seq: i64) -> StoreResult<Option<String>> {
+        delegate!(self, s => s.child_outcome(instance_id, seq).await)
+    }
+
+    async fn orphaned_children(&self, limit: i64) -> StoreResult<Vec<String>> {
+        delegate!(self, s => s.orphaned_children(limit).await)
+    }
+
     async fn parks_of(&self, instance_id: &str) -> StoreResult<Vec<ParkRecord>> {
         delegate!(self, s => s.parks_of(instance_id).await)
     }

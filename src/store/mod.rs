@@ -26,6 +26,7 @@
 
 pub mod any;
 pub mod channels;
+pub mod children;
 mod migrations;
 mod outbox;
 pub mod postgres;
@@ -262,6 +263,14 @@ pub struct StepWrite {
     /// Channel-call requests issued by the step (the transactional outbox).
     #[serde(default)]
     pub requests: Vec<channels::NewRequest>,
+    /// Child instances the step starts (process calls), each with its first
+    /// step; a grandchild follows its parent in the list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<children::NewChild>,
+    /// Set on the final step of a child instance: its end, written on its
+    /// parent's child park.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_parent: Option<children::ChildEnd>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -404,6 +413,20 @@ pub trait Store:
     ) -> impl Future<Output = StoreResult<Vec<ParkRecord>>> + Send;
     /// Count of parks by kind.
     fn park_counts(&self) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
+
+    // ---- child instances (children.rs) ----
+    /// The outcome a child wrote on park `(instance_id, seq)` of its parent
+    /// (`None`: no child ended there yet).
+    fn child_outcome(
+        &self,
+        instance_id: &str,
+        seq: i64,
+    ) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+    /// Up to `limit` live child instances whose parent's park is gone.
+    fn orphaned_children(
+        &self,
+        limit: i64,
+    ) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
 
     // ---- attempts and journal ----
     fn attempts(

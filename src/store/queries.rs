@@ -434,6 +434,28 @@ where
         Ok(rows)
     }
 
+    async fn child_outcome(&self, instance_id: &str, seq: i64) -> StoreResult<Option<String>> {
+        let payload: Option<Option<String>> = sqlx::query_scalar(super::children::CHILD_OUTCOME)
+            .bind(instance_id)
+            .bind(seq)
+            .fetch_optional(self.reads())
+            .await?;
+        Ok(payload.flatten())
+    }
+
+    async fn orphaned_children(&self, limit: i64) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT c.id FROM instances c \
+             WHERE c.parent_id IS NOT NULL AND c.state IN ({LIVE}) \
+               AND NOT EXISTS (SELECT 1 FROM parks p \
+                               WHERE p.instance_id = c.parent_id AND p.seq = c.parent_park) \
+             ORDER BY c.id LIMIT $1"
+        ))
+        .bind(limit.max(0))
+        .fetch_all(self.reads())
+        .await?)
+    }
+
     async fn park_counts(&self) -> StoreResult<Vec<(String, i64)>> {
         Ok(
             sqlx::query_as("SELECT kind, COUNT(*) FROM parks GROUP BY kind ORDER BY kind")

@@ -13,6 +13,7 @@
 //! first use (`$1` before `$2` ...): rusqlite binds by position, and SQLite
 //! numbers a `$N` parameter by its first use (checked by a test).
 
+use super::children;
 use super::queries::Column;
 use super::rows::{duplicate_or_db, park_claim_columns};
 use super::{NewInstance, StepWrite, StoreError, StoreResult};
@@ -163,8 +164,67 @@ where
     }
 
     /// Everything of a step but the instance row itself: parks, attempts,
-    /// journal, or the deletion of the whole instance.
+    /// journal (or the deletion of the whole instance), then the parent's
+    /// wake-up of a child's final step and the children the step starts
+    /// (children.rs).
     pub(super) async fn apply(
+        conn: &mut DB::Connection,
+        id: &str,
+        tenant: &str,
+        deployment_id: &str,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
+        Self::apply_rows(conn, id, tenant, deployment_id, step).await?;
+        if let Some(w) = &step.wake_parent {
+            Self::wake_parent(conn, w).await?;
+        }
+        for c in &step.children {
+            let child = &c.instance;
+            Self::insert_instance(INSERT_INSTANCE, child, &c.step)
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| {
+                    duplicate_or_db(e, || format!("instance {} already exists", child.id))
+                })?;
+            sqlx::query(children::SET_PARENT)
+                .bind(&c.parent_id)
+                .bind(c.parent_park)
+                .bind(&child.id)
+                .execute(&mut *conn)
+                .await?;
+            Self::apply_rows(
+                conn,
+                &child.id,
+                &child.tenant,
+                &child.deployment_id,
+                &c.step,
+            )
+            .await?;
+            if let Some(w) = &c.step.wake_parent {
+                Self::wake_parent(conn, w).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A child's end on its parent's child park (if the park still exists).
+    async fn wake_parent(conn: &mut DB::Connection, w: &children::ChildEnd) -> StoreResult<()> {
+        let (claimed_by, claimed_until) = children::wake_claim(w);
+        sqlx::query(children::WAKE_PARENT)
+            .bind(w.due_at)
+            .bind(&w.payload)
+            .bind(claimed_by)
+            .bind(claimed_until)
+            .bind(&w.parent_id)
+            .bind(w.park_seq)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// The rows of one instance's step: parks, attempts, journal, outbox
+    /// requests, or the deletion of the whole instance.
+    async fn apply_rows(
         conn: &mut DB::Connection,
         id: &str,
         tenant: &str,

@@ -43,6 +43,7 @@
 //!   batch answers an error, the transaction is rolled back, the thread
 //!   goes on.
 
+use super::children;
 use super::queries::Claim;
 use super::queries_steps as sql;
 use super::rows::{park_claim_columns, sort_claimed};
@@ -360,6 +361,13 @@ fn create_one(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreR
             return Ok(Created::Existing(id));
         }
     }
+    insert_instance(conn, inst, step)?;
+    apply_step(conn, &inst.id, &inst.tenant, &inst.deployment_id, step)?;
+    Ok(Created::New)
+}
+
+/// The instance row of a new instance (version 1).
+fn insert_instance(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreResult<()> {
     conn.prepare_cached(sql::INSERT_INSTANCE)?
         .execute(params![
             inst.id,
@@ -375,8 +383,7 @@ fn create_one(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreR
             step.ended_at,
         ])
         .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
-    apply_step(conn, &inst.id, &inst.tenant, &inst.deployment_id, step)?;
-    Ok(Created::New)
+    Ok(())
 }
 
 /// Updates the instance row if it is at `expected_version`, then applies the
@@ -416,9 +423,60 @@ fn commit_one(
     }
 }
 
-/// Everything of a step but the instance row itself: parks, attempts,
-/// journal, or the deletion of the whole instance.
+/// Everything of a step but the instance row itself (as
+/// `queries_steps::StepSql::apply`): its rows, then the parent's wake-up of
+/// a child's final step and the children the step starts (children.rs).
 fn apply_step(
+    conn: &Connection,
+    id: &str,
+    tenant: &str,
+    deployment_id: &str,
+    step: &StepWrite,
+) -> StoreResult<()> {
+    apply_rows(conn, id, tenant, deployment_id, step)?;
+    if let Some(w) = &step.wake_parent {
+        wake_parent(conn, w)?;
+    }
+    for c in &step.children {
+        insert_instance(conn, &c.instance, &c.step)?;
+        conn.prepare_cached(children::SET_PARENT)?.execute(params![
+            c.parent_id,
+            c.parent_park,
+            c.instance.id
+        ])?;
+        let child = &c.instance;
+        apply_rows(
+            conn,
+            &child.id,
+            &child.tenant,
+            &child.deployment_id,
+            &c.step,
+        )?;
+        if let Some(w) = &c.step.wake_parent {
+            wake_parent(conn, w)?;
+        }
+    }
+    Ok(())
+}
+
+/// A child's end on its parent's child park (if the park still exists).
+fn wake_parent(conn: &Connection, w: &children::ChildEnd) -> StoreResult<()> {
+    let (claimed_by, claimed_until) = children::wake_claim(w);
+    conn.prepare_cached(children::WAKE_PARENT)?
+        .execute(params![
+            w.due_at,
+            w.payload,
+            claimed_by,
+            claimed_until,
+            w.parent_id,
+            w.park_seq
+        ])?;
+    Ok(())
+}
+
+/// The rows of one instance's step: parks, attempts, journal, outbox
+/// requests, or the deletion of the whole instance.
+fn apply_rows(
     conn: &Connection,
     id: &str,
     tenant: &str,
@@ -519,7 +577,9 @@ mod tests {
     use rusqlite::Connection;
 
     /// Every statement this thread binds by position.
-    const STATEMENTS: [&str; 13] = [
+    const STATEMENTS: [&str; 15] = [
+        super::children::SET_PARENT,
+        super::children::WAKE_PARENT,
         sql::INSTANCE_BY_KEY,
         sql::INSERT_INSTANCE,
         sql::UPDATE_INSTANCE,

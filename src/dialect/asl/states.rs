@@ -85,6 +85,7 @@ fn allowed(ty: &str) -> Option<&'static [&'static str]> {
             "ResultPath",
             "Retry",
             "Catch",
+            "TimeoutSeconds",
         ],
         _ => return None,
     })
@@ -904,16 +905,27 @@ impl St<'_, '_, '_> {
                 String::new()
             }
         };
+        let timeout = match self.get("TimeoutSeconds").cloned() {
+            Some(t) if !self.jsonata => self
+                .positive_int(&t, "TimeoutSeconds")
+                .map(IsoDuration::from_secs),
+            _ => None,
+        };
         let mut data = self.data(ResultPath::Replace);
+        data.error_names = vec![(
+            Code::ChildTimeout.as_str().into(),
+            Code::StatesTimeout.as_str().into(),
+        )];
         data.task_failure_name = Some(Code::StatesTaskFailed.as_str().into());
         let retries = self.retriers();
-        if !retries.is_empty() {
-            let pos = self.get("Retry").map(|r| r.pos).unwrap_or_default();
-            self.b
-                .cx
-                .unsupported(pos, self.name, "`Retry` on InvokeFlow");
-        }
-        let node = self.node(NodeKind::CallProcess { process }, Some(data));
+        let node = self.node(
+            NodeKind::CallProcess {
+                process,
+                retries,
+                timeout,
+            },
+            Some(data),
+        );
         self.catchers(node);
         (node, self.next_or_end(node))
     }

@@ -1,0 +1,200 @@
+//! Parks of the token walk: timers (fixed and cycles), message waits,
+//! boundary events armed on an activity, and what a fired park does (a lost
+//! attempt re-runs, a backoff ends, a catch or boundary event moves on, a
+//! channel call or a process call times out).
+
+use super::machine::Machine;
+use super::snapshot::{CycleState, NodeState};
+use super::{MessageKey, Park, ParkKind, TokenStatus};
+use crate::codes::Code;
+use crate::model::{BoundaryTrigger, MessageRef, Node, NodeKind};
+use crate::time::TimerSpec;
+use serde_json::{json, Map, Value};
+
+impl<'a> Machine<'a> {
+    pub(super) fn timer_park(&mut self, token: u64, node: &Node, spec: &TimerSpec) -> Option<u64> {
+        let now = self.inputs.now;
+        let due = spec.first_due(now);
+        let Some(due) = due else {
+            self.fail_code(
+                Code::TimerUnsupported,
+                format!("timer on `{}` has no slot left", node.id),
+                Some(&node.id),
+            );
+            return None;
+        };
+        let cycle = matches!(spec, TimerSpec::Cycle(_)).then(|| CycleState {
+            armed_at: now,
+            slot: 0,
+        });
+        self.journal("timer_armed", Some(&node.id), json!({ "due": due }));
+        Some(self.arm(Park {
+            kind: ParkKind::Timer,
+            token,
+            node: node.id.clone(),
+            due: Some(due),
+            message: None,
+            cycle,
+        }))
+    }
+
+    pub(super) fn message_park(&mut self, token: u64, node: &Node, m: &MessageRef) -> Option<u64> {
+        let key = match &m.correlation_key {
+            None => None,
+            Some(expr) => match expr.eval(&self.snap.variables) {
+                Ok(Value::String(s)) => Some(s),
+                Ok(Value::Null) => None,
+                Ok(other) => Some(other.to_string()),
+                Err(e) => {
+                    self.fail_code(
+                        Code::ConditionFailed,
+                        format!("correlation key of `{}` failed: {e}", node.id),
+                        Some(&node.id),
+                    );
+                    return None;
+                }
+            },
+        };
+        self.journal(
+            "message_awaited",
+            Some(&node.id),
+            json!({ "name": m.name, "key": key }),
+        );
+        Some(self.arm(Park {
+            kind: ParkKind::Message,
+            token,
+            node: node.id.clone(),
+            due: None,
+            message: Some(MessageKey {
+                name: m.name.clone(),
+                key,
+            }),
+            cycle: None,
+        }))
+    }
+
+    pub(super) fn arm_boundaries(&mut self, token: u64, activity: &'a Node) {
+        for &b in &activity.boundaries {
+            let bnode = self.process.node(b);
+            let NodeKind::Boundary(ev) = &bnode.kind else {
+                continue;
+            };
+            let park = match &ev.trigger {
+                BoundaryTrigger::Error { .. } => None,
+                BoundaryTrigger::Timer(spec) => self.timer_park(token, bnode, spec),
+                BoundaryTrigger::Message(m) => self.message_park(token, bnode, m),
+            };
+            if let (Some(p), Some(t)) = (park, self.snap.token_mut(token)) {
+                t.boundary_parks.push(p);
+            }
+        }
+    }
+
+    pub(super) fn park_fired(&mut self, seq: u64, variables: Map<String, Value>) {
+        let Some(park) = self.snap.parks.get(&seq).cloned() else {
+            self.journal(
+                "park_ignored",
+                None,
+                json!({ "park": seq, "reason": "already withdrawn" }),
+            );
+            return;
+        };
+        if park.kind == ParkKind::Message && park.message.is_none() {
+            return;
+        }
+        self.withdraw(seq);
+        if let Some(t) = self.snap.token_mut(park.token) {
+            t.boundary_parks.retain(|&p| p != seq);
+        }
+        let Some(node) = self.process.find(&park.node) else {
+            return;
+        };
+        if !self.doc_resumed(park.token, node, &park, variables.clone()) {
+            self.snap.variables.extend(variables);
+        }
+        match park.kind {
+            ParkKind::Attempt => {
+                // The runner of this attempt was lost: run the same attempt again.
+                self.journal(
+                    "attempt_lost",
+                    Some(&node.id),
+                    json!({ "token": park.token }),
+                );
+                self.rerun_attempt(park.token);
+            }
+            ParkKind::Retry => {
+                if !self.fanout_retry_due(park.token) {
+                    self.retry_due(park.token);
+                }
+            }
+            ParkKind::Channel => self.call_timed_out(park.token, seq),
+            ParkKind::Child => self.child_timed_out(park.token, seq),
+            ParkKind::Timer | ParkKind::Message => {
+                let kind = if park.kind == ParkKind::Timer {
+                    "timer_fired"
+                } else {
+                    "message_received"
+                };
+                self.journal(kind, Some(&node.id), json!({ "token": park.token }));
+                match &node.kind {
+                    NodeKind::Catch(_) => {
+                        if let Some(t) = self.snap.token_mut(park.token) {
+                            t.status = TokenStatus::Ready;
+                        }
+                        self.snap.completed.push(node.id.clone());
+                        self.leave(park.token);
+                    }
+                    NodeKind::Boundary(ev) => {
+                        let Some(scope) = self.snap.token(park.token).map(|t| t.scope) else {
+                            return;
+                        };
+                        if ev.interrupting {
+                            if let Some(host) = self.snap.token(park.token).map(|t| t.node.clone())
+                            {
+                                self.set_state(&host, NodeState::Cancelled);
+                            }
+                            self.discard(park.token);
+                        } else {
+                            self.rearm_boundary(&park, node);
+                        }
+                        self.spawn(node.ix, scope, None);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// A non-interrupting boundary keeps watching: a message boundary waits
+    /// for the next message, a cycle timer arms its next slot in budget.
+    pub(super) fn rearm_boundary(&mut self, fired: &Park, node: &Node) {
+        let NodeKind::Boundary(ev) = &node.kind else {
+            return;
+        };
+        let park = match (&ev.trigger, &fired.cycle) {
+            (BoundaryTrigger::Message(_), _) => Some(Park {
+                due: None,
+                ..fired.clone()
+            }),
+            (BoundaryTrigger::Timer(TimerSpec::Cycle(c)), Some(state)) => {
+                let cu = c.catch_up(state.armed_at, Some(state.slot), self.inputs.now);
+                cu.next.map(|(slot, due)| Park {
+                    due: Some(due),
+                    cycle: Some(CycleState {
+                        armed_at: state.armed_at,
+                        slot,
+                    }),
+                    ..fired.clone()
+                })
+            }
+            _ => None,
+        };
+        if let Some(p) = park {
+            let token = p.token;
+            let seq = self.arm(p);
+            if let Some(t) = self.snap.token_mut(token) {
+                t.boundary_parks.push(seq);
+            }
+        }
+    }
+}
