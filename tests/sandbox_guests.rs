@@ -289,7 +289,12 @@ async fn chaos_big_output_of_200_mb_under_1_gib_is_output_invalid_not_a_trap() {
         memory_bytes: 1 << 30,
         ..Limits::default()
     };
-    let r = chaos_with(json!({"do": "big-output", "bytes": 200_000_000u64}), 1, &limits).await;
+    let r = chaos_with(
+        json!({"do": "big-output", "bytes": 200_000_000u64}),
+        1,
+        &limits,
+    )
+    .await;
     let (code, _, retryable, message) = failed(&r);
     assert_eq!(code, Code::TaskOutputInvalid.as_str(), "{message}");
     assert!(!retryable);

@@ -21,10 +21,16 @@ use std::borrow::Cow;
 
 /// The shared migrations, in version order: (file name, text). A file added
 /// under `migrations/shared/` and missing here fails a test.
-const SHARED: &[(&str, &str)] = &[(
-    "0004_channels.sql",
-    include_str!("../../migrations/shared/0004_channels.sql"),
-)];
+const SHARED: &[(&str, &str)] = &[
+    (
+        "0004_channels.sql",
+        include_str!("../../migrations/shared/0004_channels.sql"),
+    ),
+    (
+        "0005_idempotency_fingerprint.sql",
+        include_str!("../../migrations/shared/0005_idempotency_fingerprint.sql"),
+    ),
+];
 
 /// Which backend a migration is rendered for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

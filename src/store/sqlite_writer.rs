@@ -373,6 +373,7 @@ fn create_one(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreR
             inst.started_at,
             step.updated_at,
             step.ended_at,
+            inst.idempotency_fingerprint,
         ])
         .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
     apply_step(conn, &inst.id, &inst.tenant, &inst.deployment_id, step)?;
