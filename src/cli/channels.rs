@@ -24,6 +24,7 @@ pub enum ChannelCommand {
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("transport").required(true).args(["push", "pull"])))]
 pub struct ChannelSetArgs {
+    /// The channel's name.
     pub name: String,
     /// Deliver each request by POSTing it to this URL.
     #[arg(long, value_name = "URL")]
@@ -40,6 +41,7 @@ pub struct ChannelSetArgs {
 
 #[derive(Debug, Args)]
 pub struct ChannelNameArgs {
+    /// The channel's name.
     pub name: String,
     #[command(flatten)]
     pub server: ServerOpts,
@@ -67,6 +69,7 @@ pub enum IncidentCommand {
 
 #[derive(Debug, Args)]
 pub struct IncidentIdArgs {
+    /// The incident's id (`sutra incidents` lists them).
     pub id: String,
     #[command(flatten)]
     pub server: ServerOpts,
