@@ -104,8 +104,9 @@ codes! {
     TaskMemoryLimit => "SUTRA.TASK.MEMORY_LIMIT", ResourceExhausted, true;
     /// The guest overflowed its stack.
     TaskStackOverflow => "SUTRA.TASK.STACK_OVERFLOW", ResourceExhausted, true;
-    /// The guest's output was not JSON, or over the output cap.
-    TaskOutputInvalid => "SUTRA.TASK.OUTPUT_INVALID", Internal, true;
+    /// The guest's output was not JSON, or over the output cap. Not retried by
+    /// default: the same task on the same input answers the same output.
+    TaskOutputInvalid => "SUTRA.TASK.OUTPUT_INVALID", Internal, false;
     /// The component failed validation or imports something outside the task world.
     TaskModuleInvalid => "SUTRA.TASK.MODULE_INVALID", InvalidInput, false;
     /// The task's input could not be built (e.g. variables are not JSON-encodable).
@@ -180,6 +181,11 @@ codes! {
     TenantNotFound => "SUTRA.TENANT.NOT_FOUND", InvalidInput, false;
     /// A tenant of that name exists already.
     TenantExists => "SUTRA.TENANT.EXISTS", InvalidInput, false;
+    /// No API key with that id among the tenant's keys (revoked already, or another tenant's).
+    TenantKeyNotFound => "SUTRA.TENANT.KEY_NOT_FOUND", InvalidInput, false;
+    /// An `Idempotency-Key` used before with a different request (another
+    /// process, start event or variables): refused, never replayed.
+    IdempotencyKeyReused => "SUTRA.RUNTIME.IDEMPOTENCY_KEY_REUSED", InvalidInput, false;
     /// No deployment with that id (or not visible to the caller).
     DeploymentNotFound => "SUTRA.RUNTIME.DEPLOYMENT_NOT_FOUND", InvalidInput, false;
     /// A compensator failed (its retries spent, a business error, a timeout):
@@ -215,6 +221,10 @@ codes! {
     ApiPayloadTooLarge => "SUTRA.API.PAYLOAD_TOO_LARGE", InvalidInput, false;
     /// The body's content type is not the one the route takes.
     ApiUnsupportedMediaType => "SUTRA.API.UNSUPPORTED_MEDIA_TYPE", InvalidInput, false;
+    /// The request target (path and query) is longer than the server reads.
+    ApiUriTooLong => "SUTRA.API.URI_TOO_LONG", InvalidInput, false;
+    /// The request's header section is too large (too many headers, or too many bytes).
+    ApiHeadersTooLarge => "SUTRA.API.HEADERS_TOO_LARGE", InvalidInput, false;
     /// The server failed; the details are in its log, never in the answer.
     ApiInternal => "SUTRA.API.INTERNAL", Internal, true;
 

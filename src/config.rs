@@ -21,6 +21,7 @@
 //! | `sutra.outbox.response-timeout` | `SUTRA_OUTBOX_RESPONSE_TIMEOUT` | `PT30S` |
 //! | `sutra.outbox.max-response-bytes` | `SUTRA_OUTBOX_MAX_RESPONSE_BYTES` | `64KiB` |
 //! | `sutra.external-task.retries` | `SUTRA_EXTERNAL_TASK_RETRIES` | `3` |
+//! | `sutra.metrics.token` | `SUTRA_METRICS_TOKEN` | none (`/metrics` takes the admin key only) |
 //!
 //! Invariant: a bad value is refused at start with `SUTRA.CONFIG.INVALID` and
 //! the key named; nothing reads configuration after start.
@@ -51,6 +52,9 @@ pub struct Config {
     pub memory_bytes: Option<u64>,
     /// Channel deliveries and external tasks (`sutra.outbox.*`, `sutra.external-task.*`).
     pub outbox: OutboxConfig,
+    /// A bearer token that reads `/metrics` (and nothing else); at least 16
+    /// characters. The admin key reads it too.
+    pub metrics_token: Option<String>,
 }
 
 /// How the outbox delivers push requests and hands out pull ones.
@@ -103,6 +107,7 @@ impl Default for Config {
             deadline: None,
             memory_bytes: None,
             outbox: OutboxConfig::default(),
+            metrics_token: None,
         }
     }
 }
@@ -123,7 +128,8 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 17] = [
+const KEYS: [&str; 18] = [
+    "sutra.metrics.token",
     "sutra.outbox.retry.max-attempts",
     "sutra.outbox.retry.initial-delay",
     "sutra.outbox.retry.max-delay",
@@ -256,6 +262,15 @@ impl Config {
             c.memory_bytes = Some(parse_bytes(v).map_err(|m| bad("sutra.sandbox.memory", m))?);
         }
         c.outbox = outbox_values(values, duration)?;
+        if let Some(v) = values.get("sutra.metrics.token") {
+            if v.chars().count() < 16 || v.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
+                return Err(bad(
+                    "sutra.metrics.token",
+                    "must be at least 16 characters, without spaces",
+                ));
+            }
+            c.metrics_token = Some(v.clone());
+        }
         Ok(c)
     }
 }
@@ -465,6 +480,21 @@ mod tests {
         ] {
             let e = Config::load(None, &env(&[(var, "0")])).unwrap_err();
             assert_eq!(e.key, key);
+        }
+    }
+
+    #[test]
+    fn the_metrics_token_is_read_and_checked() {
+        let c = Config::load(
+            None,
+            &env(&[("SUTRA_METRICS_TOKEN", "scrape-0123456789abcdef")]),
+        )
+        .unwrap();
+        assert_eq!(c.metrics_token.as_deref(), Some("scrape-0123456789abcdef"));
+        assert_eq!(Config::load(None, &env(&[])).unwrap().metrics_token, None);
+        for short in ["short", "has a space in it 0123"] {
+            let e = Config::load(None, &env(&[("SUTRA_METRICS_TOKEN", short)])).unwrap_err();
+            assert_eq!(e.key, "sutra.metrics.token");
         }
     }
 

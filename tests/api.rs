@@ -615,9 +615,10 @@ async fn quotas_refuse_starts_modules_and_schedule_fires() {
         .await;
     let (status, body) = small.start("order", json!({"key": "c"})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
+    // `/metrics` takes the admin key (issue 16).
     let (_, metrics) = srv
-        .anonymous()
-        .send(srv.anonymous().request(Method::GET, "/metrics"))
+        .admin()
+        .send(srv.admin().request(Method::GET, "/metrics"))
         .await;
     let text = metrics.as_str().unwrap();
     assert!(text.contains("sutra_schedule_refusals 2"), "{text}");

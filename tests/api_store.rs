@@ -70,6 +70,37 @@ backends::store_tests! {
         assert_eq!(db.live_instance_count("acme").await.unwrap(), 0);
     }
 
+    async fn keys_are_listed_revoked_and_replaced_per_tenant(db) {
+        for name in ["acme", "globex"] {
+            db.create_tenant(&TenantRecord { name: name.into(), created_at: 1, limits: TenantLimits::default() }).await.unwrap();
+        }
+        let key = |id: &str, tenant: &str, at: i64| ApiKeyRecord {
+            key_id: id.into(), tenant: tenant.into(), key_hash: format!("h-{id}"), created_at: at,
+        };
+        for k in [key("a2", "acme", 2), key("a1", "acme", 1), key("g1", "globex", 1)] {
+            db.insert_api_key(&k).await.unwrap();
+        }
+        let ids = |keys: Vec<ApiKeyRecord>| keys.into_iter().map(|k| k.key_id).collect::<Vec<_>>();
+        assert_eq!(ids(db.api_keys_of("acme").await.unwrap()), ["a1", "a2"], "oldest first");
+        assert!(db.api_keys_of("nobody").await.unwrap().is_empty());
+
+        // Revocation is per tenant: another tenant's key id revokes nothing.
+        assert!(!db.delete_api_key("acme", "g1").await.unwrap());
+        assert!(db.get_api_key("g1").await.unwrap().is_some());
+        assert!(db.delete_api_key("acme", "a1").await.unwrap());
+        assert_eq!(db.get_api_key("a1").await.unwrap(), None);
+        assert!(!db.delete_api_key("acme", "a1").await.unwrap(), "revoked already");
+
+        // Rotation: the new key in, every other key of the tenant out, at once.
+        let revoked = db.replace_api_keys(&key("a3", "acme", 3)).await.unwrap();
+        assert_eq!(revoked, ["a2"]);
+        assert_eq!(ids(db.api_keys_of("acme").await.unwrap()), ["a3"]);
+        assert_eq!(ids(db.api_keys_of("globex").await.unwrap()), ["g1"]);
+        // A colliding id is refused and nothing changes.
+        assert!(matches!(db.replace_api_keys(&key("g1", "acme", 4)).await, Err(StoreError::Duplicate(_))));
+        assert_eq!(ids(db.api_keys_of("acme").await.unwrap()), ["a3"]);
+    }
+
     async fn schedules_move_and_journal_their_fires(db) {
         deployment(&db.store, "d1").await;
         db.arm_schedule(&schedule("d1", 100)).await.unwrap();

@@ -156,7 +156,10 @@ async fn external_tasks_and_incidents_over_http() {
     let incidents = body["incidents"].as_array().unwrap();
     assert_eq!(incidents.len(), 1, "{body}");
     assert_eq!(incidents[0]["instance"], started["instance"]);
-    let metrics = reqwest::get(format!("{}/metrics", srv.url))
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", srv.url))
+        .bearer_auth(server::ADMIN_KEY)
+        .send()
         .await
         .unwrap()
         .text()

@@ -666,6 +666,7 @@ async fn instance_for_parks(store: &PgStore, id: &str) {
         deployment_id: dep.id,
         process_id: format!("p-{id}"),
         idempotency_key: None,
+        idempotency_fingerprint: None,
         retry_of: None,
         started_at: 0,
     };

@@ -229,6 +229,46 @@ async fn growing_past_the_memory_cap_is_memory_limit() {
     assert_healthy().await;
 }
 
+/// Issue 16: a guest refused memory that keeps asking until its deadline is
+/// DEADLINE_EXCEEDED (what ended it), not MEMORY_LIMIT.
+#[tokio::test]
+async fn retrying_a_refused_growth_until_the_deadline_is_deadline_exceeded() {
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        deadline: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let r = run("grow_loop", "{}", &limits).await;
+    assert_eq!(code_of(&r.outcome), Code::TaskDeadlineExceeded.as_str());
+    assert_healthy().await;
+}
+
+/// Issue 16: an output of 200 MB under a 1 GiB memory cap is an oversized
+/// output (OUTPUT_INVALID, not retried: the same input answers the same
+/// output), not a trap of the host-call copy.
+#[tokio::test]
+async fn a_200_mb_output_under_a_1_gib_cap_is_output_invalid_and_not_retryable() {
+    let limits = Limits {
+        memory_bytes: 1 << 30,
+        ..Limits::default()
+    };
+    let r = run("huge_output", "{}", &limits).await;
+    match &r.outcome {
+        Outcome::Failed {
+            code,
+            retryable,
+            message,
+            ..
+        } => {
+            assert_eq!(code, Code::TaskOutputInvalid.as_str(), "{message}");
+            assert!(!retryable);
+            assert!(message.contains("200000000 bytes"), "{message}");
+        }
+        o => panic!("{o:?}"),
+    }
+    assert_healthy().await;
+}
+
 #[tokio::test]
 async fn growing_within_the_memory_cap_is_allowed() {
     let limits = Limits {

@@ -281,6 +281,27 @@ async fn chaos_big_output_over_the_cap_is_output_invalid() {
     assert_healthy().await;
 }
 
+/// Issue 16: chaos's 200 MB output under a 1 GiB memory cap is an oversized
+/// output, deterministic and so not retried, never a host-call trap.
+#[tokio::test]
+async fn chaos_big_output_of_200_mb_under_1_gib_is_output_invalid_not_a_trap() {
+    let limits = Limits {
+        memory_bytes: 1 << 30,
+        ..Limits::default()
+    };
+    let r = chaos_with(
+        json!({"do": "big-output", "bytes": 200_000_000u64}),
+        1,
+        &limits,
+    )
+    .await;
+    let (code, _, retryable, message) = failed(&r);
+    assert_eq!(code, Code::TaskOutputInvalid.as_str(), "{message}");
+    assert!(!retryable);
+    assert!(message.contains("over the cap"), "{message}");
+    assert_healthy().await;
+}
+
 #[tokio::test]
 async fn chaos_big_output_within_the_cap_completes() {
     let r = chaos(json!({"do": "big-output", "bytes": 1000})).await;

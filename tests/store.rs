@@ -5,9 +5,11 @@
 mod backends;
 
 use std::collections::{BTreeMap, BTreeSet};
+use sutra::store::tenancy::TenancyStore;
 use sutra::store::{
     AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
-    JournalRow, NewDeployment, NewInstance, NewPark, ParkClaim, StepWrite, Store, StoreError,
+    JournalRow, KeyHolder, NewDeployment, NewInstance, NewPark, ParkClaim, StepWrite, Store,
+    StoreError,
 };
 
 const T: &str = "acme";
@@ -38,6 +40,7 @@ fn new_instance(id: &str, d: &DeploymentRecord, key: Option<&str>) -> NewInstanc
         deployment_id: d.id.clone(),
         process_id: d.process_id.clone(),
         idempotency_key: key.map(str::to_string),
+        idempotency_fingerprint: key.map(|k| format!("fp-{k}")),
         retry_of: None,
         started_at: 100,
     }
@@ -202,6 +205,12 @@ backends::store_tests! {
         assert!(db.parks_of("i2").await.unwrap().is_empty());
         let i1 = db.load_instance("i1").await.unwrap().unwrap();
         assert_eq!((i1.version, i1.snapshot.as_str(), i1.idempotency_key.as_deref()), (1, "{\"n\":1}", Some("k")));
+        // The first start's fingerprint is kept beside its key (issue 16).
+        assert_eq!(
+            db.instance_by_key(T, "k").await.unwrap(),
+            Some(KeyHolder { id: "i1".into(), fingerprint: Some("fp-k".into()) })
+        );
+        assert_eq!(db.instance_by_key(T, "other").await.unwrap(), None);
 
         // Without a key every start is new; a reused id is refused.
         let running = step("RUNNING", "{}", 1);

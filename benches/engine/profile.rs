@@ -77,6 +77,7 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
             deployment_id: dep.id.clone(),
             process_id: "p".into(),
             idempotency_key: None,
+            idempotency_fingerprint: None,
             retry_of: None,
             started_at: now_ms(),
         };

@@ -2,13 +2,16 @@
 //! and the test clock (`--manual-clock` only).
 //!
 //! Invariant: a tenant key never reaches these handlers (403), and a new key
-//! is answered once and never stored in the clear.
+//! is answered once and never stored in the clear; a key listing shows ids
+//! and prefixes, never a secret or a hash; a revoked key stops working at
+//! once (authentication reads the store on every request).
 
-use super::auth::{add_key, create_tenant, AdminCaller};
+use super::auth::{add_key, create_tenant, rotate_keys, AdminCaller};
 use super::error::{ApiError, ApiResult};
 use super::extract::{check_id, ApiJson};
 use super::types::{
-    AdvanceBody, ClockBody, ErrorBody, LimitsBody, NewTenantBody, TenantBody, TenantList,
+    AdvanceBody, ApiKeyBody, ApiKeyList, ClockBody, ErrorBody, LimitsBody, NewTenantBody,
+    RevokedBody, TenantBody, TenantList,
 };
 use super::AppState;
 use crate::codes::Code;
@@ -129,6 +132,64 @@ pub async fn new_key(
         StatusCode::CREATED,
         Json(TenantBody::of(&tenant, Some(key))),
     ))
+}
+
+/// A tenant's keys: ids and prefixes, never the secrets.
+#[utoipa::path(get, path = "/v1/admin/tenants/{name}/keys", tag = "admin",
+    responses((status = 200, body = ApiKeyList), (status = 404, body = ErrorBody)))]
+pub async fn list_keys(
+    State(state): State<Arc<AppState>>,
+    _admin: AdminCaller,
+    Path(name): Path<String>,
+) -> ApiResult<Json<ApiKeyList>> {
+    tenant_or_404(&state, &name).await?;
+    let keys = state.runtime.store().api_keys_of(&name).await?;
+    Ok(Json(ApiKeyList {
+        tenant: name,
+        keys: keys.iter().map(ApiKeyBody::of).collect(),
+    }))
+}
+
+/// Revoke one key of a tenant: it stops working at once.
+#[utoipa::path(delete, path = "/v1/admin/tenants/{name}/keys/{key_id}", tag = "admin",
+    responses((status = 200, body = RevokedBody), (status = 404, body = ErrorBody)))]
+pub async fn revoke_key(
+    State(state): State<Arc<AppState>>,
+    _admin: AdminCaller,
+    Path((name, key_id)): Path<(String, String)>,
+) -> ApiResult<Json<RevokedBody>> {
+    tenant_or_404(&state, &name).await?;
+    check_id("key", &key_id)?;
+    if !state.runtime.store().delete_api_key(&name, &key_id).await? {
+        return Err(ApiError::new(
+            Code::TenantKeyNotFound,
+            format!(
+                "tenant `{name}` has no key `{key_id}` (see GET /v1/admin/tenants/{name}/keys)"
+            ),
+        ));
+    }
+    tracing::info!(tenant = %name, key = %key_id, "API key revoked");
+    Ok(Json(RevokedBody {
+        tenant: name,
+        revoked: vec![key_id],
+    }))
+}
+
+/// Rotate a tenant's keys: answers a new key (once) and revokes every other
+/// key of the tenant in the same transaction.
+#[utoipa::path(post, path = "/v1/admin/tenants/{name}/keys/rotate", tag = "admin",
+    responses((status = 201, body = TenantBody), (status = 404, body = ErrorBody)))]
+pub async fn rotate(
+    State(state): State<Arc<AppState>>,
+    _admin: AdminCaller,
+    Path(name): Path<String>,
+) -> ApiResult<(StatusCode, Json<TenantBody>)> {
+    let tenant = tenant_or_404(&state, &name).await?;
+    let (key, revoked) = rotate_keys(state.runtime.store(), &name, now_ms(&state)).await?;
+    tracing::info!(tenant = %name, revoked = revoked.len(), "API keys rotated");
+    let mut body = TenantBody::of(&tenant, Some(key));
+    body.revoked = Some(revoked);
+    Ok((StatusCode::CREATED, Json(body)))
 }
 
 /// Advance the manual clock, firing every park and schedule due on the way,

@@ -7,7 +7,9 @@
 //!   the secret is shown once, at creation;
 //! - the admin key is compared in constant time too (over its sha256, so
 //!   its length does not leak);
-//! - a missing, malformed or unknown key is one answer: 401 `SUTRA.API.UNAUTHORIZED`.
+//! - a missing, malformed or unknown key is one answer: 401 `SUTRA.API.UNAUTHORIZED`;
+//! - every request reads its key from the store (nothing is cached), so a
+//!   revoked key stops working at once, on every replica.
 
 use super::error::{ApiError, ApiResult};
 use super::AppState;
@@ -34,6 +36,17 @@ pub struct TenantCaller(pub String);
 /// A caller that must be the admin (admin routes).
 #[derive(Debug, Clone)]
 pub struct AdminCaller;
+
+/// A caller of `/metrics`: the admin key or the metrics token
+/// (`sutra.metrics.token`), never a tenant key.
+#[derive(Debug, Clone)]
+pub struct MetricsCaller;
+
+/// Whether `given` is `secret`, in constant time (over sha256, so the
+/// length does not leak).
+fn same_secret(given: &str, secret: &str) -> bool {
+    bool::from(sha256(given.as_bytes()).ct_eq(&sha256(secret.as_bytes())))
+}
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
@@ -97,24 +110,52 @@ pub async fn create_tenant<S: TenancyStore>(
     Ok((tenant, key))
 }
 
+/// A fresh key of `tenant`: (the record to store, the whole key to show once).
+fn fresh_key(tenant: &str, now_ms: i64) -> (ApiKeyRecord, String) {
+    let (key_id, key) = new_key();
+    let rec = ApiKeyRecord {
+        key_id,
+        tenant: tenant.to_string(),
+        key_hash: hash_key(&key),
+        created_at: now_ms,
+    };
+    (rec, key)
+}
+
 /// Add a key to an existing tenant; answers the key.
 pub async fn add_key<S: TenancyStore>(store: &S, tenant: &str, now_ms: i64) -> StoreResult<String> {
-    let (key_id, key) = new_key();
-    store
-        .insert_api_key(&ApiKeyRecord {
-            key_id,
-            tenant: tenant.to_string(),
-            key_hash: hash_key(&key),
-            created_at: now_ms,
-        })
-        .await?;
+    let (rec, key) = fresh_key(tenant, now_ms);
+    store.insert_api_key(&rec).await?;
     Ok(key)
+}
+
+/// Rotate a tenant's keys: a new key, and every other key revoked in the
+/// same transaction (a grace period is two calls: add a key, move the
+/// clients, then revoke the old one). Answers (the new key, the revoked ids).
+pub async fn rotate_keys<S: TenancyStore>(
+    store: &S,
+    tenant: &str,
+    now_ms: i64,
+) -> StoreResult<(String, Vec<String>)> {
+    let (rec, key) = fresh_key(tenant, now_ms);
+    let revoked = store.replace_api_keys(&rec).await?;
+    Ok((key, revoked))
+}
+
+/// The public prefix of a key with id `key_id` (what a key listing shows).
+pub fn key_prefix(key_id: &str) -> String {
+    format!("sutra_{key_id}_")
+}
+
+/// The key id of a whole key, for people who hold the key and want its id.
+pub fn key_id_of_key(key: &str) -> Option<&str> {
+    key_id_of(key)
 }
 
 /// Who a bearer key is, if anyone.
 pub async fn authenticate(state: &AppState, key: &str) -> ApiResult<Option<Principal>> {
     if let Some(admin) = &state.config.admin_key {
-        if bool::from(sha256(key.as_bytes()).ct_eq(&sha256(admin.as_bytes()))) {
+        if same_secret(key, admin) {
             return Ok(Some(Principal::Admin));
         }
     }
@@ -179,6 +220,36 @@ impl FromRequestParts<Arc<AppState>> for AdminCaller {
                 Code::ApiForbidden,
                 "this route needs the admin key",
             )),
+        }
+    }
+}
+
+impl FromRequestParts<Arc<AppState>> for MetricsCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let key = bearer(parts).ok_or_else(|| {
+            ApiError::new(
+                Code::ApiUnauthorized,
+                "/metrics needs the admin key or the metrics token (sutra.metrics.token) \
+                 as a bearer key",
+            )
+        })?;
+        if let Some(token) = &state.config.metrics_token {
+            if same_secret(key, token) {
+                return Ok(MetricsCaller);
+            }
+        }
+        match authenticate(state, key).await? {
+            Some(Principal::Admin) => Ok(MetricsCaller),
+            Some(Principal::Tenant(_)) => Err(ApiError::new(
+                Code::ApiForbidden,
+                "/metrics needs the admin key or the metrics token, not a tenant's key",
+            )),
+            None => Err(ApiError::unauthorized()),
         }
     }
 }

@@ -33,10 +33,14 @@ pub fn status_of(code: Code) -> StatusCode {
         ApiForbidden => StatusCode::FORBIDDEN,
         ApiNotFound | InstanceNotFound | ProcessNotFound | DeploymentNotFound
         | MessageNotCorrelated | TenantNotFound | ChannelCallNotFound | ChannelNotFound
-        | ExternalTaskNotFound | IncidentNotFound => StatusCode::NOT_FOUND,
+        | ExternalTaskNotFound | IncidentNotFound | TenantKeyNotFound => StatusCode::NOT_FOUND,
         ApiMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ApiPayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ApiUnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ApiUriTooLong => StatusCode::URI_TOO_LONG,
+        ApiHeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        // As payment APIs answer a key reused with another payload.
+        IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
         InstanceState
         | TenantExists
         | EventNotAwaited
@@ -156,6 +160,16 @@ mod tests {
             StatusCode::UNPROCESSABLE_ENTITY
         );
         assert_eq!(status_of(Code::InstanceState), StatusCode::CONFLICT);
+        assert_eq!(
+            status_of(Code::IdempotencyKeyReused),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert_eq!(status_of(Code::ApiUriTooLong), StatusCode::URI_TOO_LONG);
+        assert_eq!(
+            status_of(Code::ApiHeadersTooLarge),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        );
+        assert_eq!(status_of(Code::TenantKeyNotFound), StatusCode::NOT_FOUND);
         assert_eq!(
             status_of(Code::StoreFailed),
             StatusCode::SERVICE_UNAVAILABLE

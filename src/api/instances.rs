@@ -15,7 +15,6 @@ use super::AppState;
 use crate::codes::Code;
 use crate::engine::{InstanceState, Snapshot};
 use crate::runtime::{HistoryView, InstanceView, StartRequest};
-use crate::store::tenancy::TenancyStore;
 use crate::store::{InstanceFilter, InstanceRecord, Store};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -62,9 +61,9 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
 /// Start an instance of the process's ACTIVE deployment; answers once every token waits.
 #[utoipa::path(post, path = "/v1/processes/{process}/instances", tag = "instances",
     request_body = StartBody,
-    params(("Idempotency-Key" = Option<String>, Header, description = "a retried start with the same key returns the same instance")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "a retried start with the same key and the same request returns the same instance; the same key with another request is 422 SUTRA.RUNTIME.IDEMPOTENCY_KEY_REUSED")),
     responses((status = 201, description = "started", body = Object), (status = 200, description = "the instance this key started before", body = Object),
-        (status = 404, body = ErrorBody), (status = 429, body = ErrorBody)))]
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn start(
     State(state): State<Arc<AppState>>,
     TenantCaller(tenant): TenantCaller,
@@ -75,7 +74,9 @@ pub async fn start(
     check_id("process", &process)?;
     let key = idempotency_key(&headers)?;
     if let Some(k) = &key {
-        if let Some(existing) = state.runtime.store().instance_by_key(&tenant, k).await? {
+        // The same request replays (200); another one is refused (422).
+        let fingerprint = crate::runtime::idempotency::fingerprint(&process, None, &body.variables);
+        if let Some(existing) = state.runtime.replayed(&tenant, k, &fingerprint).await? {
             return Ok((StatusCode::OK, view(&state, &existing).await?));
         }
     }

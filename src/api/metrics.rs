@@ -2,11 +2,19 @@
 //! instances by state, attempts by outcome and code, parks by kind,
 //! timer lateness, schedules — plus this server's HTTP answers by status.
 //!
-//! Invariant: only aggregate counts are exposed (no ids, no tenant names,
-//! no variables), so the route needs no key.
+//! Invariants:
+//! - the route needs the admin key or the metrics token
+//!   (`sutra.metrics.token`): counts say what tenants do;
+//! - only aggregate counts are exposed (no ids, no tenant names, no
+//!   variables), and every label value is one Sutra chose: a code label is
+//!   one of Sutra's own codes (`codes.rs`) or `guest` for any code a guest
+//!   chose, so a tenant can neither read another's codes nor grow the
+//!   series without bound; a label value is at most [`MAX_LABEL_BYTES`].
 
+use super::auth::MetricsCaller;
 use super::error::ApiResult;
 use super::AppState;
+use crate::codes::Code;
 use crate::store::tenancy::TenancyStore;
 use crate::store::Store;
 use crate::time::to_millis;
@@ -35,11 +43,31 @@ impl HttpCounts {
     }
 }
 
-/// A label value, escaped for the text format.
+/// The longest label value written (longer ones are cut).
+pub const MAX_LABEL_BYTES: usize = 64;
+
+/// The `code` label of an attempt: Sutra's own code, else `guest`.
+pub const GUEST_CODE_LABEL: &str = "guest";
+
+/// A label value, cut to [`MAX_LABEL_BYTES`] and escaped for the text format.
 fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
+    let mut end = v.len().min(MAX_LABEL_BYTES);
+    while !v.is_char_boundary(end) {
+        end -= 1;
+    }
+    v[..end]
+        .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// The code label of an attempt's code: ours as is, a guest's as `guest`.
+fn code_label(code: &str) -> &str {
+    match Code::parse(code) {
+        Some(c) => c.as_str(),
+        None if code.is_empty() => "",
+        None => GUEST_CODE_LABEL,
+    }
 }
 
 /// The exposition text.
@@ -59,12 +87,16 @@ pub async fn render(state: &AppState) -> ApiResult<String> {
         out,
         "# HELP sutra_attempts Task attempts recorded in the store, by outcome and code.\n# TYPE sutra_attempts gauge"
     );
+    let mut attempts: BTreeMap<(String, &str), i64> = BTreeMap::new();
     for (outcome, code, n) in &counts.attempts {
+        *attempts
+            .entry((label(outcome), code_label(code)))
+            .or_default() += n;
+    }
+    for ((outcome, code), n) in attempts {
         let _ = writeln!(
             out,
-            "sutra_attempts{{outcome=\"{}\",code=\"{}\"}} {n}",
-            label(outcome),
-            label(code)
+            "sutra_attempts{{outcome=\"{outcome}\",code=\"{code}\"}} {n}"
         );
     }
     let _ = writeln!(
@@ -136,8 +168,11 @@ async fn channel_metrics(state: &AppState, out: &mut String) -> ApiResult<()> {
     Ok(())
 }
 
-/// `GET /metrics`.
-pub async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoResponse> {
+/// `GET /metrics` (the admin key or the metrics token).
+pub async fn metrics(
+    State(state): State<Arc<AppState>>,
+    _caller: MetricsCaller,
+) -> ApiResult<impl IntoResponse> {
     let text = render(&state).await?;
     Ok((
         [(
@@ -155,5 +190,21 @@ mod tests {
     #[test]
     fn labels_are_escaped() {
         assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn labels_are_bounded() {
+        assert_eq!(label(&"x".repeat(100_000)).len(), MAX_LABEL_BYTES);
+        // Cut at a character boundary.
+        let cut = label(&"é".repeat(100));
+        assert!(cut.len() <= MAX_LABEL_BYTES && cut.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn guest_codes_are_not_labels() {
+        assert_eq!(code_label("SUTRA.TASK.TRAP"), "SUTRA.TASK.TRAP");
+        assert_eq!(code_label("SECRET_A_CODE"), GUEST_CODE_LABEL);
+        assert_eq!(code_label(&"y".repeat(100_000)), GUEST_CODE_LABEL);
+        assert_eq!(code_label(""), "");
     }
 }

@@ -8,6 +8,8 @@
 //!   stable code ([`error::ApiError`]): unknown routes and methods, malformed
 //!   bodies and queries, bodies over their caps, and a handler panic (caught
 //!   and answered 500 `SUTRA.API.INTERNAL`, its message only in the log);
+//!   an extractor's plain-text rejection and hyper's own answers to requests
+//!   it cannot parse (414, 431, 400) are rewritten into it ([`shape`]);
 //! - tenant isolation: every tenant route takes a [`auth::TenantCaller`]
 //!   and filters by it; another tenant's id answers like a missing one.
 
@@ -24,6 +26,7 @@ pub mod instances;
 pub mod metrics;
 pub mod migrate;
 pub mod openapi;
+pub mod shape;
 pub mod types;
 
 use crate::runtime::Runtime;
@@ -32,7 +35,7 @@ use crate::time::VirtualClock;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use std::sync::Arc;
 
@@ -46,6 +49,9 @@ pub const DEFAULT_MAX_BUNDLE_BYTES: usize = 64 * 1024 * 1024;
 pub struct ApiConfig {
     /// The admin key (`SUTRA_ADMIN_KEY`); `None` disables the admin routes.
     pub admin_key: Option<String>,
+    /// A bearer token that may read `/metrics` and nothing else
+    /// (`sutra.metrics.token`); the admin key may read it too.
+    pub metrics_token: Option<String>,
     pub max_body_bytes: usize,
     pub max_bundle_bytes: usize,
     /// Set with `--manual-clock`: enables `POST /v1/admin/clock/advance`.
@@ -56,6 +62,7 @@ impl Default for ApiConfig {
     fn default() -> Self {
         ApiConfig {
             admin_key: None,
+            metrics_token: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_bundle_bytes: DEFAULT_MAX_BUNDLE_BYTES,
             manual_clock: None,
@@ -84,7 +91,7 @@ async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
 /// coded 500; counts answers by status.
 async fn guard(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let response = match tokio::spawn(next.run(req)).await {
-        Ok(r) => r,
+        Ok(r) => shape::json_errors(r).await,
         Err(e) => error::ApiError::internal(format!("handler panicked: {e}")).into_response(),
     };
     state.http.record(response.status().as_u16());
@@ -122,7 +129,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/admin/tenants", post(admin::create).get(admin::list))
         .route("/v1/admin/tenants/{name}", get(admin::get))
         .route("/v1/admin/tenants/{name}/limits", put(admin::set_limits))
-        .route("/v1/admin/tenants/{name}/keys", post(admin::new_key))
+        .route(
+            "/v1/admin/tenants/{name}/keys",
+            post(admin::new_key).get(admin::list_keys),
+        )
+        .route("/v1/admin/tenants/{name}/keys/rotate", post(admin::rotate))
+        .route(
+            "/v1/admin/tenants/{name}/keys/{key_id}",
+            delete(admin::revoke_key),
+        )
         .route("/v1/admin/clock/advance", post(admin::advance))
         .route("/v1/openapi.json", get(openapi_json))
         .route("/healthz", get(healthz))
@@ -173,7 +188,7 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    axum::serve(shape::ShapedListener(listener), router(state))
         .with_graceful_shutdown(shutdown)
         .await
 }

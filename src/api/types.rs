@@ -277,17 +277,63 @@ pub struct TenantBody {
     /// The new key: shown once, never again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// The new key's id (with `key`): what `DELETE .../keys/{keyId}` revokes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    /// The keys a rotation revoked (with `key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoked: Option<Vec<String>>,
 }
 
 impl TenantBody {
     pub fn of(t: &TenantRecord, key: Option<String>) -> Self {
+        let key_id = key
+            .as_deref()
+            .and_then(crate::api::auth::key_id_of_key)
+            .map(str::to_string);
         TenantBody {
             name: t.name.clone(),
             created_at: at(t.created_at),
             limits: (&t.limits).into(),
             key,
+            key_id,
+            revoked: None,
         }
     }
+}
+
+/// One API key of a tenant, never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyBody {
+    /// The key's public id (the 16 hex digits after `sutra_`).
+    pub id: String,
+    /// How the key starts: `sutra_<id>_`.
+    pub prefix: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl ApiKeyBody {
+    pub fn of(k: &crate::store::tenancy::ApiKeyRecord) -> Self {
+        ApiKeyBody {
+            id: k.key_id.clone(),
+            prefix: crate::api::auth::key_prefix(&k.key_id),
+            created_at: at(k.created_at),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyList {
+    pub tenant: String,
+    pub keys: Vec<ApiKeyBody>,
+}
+
+/// What a revocation did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RevokedBody {
+    pub tenant: String,
+    pub revoked: Vec<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

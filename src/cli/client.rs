@@ -1,7 +1,7 @@
 //! The client verbs: `sutra deploy`, `start`, `instances`, `inspect`,
 //! `history`, `cancel`, `retry`, `send`, `deployments`, `undeploy` against a
 //! running `sutra serve --listen` (`--server`/`SUTRA_SERVER`,
-//! `--token`/`SUTRA_TOKEN`), and `sutra tenant create` against a database.
+//! `--token`/`SUTRA_TOKEN`); `sutra tenant` is in `tenant.rs`.
 //!
 //! Invariant: human-readable tables by default, the server's JSON untouched
 //! with `--format json`; exit by the rule of [`super::show`]: 0 on a 2xx
@@ -12,7 +12,7 @@
 use super::run::{fail_exit, parse_object, read_modules, tokio, Format};
 use super::show::{instance_exit, instance_text, s};
 use super::usage_error;
-use clap::{Args, Subcommand};
+use clap::Args;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -166,36 +166,6 @@ pub struct SendArgs {
     pub input: String,
     #[command(flatten)]
     pub server: ServerOpts,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum TenantCommand {
-    /// Create a tenant in a database and print its API key (once).
-    Create(TenantCreateArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct TenantCreateArgs {
-    /// The tenant's name.
-    pub name: String,
-    /// The server's database (`sqlite://file.db`, a path, `postgres://...`).
-    #[arg(long)]
-    pub db: String,
-    /// Non-terminal instances at once.
-    #[arg(long)]
-    pub max_instances: Option<i64>,
-    /// Bytes of one task module.
-    #[arg(long)]
-    pub max_module_bytes: Option<i64>,
-    /// Fuel ceiling of one attempt.
-    #[arg(long)]
-    pub fuel: Option<i64>,
-    /// Deadline ceiling of one attempt, in milliseconds.
-    #[arg(long)]
-    pub deadline_ms: Option<i64>,
-    /// Memory ceiling of one attempt, in bytes.
-    #[arg(long)]
-    pub memory_bytes: Option<i64>,
 }
 
 /// An HTTP call's outcome: the JSON answer, or the exit code already reported.
@@ -633,54 +603,6 @@ pub fn exec_undeploy(args: DeploymentIdArgs) -> ExitCode {
             )
         },
     )
-}
-
-pub fn exec_tenant(cmd: TenantCommand) -> ExitCode {
-    let TenantCommand::Create(args) = cmd;
-    let limits = crate::store::tenancy::TenantLimits {
-        max_instances: args.max_instances,
-        max_module_bytes: args.max_module_bytes,
-        fuel: args.fuel,
-        deadline_ms: args.deadline_ms,
-        memory_bytes: args.memory_bytes,
-    };
-    if [
-        limits.max_instances,
-        limits.max_module_bytes,
-        limits.fuel,
-        limits.deadline_ms,
-        limits.memory_bytes,
-    ]
-    .iter()
-    .any(|v| v.is_some_and(|v| v < 0))
-    {
-        return usage_error("quotas must not be negative");
-    }
-    let rt = match tokio() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let (store, _, _g) = match super::run::open_store(Some(&args.db)).await {
-            Ok(s) => s,
-            Err(e) => return fail_exit(&e),
-        };
-        let now = chrono::Utc::now().timestamp_millis();
-        match crate::api::auth::create_tenant(&store, &args.name, limits, now).await {
-            Ok((_, key)) => {
-                eprintln!(
-                    "tenant {} created; its API key (shown once, keep it secret):",
-                    args.name
-                );
-                println!("{key}");
-                ExitCode::SUCCESS
-            }
-            Err(crate::store::StoreError::Duplicate(_)) => {
-                fail_exit(&format!("tenant `{}` exists already", args.name))
-            }
-            Err(e) => fail_exit(&e.to_string()),
-        }
-    })
 }
 
 #[cfg(test)]

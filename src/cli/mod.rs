@@ -18,6 +18,7 @@ mod run;
 mod serve;
 mod show;
 mod task;
+mod tenant;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -48,9 +49,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run the example flows on embedded SQLite with the virtual clock and tell what happened.
     Demo(demo::DemoArgs),
-    /// Manage tenants in a database (`tenant create <name> --db URL` prints its key once).
+    /// Manage tenants: `create <name> --db URL` (prints its key once); `keys`, `add-key`, `revoke-key`, `rotate-key` on a server (admin key).
     #[command(subcommand)]
-    Tenant(client::TenantCommand),
+    Tenant(tenant::TenantCommand),
     /// Upload a definition and its task modules to a server.
     Deploy(client::DeployArgs),
     /// List the deployments on a server.
@@ -97,7 +98,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => client::exec_inspect(args),
         Command::Serve(args) => serve::exec(args),
         Command::Demo(args) => demo::exec(args),
-        Command::Tenant(cmd) => client::exec_tenant(cmd),
+        Command::Tenant(cmd) => tenant::exec(cmd),
         Command::Deploy(args) => client::exec_deploy(args),
         Command::Deployments(opts) => client::exec_deployments(opts),
         Command::Undeploy(args) => client::exec_undeploy(args),

@@ -97,6 +97,7 @@ pub fn exec(args: ServeArgs) -> ExitCode {
     if args.admin_key.as_deref().is_some_and(|k| k.len() < 16) {
         return usage_error("the admin key must be at least 16 characters");
     }
+    let metrics_token = config.metrics_token.clone();
     let rt = match tokio() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -145,6 +146,7 @@ pub fn exec(args: ServeArgs) -> ExitCode {
             runtime: runtime.clone(),
             config: ApiConfig {
                 admin_key: args.admin_key.clone(),
+                metrics_token,
                 max_body_bytes: args.max_body_bytes,
                 max_bundle_bytes: args.max_bundle_bytes,
                 manual_clock: manual.clone(),

@@ -227,6 +227,7 @@ impl<S: Store> Runtime<S> {
             deployment_id: deployed.record.id.clone(),
             process_id: deployed.record.process_id.clone(),
             idempotency_key: None,
+            idempotency_fingerprint: None,
             retry_of: None,
             started_at: ms(step.snapshot.started_at),
         };

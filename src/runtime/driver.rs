@@ -167,9 +167,17 @@ impl<S: Store> Runtime<S> {
         step: Step,
         req: &StartRequest,
     ) -> RuntimeResult<String> {
-        // A reused idempotency key answers the instance it started; nothing runs.
-        if let Some(key) = &req.idempotency_key {
-            if let Some(existing) = self.inner.store.instance_by_key(&req.tenant, key).await? {
+        // A reused idempotency key answers the instance it started (nothing
+        // runs) if it comes with the same request, else it is refused.
+        let fingerprint = req.idempotency_key.as_ref().map(|_| {
+            super::idempotency::fingerprint(
+                &req.process_id,
+                req.start_node.as_deref(),
+                &req.variables,
+            )
+        });
+        if let (Some(key), Some(f)) = (&req.idempotency_key, &fingerprint) {
+            if let Some(existing) = self.replayed(&req.tenant, key, f).await? {
                 return Ok(existing);
             }
         }
@@ -179,6 +187,7 @@ impl<S: Store> Runtime<S> {
             deployment_id: deployed.record.id.clone(),
             process_id: deployed.record.process_id.clone(),
             idempotency_key: req.idempotency_key.clone(),
+            idempotency_fingerprint: fingerprint.clone(),
             retry_of: req.retry_of.clone(),
             started_at: ms(step.snapshot.started_at),
         };
@@ -196,6 +205,12 @@ impl<S: Store> Runtime<S> {
         let created = self.inner.store.create_instance(&new, &write).await?;
         drop(admission);
         if let Created::Existing(existing) = created {
+            // A concurrent start took the key first: the same check.
+            if let (Some(key), Some(f)) = (&req.idempotency_key, &fingerprint) {
+                if let Some(replayed) = self.replayed(&req.tenant, key, f).await? {
+                    return Ok(replayed);
+                }
+            }
             return Ok(existing);
         }
         tracing::debug!(instance = %id, "started");

@@ -24,6 +24,8 @@ mod driver;
 mod events;
 mod external;
 mod hosts;
+// Idempotent starts: the request's fingerprint beside its key (issue 16).
+pub mod idempotency;
 mod incidents;
 mod inline;
 mod migrate;

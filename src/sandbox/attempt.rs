@@ -39,6 +39,11 @@ pub(super) async fn run(
         HostState::new(limiter, stderr.clone(), logs.clone()),
     );
     store.limiter(|s| &mut s.limiter);
+    // What the guest may hand the host in one call (its output included):
+    // as much as its memory may hold, so an output over the output cap is
+    // lifted and refused as OUTPUT_INVALID rather than failing the lift
+    // (wasmtime's own default, 128 MiB, would fail a larger one as a trap).
+    store.set_hostcall_fuel(hostcall_fuel(limits));
     if let Err(e) = store.set_fuel(limits.fuel) {
         return report(
             Outcome::failed(Code::TaskTrap, format!("cannot set fuel: {e}")),
@@ -94,6 +99,15 @@ pub(super) async fn run(
         fuel_used,
         elapsed: started.elapsed(),
     }
+}
+
+/// The hostcall fuel of an attempt: its memory cap, and at least enough for
+/// an output at its cap with a message and details as large (a string can
+/// never be larger than the memory that holds it, so the memory cap bounds
+/// what the host copies on the guest's behalf in one call).
+pub(super) fn hostcall_fuel(limits: &Limits) -> usize {
+    let memory = usize::try_from(limits.memory_bytes).unwrap_or(usize::MAX);
+    memory.max(limits.output_bytes.saturating_mul(3))
 }
 
 fn guest_error(e: TaskError) -> GuestError {

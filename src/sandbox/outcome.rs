@@ -192,16 +192,14 @@ pub(crate) fn classify_return(result: Result<String, GuestError>, output_cap: us
 }
 
 /// Classify an error raised while instantiating or calling the guest.
+///
+/// What ended the attempt wins over what happened before: the deadline, fuel
+/// and the stack end an attempt themselves, so a guest that was refused
+/// memory and then spun (retrying a failing `memory.grow`) until its
+/// deadline is DEADLINE_EXCEEDED. A refused growth names any other trap,
+/// which is then the guest giving up for want of memory (an allocator's
+/// abort): MEMORY_LIMIT.
 pub(crate) fn classify_error(error: &wasmtime::Error, flags: Flags, stderr: &str) -> Outcome {
-    if flags.memory_hit {
-        return Outcome::failed(
-            Code::TaskMemoryLimit,
-            with_stderr(
-                "the guest asked for more memory than its cap".to_string(),
-                stderr,
-            ),
-        );
-    }
     let trap = error.downcast_ref::<wasmtime::Trap>().copied();
     match trap {
         Some(wasmtime::Trap::Interrupt) => deadline_exceeded(),
@@ -212,6 +210,13 @@ pub(crate) fn classify_error(error: &wasmtime::Error, flags: Flags, stderr: &str
         Some(wasmtime::Trap::StackOverflow) => Outcome::failed(
             Code::TaskStackOverflow,
             with_stderr("the guest overflowed its stack".to_string(), stderr),
+        ),
+        _ if flags.memory_hit => Outcome::failed(
+            Code::TaskMemoryLimit,
+            with_stderr(
+                "the guest asked for more memory than its cap".to_string(),
+                stderr,
+            ),
         ),
         Some(trap) => trapped(
             format!("the guest trapped: {trap}"),
@@ -443,6 +448,33 @@ mod tests {
         assert_eq!(
             classify_error(&e, flags, "").code(),
             Some("SUTRA.TASK.MEMORY_LIMIT")
+        );
+    }
+
+    #[test]
+    fn the_deadline_and_fuel_win_over_a_refused_growth() {
+        let flags = Flags {
+            memory_hit: true,
+            deadline_hit: false,
+        };
+        let interrupt = wasmtime::Error::from(wasmtime::Trap::Interrupt);
+        assert_eq!(
+            classify_error(&interrupt, flags, "").code(),
+            Some("SUTRA.TASK.DEADLINE_EXCEEDED")
+        );
+        let fuel = wasmtime::Error::from(wasmtime::Trap::OutOfFuel);
+        assert_eq!(
+            classify_error(&fuel, flags, "").code(),
+            Some("SUTRA.TASK.FUEL_EXHAUSTED")
+        );
+        let late = Flags {
+            memory_hit: true,
+            deadline_hit: true,
+        };
+        let host = wasmtime::Error::msg("cut in a host call");
+        assert_eq!(
+            classify_error(&host, late, "").code(),
+            Some("SUTRA.TASK.DEADLINE_EXCEEDED")
         );
     }
 

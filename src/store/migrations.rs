@@ -30,6 +30,10 @@ const SHARED: &[(&str, &str)] = &[
         "0005_child_flows.sql",
         include_str!("../../migrations/shared/0005_child_flows.sql"),
     ),
+    (
+        "0006_idempotency_fingerprint.sql",
+        include_str!("../../migrations/shared/0006_idempotency_fingerprint.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

@@ -145,6 +145,9 @@ pub struct NewInstance {
     pub process_id: String,
     /// A retried start with the same (tenant, key) returns the existing instance.
     pub idempotency_key: Option<String>,
+    /// What the start asked for (`runtime::idempotency::fingerprint`), kept
+    /// beside the key: a reuse of the key with another request is refused.
+    pub idempotency_fingerprint: Option<String>,
     /// The instance this one retries (`retry?mode=...`), if any.
     pub retry_of: Option<String>,
     pub started_at: i64,
@@ -166,6 +169,15 @@ pub struct InstanceRecord {
     pub started_at: i64,
     pub updated_at: i64,
     pub ended_at: Option<i64>,
+}
+
+/// The instance that holds a (tenant, idempotency key), and the fingerprint
+/// of the start that took the key (`None` for instances started before
+/// fingerprints were kept).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyHolder {
+    pub id: String,
+    pub fingerprint: Option<String>,
 }
 
 /// What `create_instance` did.

@@ -212,7 +212,7 @@ impl SqlBackend for PgStore {
             // The key is taken; the SELECT (a new snapshot) sees the winner.
             let key = inst.idempotency_key.as_deref().unwrap_or_default();
             return match Steps::instance_by_key(&mut tx, &inst.tenant, key).await? {
-                Some(id) => Ok(Created::Existing(id)),
+                Some(holder) => Ok(Created::Existing(holder.id)),
                 // The holder of the key was deleted between the two statements.
                 None => Err(StoreError::Conflict(inst.id.clone())),
             };

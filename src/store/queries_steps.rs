@@ -16,22 +16,25 @@
 use super::children;
 use super::queries::Column;
 use super::rows::{duplicate_or_db, park_claim_columns};
-use super::{NewInstance, StepWrite, StoreError, StoreResult};
+use super::{KeyHolder, NewInstance, StepWrite, StoreError, StoreResult};
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
 use std::marker::PhantomData;
 
-/// `$1` tenant, `$2` idempotency key → the id holding that key.
-pub(super) const INSTANCE_BY_KEY: &str =
-    "SELECT id FROM instances WHERE tenant = $1 AND idempotency_key = $2";
+/// `$1` tenant, `$2` idempotency key → the (id, idempotency_fingerprint)
+/// holding that key.
+pub(super) const INSTANCE_BY_KEY: &str = "SELECT id, idempotency_fingerprint FROM instances \
+     WHERE tenant = $1 AND idempotency_key = $2";
 
 /// `$1` id, `$2` tenant, `$3` deployment_id, `$4` process_id, `$5` state,
 /// `$6` snapshot, `$7` idempotency_key, `$8` retry_of, `$9` started_at,
-/// `$10` updated_at, `$11` ended_at (version 1). The column list is
-/// `rows::INSTANCE_COLUMNS` (checked by a test).
+/// `$10` updated_at, `$11` ended_at (version 1), `$12`
+/// idempotency_fingerprint. The column list is `rows::INSTANCE_COLUMNS`
+/// (what reads select) plus the fingerprint (checked by a test).
 pub(super) const INSERT_INSTANCE: &str = "INSERT INTO instances (id, tenant, deployment_id, \
      process_id, state, version, snapshot, idempotency_key, retry_of, started_at, updated_at, \
-     ended_at) VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11)";
+     ended_at, idempotency_fingerprint) \
+     VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12)";
 
 /// `$1` snapshot, `$2` state, `$3` updated_at, `$4` ended_at (kept when
 /// NULL), `$5` id, `$6` expected version → the instance's (tenant,
@@ -115,6 +118,7 @@ where
             .bind(inst.started_at)
             .bind(step.updated_at)
             .bind(step.ended_at)
+            .bind(&inst.idempotency_fingerprint)
     }
 
     /// The instance that holds (tenant, idempotency key), if any.
@@ -122,12 +126,13 @@ where
         conn: &mut DB::Connection,
         tenant: &str,
         key: &str,
-    ) -> StoreResult<Option<String>> {
-        Ok(sqlx::query_scalar(INSTANCE_BY_KEY)
+    ) -> StoreResult<Option<KeyHolder>> {
+        let row: Option<(String, Option<String>)> = sqlx::query_as(INSTANCE_BY_KEY)
             .bind(tenant)
             .bind(key)
             .fetch_optional(conn)
-            .await?)
+            .await?;
+        Ok(row.map(|(id, fingerprint)| KeyHolder { id, fingerprint }))
     }
 
     /// Updates the instance row if it is at `expected_version`, then applies
@@ -334,6 +339,7 @@ mod tests {
 
     #[test]
     fn the_instance_insert_writes_the_shared_column_list() {
-        assert!(squash(INSERT_INSTANCE).contains(&format!("({INSTANCE_COLUMNS})")));
+        assert!(squash(INSERT_INSTANCE)
+            .contains(&format!("({INSTANCE_COLUMNS}, idempotency_fingerprint)")));
     }
 }

@@ -8,8 +8,44 @@ use super::tenancy::{
     ApiKeyRecord, MetricCounts, ScheduleEvent, ScheduleRecord, TenancyStore, TenantLimits,
     TenantRecord, SCHEDULE_ARMED,
 };
-use super::{StoreError, StoreResult};
+use super::{KeyHolder, StoreError, StoreResult};
 use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
+
+/// Columns of `api_keys` that make an [`ApiKeyRecord`].
+const KEY_COLUMNS: &str = "key_id, tenant, key_hash, created_at";
+
+type KeyRow = (String, String, String, i64);
+
+fn key_record((key_id, tenant, key_hash, created_at): KeyRow) -> ApiKeyRecord {
+    ApiKeyRecord {
+        key_id,
+        tenant,
+        key_hash,
+        created_at,
+    }
+}
+
+/// Inserts one key in the caller's transaction.
+async fn insert_key<DB>(conn: &mut DB::Connection, key: &ApiKeyRecord) -> StoreResult<()>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    i64: Column<DB>,
+    for<'s> &'s str: Type<DB> + Encode<'s, DB>,
+{
+    sqlx::query::<DB>(&format!(
+        "INSERT INTO api_keys ({KEY_COLUMNS}) VALUES ($1, $2, $3, $4)"
+    ))
+    .bind(key.key_id.as_str())
+    .bind(key.tenant.as_str())
+    .bind(key.key_hash.as_str())
+    .bind(key.created_at)
+    .execute(conn)
+    .await
+    .map_err(|e| duplicate_or_db(e, || "API key id collision".to_string()))?;
+    Ok(())
+}
 
 // The sqlx traits that make `B::Db` a database the shared SQL runs on (see
 // the Store impl in queries.rs).
@@ -84,35 +120,56 @@ where
 
     async fn insert_api_key(&self, key: &ApiKeyRecord) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO api_keys (key_id, tenant, key_hash, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(&key.key_id)
-        .bind(&key.tenant)
-        .bind(&key.key_hash)
-        .bind(key.created_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| duplicate_or_db(e, || "API key id collision".to_string()))?;
+        insert_key::<B::Db>(&mut tx, key).await?;
         tx.commit().await?;
         Ok(())
     }
 
     async fn get_api_key(&self, key_id: &str) -> StoreResult<Option<ApiKeyRecord>> {
-        let row: Option<(String, String, String, i64)> = sqlx::query_as(
-            "SELECT key_id, tenant, key_hash, created_at FROM api_keys WHERE key_id = $1",
-        )
+        let row: Option<KeyRow> = sqlx::query_as(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE key_id = $1"
+        ))
         .bind(key_id)
         .fetch_optional(self.reads())
         .await?;
-        Ok(
-            row.map(|(key_id, tenant, key_hash, created_at)| ApiKeyRecord {
-                key_id,
-                tenant,
-                key_hash,
-                created_at,
-            }),
-        )
+        Ok(row.map(key_record))
+    }
+
+    async fn api_keys_of(&self, tenant: &str) -> StoreResult<Vec<ApiKeyRecord>> {
+        let rows: Vec<KeyRow> = sqlx::query_as(&format!(
+            "SELECT {KEY_COLUMNS} FROM api_keys WHERE tenant = $1 ORDER BY created_at, key_id"
+        ))
+        .bind(tenant)
+        .fetch_all(self.reads())
+        .await?;
+        Ok(rows.into_iter().map(key_record).collect())
+    }
+
+    async fn delete_api_key(&self, tenant: &str, key_id: &str) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query("DELETE FROM api_keys WHERE tenant = $1 AND key_id = $2")
+            .bind(tenant)
+            .bind(key_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn replace_api_keys(&self, key: &ApiKeyRecord) -> StoreResult<Vec<String>> {
+        let mut tx = self.begin_write().await?;
+        let old: Vec<String> =
+            sqlx::query_scalar("SELECT key_id FROM api_keys WHERE tenant = $1 ORDER BY key_id")
+                .bind(&key.tenant)
+                .fetch_all(&mut *tx)
+                .await?;
+        sqlx::query("DELETE FROM api_keys WHERE tenant = $1")
+            .bind(&key.tenant)
+            .execute(&mut *tx)
+            .await?;
+        insert_key::<B::Db>(&mut tx, key).await?;
+        tx.commit().await?;
+        Ok(old)
     }
 
     async fn live_instance_count(&self, tenant: &str) -> StoreResult<i64> {
@@ -124,12 +181,14 @@ where
         .await?)
     }
 
-    async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<String>> {
-        Ok(sqlx::query_scalar(super::queries_steps::INSTANCE_BY_KEY)
-            .bind(tenant)
-            .bind(key)
-            .fetch_optional(self.reads())
-            .await?)
+    async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
+        let row: Option<(String, Option<String>)> =
+            sqlx::query_as(super::queries_steps::INSTANCE_BY_KEY)
+                .bind(tenant)
+                .bind(key)
+                .fetch_optional(self.reads())
+                .await?;
+        Ok(row.map(|(id, fingerprint)| KeyHolder { id, fingerprint }))
     }
 
     async fn arm_schedule(&self, s: &ScheduleRecord) -> StoreResult<()> {

@@ -113,8 +113,8 @@ async fn create_one(
     step: &StepWrite,
 ) -> StoreResult<Created> {
     if let Some(key) = &inst.idempotency_key {
-        if let Some(id) = Steps::instance_by_key(conn, &inst.tenant, key).await? {
-            return Ok(Created::Existing(id));
+        if let Some(holder) = Steps::instance_by_key(conn, &inst.tenant, key).await? {
+            return Ok(Created::Existing(holder.id));
         }
     }
     Steps::insert_instance(INSERT_INSTANCE, inst, step)

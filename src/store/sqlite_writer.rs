@@ -381,6 +381,7 @@ fn insert_instance(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> S
             inst.started_at,
             step.updated_at,
             step.ended_at,
+            inst.idempotency_fingerprint,
         ])
         .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
     Ok(())

@@ -12,7 +12,7 @@
 //! - [`TenancyStore::record_fire`] moves a schedule and journals the fire (or
 //!   the refused fire) in one transaction: a fire is never dropped silently.
 
-use super::StoreResult;
+use super::{KeyHolder, StoreResult};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 
@@ -123,6 +123,23 @@ pub trait TenancyStore: Send + Sync {
         &self,
         key_id: &str,
     ) -> impl Future<Output = StoreResult<Option<ApiKeyRecord>>> + Send;
+    /// A tenant's keys, oldest first.
+    fn api_keys_of(
+        &self,
+        tenant: &str,
+    ) -> impl Future<Output = StoreResult<Vec<ApiKeyRecord>>> + Send;
+    /// Deletes one key of `tenant` (revocation); false if it has no such key.
+    fn delete_api_key(
+        &self,
+        tenant: &str,
+        key_id: &str,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+    /// Rotation: inserts `key` and deletes every other key of its tenant, in
+    /// one transaction; answers the ids deleted.
+    fn replace_api_keys(
+        &self,
+        key: &ApiKeyRecord,
+    ) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
     /// Live (RUNNING/WAITING) instances of a tenant.
     fn live_instance_count(&self, tenant: &str) -> impl Future<Output = StoreResult<i64>> + Send;
     /// The instance a (tenant, idempotency key) created, if any.
@@ -130,7 +147,7 @@ pub trait TenancyStore: Send + Sync {
         &self,
         tenant: &str,
         key: &str,
-    ) -> impl Future<Output = StoreResult<Option<String>>> + Send;
+    ) -> impl Future<Output = StoreResult<Option<KeyHolder>>> + Send;
 
     // ---- schedules ----
     /// Inserts an ARMED schedule unless one exists for (deployment, node).
@@ -202,10 +219,19 @@ mod any_impl {
         async fn get_api_key(&self, key_id: &str) -> StoreResult<Option<ApiKeyRecord>> {
             delegate!(self, s => s.get_api_key(key_id).await)
         }
+        async fn api_keys_of(&self, tenant: &str) -> StoreResult<Vec<ApiKeyRecord>> {
+            delegate!(self, s => s.api_keys_of(tenant).await)
+        }
+        async fn delete_api_key(&self, tenant: &str, key_id: &str) -> StoreResult<bool> {
+            delegate!(self, s => s.delete_api_key(tenant, key_id).await)
+        }
+        async fn replace_api_keys(&self, key: &ApiKeyRecord) -> StoreResult<Vec<String>> {
+            delegate!(self, s => s.replace_api_keys(key).await)
+        }
         async fn live_instance_count(&self, tenant: &str) -> StoreResult<i64> {
             delegate!(self, s => s.live_instance_count(tenant).await)
         }
-        async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<String>> {
+        async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
             delegate!(self, s => s.instance_by_key(tenant, key).await)
         }
         async fn arm_schedule(&self, sched: &ScheduleRecord) -> StoreResult<()> {

@@ -1,10 +1,12 @@
-//! A real `sutra serve` for API tests: a temp SQLite database, port 0 (the
-//! server prints the address it bound), the manual virtual clock, an admin
-//! key; and a small JSON client.
+//! A real `sutra serve` for API tests: a temp SQLite database (or, with
+//! [`Server::start_on`], a fresh PostgreSQL schema), port 0 (the server
+//! prints the address it bound), the manual virtual clock, an admin key; and
+//! a small JSON client.
 //!
 //! Invariant: every wait is bounded — the address line within 60 s, then a
 //! bounded poll of `/healthz`; a server that dies or never answers fails the
-//! test with its stderr. The child is killed on drop.
+//! test with its stderr. The child is killed on drop, and a PostgreSQL
+//! schema it ran on is dropped then too (also when the test failed).
 #![allow(dead_code)]
 
 use reqwest::{Method, StatusCode};
@@ -19,6 +21,19 @@ pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
 /// Where virtual time starts in these tests.
 pub const T0: &str = "2030-01-01T00:00:00Z";
 
+/// The environment variable naming the PostgreSQL test server.
+pub const PG_URL_VAR: &str = "SUTRA_TEST_POSTGRES_URL";
+
+/// Which database a server runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// A PostgreSQL schema a server runs on: (server URL, schema).
+type PgSchema = Option<(String, String)>;
+
 pub struct Server {
     child: Child,
     pub url: String,
@@ -26,9 +41,39 @@ pub struct Server {
     pub dir: Arc<tempfile::TempDir>,
     stderr: Arc<Mutex<String>>,
     extra_env: Vec<(String, String)>,
+    pg_schema: PgSchema,
 }
 
 impl Server {
+    /// A server on a fresh database of `db` with extra environment
+    /// variables. PostgreSQL: a fresh schema of `SUTRA_TEST_POSTGRES_URL`
+    /// (migrated, dropped with the server); `None`, after printing
+    /// "skipped", when that variable is unset; set but unusable, it panics.
+    pub async fn start_on(db: Db, env: &[(&str, &str)]) -> Option<Server> {
+        if db == Db::Sqlite {
+            return Some(Self::start_with(env).await);
+        }
+        let Ok(pg) = std::env::var(PG_URL_VAR) else {
+            eprintln!("skipped: {PG_URL_VAR} not set");
+            return None;
+        };
+        let schema = format!("sutra_api_{:016x}", rand::random::<u64>());
+        match sutra::store::PgStore::open_in_schema(&pg, &schema).await {
+            Ok(store) => store.close().await,
+            Err(e) => panic!("{PG_URL_VAR}={pg} is set but PostgreSQL is unusable: {e}"),
+        }
+        let sep = if pg.contains('?') { '&' } else { '?' };
+        let url = format!("{pg}{sep}options=-c%20search_path%3D{schema}");
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut server = Self::spawn(dir, url, T0, env).await;
+        server.pg_schema = Some((pg, schema));
+        Some(server)
+    }
+
     /// A fresh database, the manual clock at `T0`, the audit journal on.
     pub async fn start() -> Server {
         Self::start_with(&[]).await
@@ -52,8 +97,11 @@ impl Server {
         let dir = self.dir.clone();
         let db = self.db.clone();
         let env = std::mem::take(&mut self.extra_env);
+        let pg_schema = self.pg_schema.take();
         drop(self);
-        Self::spawn(dir, db, clock_start, env).await
+        let mut server = Self::spawn(dir, db, clock_start, env).await;
+        server.pg_schema = pg_schema;
+        server
     }
 
     async fn spawn(
@@ -115,6 +163,7 @@ impl Server {
             dir,
             stderr: log,
             extra_env: env,
+            pg_schema: None,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -192,6 +241,33 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some((url, schema)) = self.pg_schema.take() {
+            drop_schema(url, schema);
+        }
+    }
+}
+
+/// Drops a test schema on a thread of its own (drop may run inside the
+/// test's runtime); a failure is only reported.
+fn drop_schema(url: String, schema: String) {
+    let done = std::thread::spawn(move || {
+        use sqlx::{ConnectOptions, Connection};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async {
+            let opts: sqlx::postgres::PgConnectOptions = url.parse()?;
+            let mut conn = opts.connect().await?;
+            sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                .execute(&mut conn)
+                .await?;
+            conn.close().await
+        })
+        .map_err(std::io::Error::other)
+    })
+    .join();
+    if !matches!(done, Ok(Ok(()))) {
+        eprintln!("warning: could not drop a test schema: {done:?}");
     }
 }
 
