@@ -15,7 +15,7 @@ use super::channels::{
     INCIDENT_EXTERNAL_TASK_FAILED,
 };
 use super::queries::{Column, Conn, RowsAffected, SqlBackend};
-use super::rows::effective_limit;
+use super::rows::{effective_limit, paged_select};
 use super::{StoreError, StoreResult};
 use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
 
@@ -428,15 +428,7 @@ where
             ("state =", &filter.state),
             ("id >", &filter.after_id),
         ];
-        let mut sql = format!("SELECT {INCIDENT_COLUMNS} FROM incidents WHERE 1 = 1");
-        let mut values = Vec::new();
-        for (rule, value) in filters {
-            if let Some(value) = value {
-                values.push(value);
-                sql.push_str(&format!(" AND {rule} ${}", values.len()));
-            }
-        }
-        sql.push_str(&format!(" ORDER BY id LIMIT ${}", values.len() + 1));
+        let (sql, values) = paged_select(INCIDENT_COLUMNS, "incidents", &filters);
         let mut q = sqlx::query_as::<_, IncidentRecord>(&sql);
         for value in values {
             q = q.bind(value);

@@ -30,7 +30,7 @@
 //! CASCADE`).
 
 use super::rows::{
-    duplicate_or_db, effective_limit, encode_modules, load_from_counts, AttemptDbRow,
+    duplicate_or_db, effective_limit, encode_modules, load_from_counts, paged_select, AttemptDbRow,
     DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS,
     INSTANCE_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
 };
@@ -346,15 +346,7 @@ where
             ("deployment_id =", &filter.deployment_id),
             ("id >", &filter.after_id),
         ];
-        let mut sql = format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE 1 = 1");
-        let mut values = Vec::new();
-        for (rule, value) in filters {
-            if let Some(value) = value {
-                values.push(value);
-                sql.push_str(&format!(" AND {rule} ${}", values.len()));
-            }
-        }
-        sql.push_str(&format!(" ORDER BY id LIMIT ${}", values.len() + 1));
+        let (sql, values) = paged_select(INSTANCE_COLUMNS, "instances", &filters);
         let mut q = sqlx::query_as::<_, InstanceRow>(&sql);
         for value in values {
             q = q.bind(value);

@@ -106,6 +106,26 @@ pub(super) fn duplicate_or_db(e: sqlx::Error, what: impl FnOnce() -> String) -> 
 
 /// `limit <= 0` means "no limit" (an [`super::InstanceFilter`] built with
 /// `..Default::default()` lists everything).
+/// A keyset-paged listing: `SELECT {columns} FROM {table}`, one `AND rule $N`
+/// per filter that is set, `ORDER BY id LIMIT $last`; answers the SQL and
+/// the values to bind in order (then the limit).
+pub(super) fn paged_select<'a>(
+    columns: &str,
+    table: &str,
+    filters: &[(&str, &'a Option<String>)],
+) -> (String, Vec<&'a String>) {
+    let mut sql = format!("SELECT {columns} FROM {table} WHERE 1 = 1");
+    let mut values = Vec::new();
+    for (rule, value) in filters {
+        if let Some(value) = value {
+            values.push(value);
+            sql.push_str(&format!(" AND {rule} ${}", values.len()));
+        }
+    }
+    sql.push_str(&format!(" ORDER BY id LIMIT ${}", values.len() + 1));
+    (sql, values)
+}
+
 pub(super) fn effective_limit(limit: i64) -> i64 {
     if limit <= 0 {
         i64::MAX
