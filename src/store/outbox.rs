@@ -254,24 +254,16 @@ where
                     .await?
             }
             DeliveryOutcome::Poisoned { error, incident_id } => {
-                let done = sqlx::query(RECORD_POISONED)
-                    .bind(id)
-                    .bind(owner)
-                    .bind(now)
-                    .bind(error)
-                    .execute(&mut *tx)
-                    .await?;
-                if done.rows_affected() > 0 {
-                    sqlx::query(INSERT_INCIDENT)
-                        .bind(incident_id)
-                        .bind(INCIDENT_DELIVERY_POISONED)
-                        .bind(error)
-                        .bind(now)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                done
+                let given_up = GiveUp {
+                    id,
+                    holder: owner,
+                    now,
+                    error,
+                    incident_id,
+                };
+                return given_up
+                    .apply::<B::Db>(tx, RECORD_POISONED, INCIDENT_DELIVERY_POISONED)
+                    .await;
             }
         };
         tx.commit().await?;
@@ -345,28 +337,21 @@ where
                 .await?
             }
             LockedChange::Incident { error, incident_id } => {
-                let done = sqlx::query(&format!(
+                let update = format!(
                     "UPDATE outbox SET state = 'INCIDENT', claimed_by = NULL, \
-                         claimed_until = NULL, retries = 0, last_error = $4, \
-                         updated_at = $3 WHERE {HELD}"
-                ))
-                .bind(id)
-                .bind(worker)
-                .bind(now)
-                .bind(error)
-                .execute(&mut *tx)
-                .await?;
-                if done.rows_affected() > 0 {
-                    sqlx::query(INSERT_INCIDENT)
-                        .bind(incident_id)
-                        .bind(INCIDENT_EXTERNAL_TASK_FAILED)
-                        .bind(error)
-                        .bind(now)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                done
+                     claimed_until = NULL, retries = 0, last_error = $4, \
+                     updated_at = $3 WHERE {HELD}"
+                );
+                let given_up = GiveUp {
+                    id,
+                    holder: worker,
+                    now,
+                    error,
+                    incident_id,
+                };
+                return given_up
+                    .apply::<B::Db>(tx, &update, INCIDENT_EXTERNAL_TASK_FAILED)
+                    .await;
             }
         };
         tx.commit().await?;
@@ -584,6 +569,56 @@ fn claim_columns(r: &NewRequest) -> (i64, Option<&str>, Option<i64>, Option<i64>
 
 fn duplicate(id: &str) -> String {
     format!("request {id} exists already")
+}
+
+/// A request set aside for an operator (a poisoned delivery, an external
+/// task out of retries): `update` (`$1` id, `$2` holder, `$3` now, `$4`
+/// error) and, if it changed the row, its incident, in one transaction.
+struct GiveUp<'a> {
+    id: &'a str,
+    holder: &'a str,
+    now: i64,
+    error: &'a str,
+    incident_id: &'a str,
+}
+
+impl GiveUp<'_> {
+    /// Runs in `tx` and commits it; true if the request was set aside.
+    async fn apply<DB>(
+        &self,
+        mut tx: sqlx::Transaction<'static, DB>,
+        update: &str,
+        kind: &str,
+    ) -> StoreResult<bool>
+    where
+        DB: Database<QueryResult: RowsAffected>,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+        i64: Column<DB>,
+        for<'s> &'s str: Type<DB> + Encode<'s, DB>,
+    {
+        let done = sqlx::query(update)
+            .bind(self.id)
+            .bind(self.holder)
+            .bind(self.now)
+            .bind(self.error)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            > 0;
+        if done {
+            sqlx::query(INSERT_INCIDENT)
+                .bind(self.incident_id)
+                .bind(kind)
+                .bind(self.error)
+                .bind(self.now)
+                .bind(self.id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(done)
+    }
 }
 
 /// The insert of a step's requests on an sqlx connection of either backend
