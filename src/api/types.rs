@@ -176,6 +176,8 @@ pub struct ListQuery {
     pub state: Option<String>,
     pub process: Option<String>,
     pub after: Option<String>,
+    /// RFC 3339: only instances started at or after it.
+    pub since: Option<String>,
     pub limit: Option<i64>,
 }
 
