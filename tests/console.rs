@@ -208,6 +208,26 @@ async fn sign_in_list_deployments_and_draw_every_dialect() {
     b.wait_css("#send-message").await;
     b.screenshot(&screenshots().join("instance-waiting.png"))
         .await;
+    // Send it the message from the page (the dialog is filled from the wait).
+    b.click("#send-message").await;
+    b.wait_css("dialog#confirm[open] #message-name").await;
+    let name = b
+        .js(
+            "return document.querySelector('#message-name').value;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(name, "go");
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the message to complete the instance",
+        "document.querySelector('.page[data-state=\"COMPLETED\"]') \
+         && document.querySelector('#diagram .djs-element[data-element-id=\"wait\"].sutra-succeeded')",
+        json!(null),
+    )
+    .await;
+    b.screenshot(&screenshots().join("instance-message-sent.png"))
+        .await;
 
     // The admin key shows the tenants.
     b.click("#signout").await;

@@ -73,6 +73,12 @@ pub async fn diagram(
         [
             (header::CONTENT_TYPE, "application/xml; charset=utf-8"),
             (header::HeaderName::from_static(DIAGRAM_SOURCE), source),
+            // Tenant-written XML: never active content, even if opened directly.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; sandbox",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         ],
         diagram.xml,
     )
