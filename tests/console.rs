@@ -229,6 +229,26 @@ async fn sign_in_list_deployments_and_draw_every_dialect() {
     b.screenshot(&screenshots().join("instance-message-sent.png"))
         .await;
 
+    // Live refresh: a waiting instance's page follows a change made elsewhere.
+    let (_, w2) = api.start("approval", json!({})).await;
+    let w2 = w2["instance"].as_str().unwrap();
+    b.goto(&format!("{}/ui/#/instances/{w2}", srv.url)).await;
+    b.wait_css(".page[data-state=\"WAITING\"] .live").await;
+    let (status, body) = api
+        .post(
+            "/v1/messages",
+            json!({"name": "go", "variables": {"by": "api"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    b.wait_for(
+        "the page to refresh itself to COMPLETED",
+        "document.querySelector('.page[data-state=\"COMPLETED\"]') \
+         && [...document.querySelectorAll('#variables .json-string')].some(e => e.textContent === '\"api\"')",
+        json!(null),
+    )
+    .await;
+
     // The admin key shows the tenants.
     b.click("#signout").await;
     sign_in(&b, &srv, ADMIN_KEY).await;
@@ -318,6 +338,33 @@ async fn a_failed_instance_is_marked_and_retried_from_the_page() {
         "nothing from a variable ran or rendered"
     );
     b.screenshot(&screenshots().join("instance-failed.png"))
+        .await;
+    // A hostile state name is a label on the diagram, as text.
+    let name = "<img src=x onerror=\"window.__xss=3\">";
+    let flow = json!({"Name": "hostile", "StartAt": name, "States": {name: {"Type": "Pass", "End": true}}});
+    let dep = deploy(&api, &flow.to_string(), &[]).await;
+    b.goto(&format!("{}/ui/#/deployments/{dep}", srv.url)).await;
+    b.wait_for(
+        "the hostile label",
+        "[...document.querySelectorAll('#diagram .djs-element text')].some(t => t.textContent.includes('onerror'))",
+        json!(null),
+    )
+    .await;
+    let injected = b
+        .js(
+            "return [window.__xss === undefined, document.querySelectorAll('#main img').length];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        injected,
+        json!([true, 0]),
+        "nothing from a name ran or rendered"
+    );
+    b.screenshot(&screenshots().join("deployment-hostile-names.png"))
+        .await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#diagram .djs-element[data-element-id=\"T\"].sutra-failed")
         .await;
     no_csp_violations(&b).await;
 
@@ -433,6 +480,18 @@ async fn console_routes_answer_on_both_backends() {
         assert_eq!(all["instances"].as_array().unwrap().len(), 2);
         let (_, none) = api.get("/v1/instances?since=2030-01-01T00:00:01Z").await;
         assert_eq!(none["instances"].as_array().unwrap().len(), 0, "{none}");
+        let (_, all) = api.get("/v1/instances?until=2030-01-01T00:00:00Z").await;
+        assert_eq!(all["instances"].as_array().unwrap().len(), 2);
+        let (_, none) = api.get("/v1/instances?until=2029-12-31T23:59:59Z").await;
+        assert_eq!(none["instances"].as_array().unwrap().len(), 0, "{none}");
+        let (_, one) = api
+            .get("/v1/instances?until=2030-01-01T00:00:00Z&limit=1")
+            .await;
+        assert_eq!(one["instances"].as_array().unwrap().len(), 1);
+        assert!(
+            one["next"].is_string(),
+            "a full page within the bound has a next: {one}"
+        );
         let (status, body) = api.get("/v1/instances?since=yesterday").await;
         assert_eq!(
             (status, body["code"].as_str()),

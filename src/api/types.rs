@@ -178,6 +178,8 @@ pub struct ListQuery {
     pub after: Option<String>,
     /// RFC 3339: only instances started at or after it.
     pub since: Option<String>,
+    /// RFC 3339: only instances started at or before it.
+    pub until: Option<String>,
     pub limit: Option<i64>,
 }
 

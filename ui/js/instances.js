@@ -1,4 +1,4 @@
-// Instances: counts per state, filters (state, process, started since),
+// Instances: counts per state, filters (state, process, started since / until),
 // keyset paging ("Next page" follows the API's `next`).
 
 import { get, query } from './api.js';
@@ -10,6 +10,7 @@ export async function instancesPage(page, params) {
   const state = params.get('state') || '';
   const process = params.get('process') || '';
   const since = params.get('since') || '';
+  const until = params.get('until') || '';
   const pages = [params.get('after') || ''];
 
   const counts = h('div', { id: 'counts', class: 'counts' });
@@ -17,14 +18,16 @@ export async function instancesPage(page, params) {
   const stateSel = h('select', { id: 'filter-state' }, h('option', { value: '' }, 'any state'),
     STATES.map(s => h('option', { value: s, selected: s === state }, s)));
   const processIn = h('input', { id: 'filter-process', value: process, placeholder: 'process id' });
-  const sinceIn = h('input', { id: 'filter-since', type: 'datetime-local', step: '1', value: since ? since.replace(/Z$/, '').slice(0, 19) : '' });
+  const local = v => (v ? v.replace(/Z$/, '').slice(0, 19) : '');
+  const utc = v => (v ? `${v.length === 16 ? `${v}:00` : v}Z` : '');
+  const sinceIn = h('input', { id: 'filter-since', type: 'datetime-local', step: '1', value: local(since) });
+  const untilIn = h('input', { id: 'filter-until', type: 'datetime-local', step: '1', value: local(until) });
   const form = h('form', { class: 'filters', id: 'filters' },
     h('label', {}, 'State ', stateSel), h('label', {}, 'Process ', processIn),
-    h('label', {}, 'Started since (UTC) ', sinceIn), h('button', { type: 'submit' }, 'Filter'));
+    h('label', {}, 'Started since ', sinceIn), h('label', {}, 'until (UTC) ', untilIn), h('button', { type: 'submit' }, 'Filter'));
   form.addEventListener('submit', (e) => {
     e.preventDefault();
-    const s = sinceIn.value ? `${sinceIn.value.length === 16 ? `${sinceIn.value}:00` : sinceIn.value}Z` : '';
-    location.hash = `#/instances${query({ state: stateSel.value, process: processIn.value.trim(), since: s })}`;
+    location.hash = `#/instances${query({ state: stateSel.value, process: processIn.value.trim(), since: utc(sinceIn.value), until: utc(untilIn.value) })}`;
   });
   fill(page, h('h1', {}, 'Instances'), counts, form, list);
 
@@ -32,12 +35,12 @@ export async function instancesPage(page, params) {
   fill(counts, h('span', { class: 'muted' }, `${c.total} instance(s)${process ? ` of ${process}` : ''}: `),
     STATES.map(s => h('a', {
       class: `count ${s === state ? 'active' : ''}`, dataset: { state: s },
-      href: `#/instances${query({ state: s === state ? '' : s, process, since })}`,
+      href: `#/instances${query({ state: s === state ? '' : s, process, since, until })}`,
     }, badge(s), ' ', h('span', { class: 'n' }, String(c.counts[s] || 0)))));
 
   async function show() {
     const after = pages[pages.length - 1];
-    const r = await get(`/v1/instances${query({ state, process, since, after, limit: 25 })}`);
+    const r = await get(`/v1/instances${query({ state, process, since, until, after, limit: 25 })}`);
     const cols = [
       { title: 'Instance', cell: i => link(`/instances/${encodeURIComponent(i.id)}`, h('code', {}, i.id)) },
       { title: 'Process', cell: i => i.process },
