@@ -402,6 +402,77 @@ async fn a_failed_instance_is_marked_and_retried_from_the_page() {
     no_csp_violations(&b).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_instance_is_migrated_from_the_page() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv
+        .tenant("acme", json!({"memoryBytes": 4 * 1024 * 1024}))
+        .await;
+    let v1 = deploy(&api, &one_task("order"), &["chaos"]).await;
+    let (_, failed) = api
+        .start("order", json!({"do": "alloc", "bytes": 32 * 1024 * 1024}))
+        .await;
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    let id = failed["instance"].as_str().unwrap();
+    let v2 = deploy(
+        &api,
+        &one_task("order").replace("Reserve stock", "Reserve stock v2"),
+        &["chaos"],
+    )
+    .await;
+    let (status, body) = srv
+        .admin()
+        .call(
+            Method::PUT,
+            "/v1/admin/tenants/acme/limits",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#diagram .djs-element[data-element-id=\"T\"].sutra-failed")
+        .await;
+    b.click("#migrate").await;
+    b.wait_css("dialog#confirm[open] #migrate-target").await;
+    let target = b
+        .js(
+            "return document.querySelector('#migrate-target').value;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        target,
+        json!(v2),
+        "the other deployment of the process is offered"
+    );
+    b.screenshot(&screenshots().join("instance-migrate-confirm.png"))
+        .await;
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the migrated instance to complete on v2",
+        "document.querySelector('.page[data-state=\"COMPLETED\"]') \
+         && document.querySelector('#diagram .djs-element[data-element-id=\"T\"].sutra-succeeded') \
+         && [...document.querySelectorAll('#diagram .djs-element text')].some(t => t.textContent.includes('v2'))",
+        json!(null),
+    )
+    .await;
+    let (_, view) = api.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(
+        (view["state"].as_str(), view["deployment"].as_str()),
+        (Some("COMPLETED"), Some(v2.as_str()))
+    );
+    assert_ne!(v1, v2);
+    b.screenshot(&screenshots().join("instance-migrated.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
+
 /// The routes the console reads, over HTTP, on both backends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_routes_answer_on_both_backends() {

@@ -28,7 +28,9 @@ export async function instancePage(page, id) {
 
   let view = await get(`/v1/instances/${enc}`);
   const diagram = new Diagram(canvas);
-  const diagramReady = diagram.load(view.deployment, view.process).catch(e => { canvas.append(errorBox(e)); });
+  const loadDiagram = v => diagram.load(v.deployment, v.process).catch(e => { canvas.append(errorBox(e)); });
+  let drawn = view.deployment;
+  let diagramReady = loadDiagram(view);
   let timer = null;
   let stopped = false;
   let lastVars = null;
@@ -51,6 +53,7 @@ export async function instancePage(page, id) {
     renderAttempts(a.attempts);
     renderIncidents(inc.incidents);
     renderHistory(hist);
+    if (v.deployment !== drawn) { drawn = v.deployment; diagramReady = loadDiagram(v); } // migrated
     await diagramReady;
     if (!stopped) diagram.showInstance(v, a.attempts);
     page.dataset.state = v.state;
