@@ -13,12 +13,13 @@
 //! The bound is conservative (it may refuse an expression that would in fact
 //! stop early) and its units are calibrated so that a budget's worth of the
 //! most expensive construct, comprehension steps, takes in the order of
-//! 10 ms on one core (see `benches/README.md`, "Condition budget"):
+//! 10–20 ms on one core (see `benches/README.md`, "Condition budget"):
 //! - every node of the tree costs [`NODE`];
 //! - a comprehension costs its range's length × (its step and condition +
 //!   [`STEP`]) — the interpreter opens a scope and binds a variable per step;
-//! - `+` on lists or strings copies both sides (the interpreter's
-//!   accumulator in `map`/`filter` is shared, so each append copies it);
+//! - `+` on lists or strings copies both sides, [`COPY`] per item (the
+//!   interpreter's accumulator in `map`/`filter` is shared, so each append
+//!   copies it: a `map` is quadratic in its list's length);
 //! - comparing, searching or converting a value costs its weight (the
 //!   elements and bytes it holds, deeply); a regular expression its pattern
 //!   × [`REGEX`].
@@ -27,12 +28,14 @@ use cel_parser::ast::{EntryExpr, Expr, IdedExpr};
 use serde_json::{Map, Value};
 
 /// The most cost units one evaluation may use.
-pub const BUDGET: u64 = 2_000_000;
+pub const BUDGET: u64 = 3_000_000;
 
 /// Cost of visiting one node of the tree.
 const NODE: u64 = 1;
 /// Cost of one comprehension step beyond its body (scope, binding).
-const STEP: u64 = 40;
+const STEP: u64 = 100;
+/// Cost per item or byte a `+` copies (an accumulator's items are cloned).
+const COPY: u64 = 2;
 /// Cost per byte of a regular expression's pattern (it is compiled per call).
 const REGEX: u64 = 64;
 
@@ -250,7 +253,7 @@ fn call_cost(func: &str, args: &[Size]) -> (u64, Size) {
                 weight: add(acc.weight, s.weight),
                 item: acc.item.max(s.item),
             });
-            (add(size.len, NODE), size)
+            (add(mul(size.len, COPY), NODE), size)
         }
         "_[_]" | "_[?_]" => (NODE, first.item()),
         "_?_:_" => {
