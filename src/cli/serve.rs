@@ -109,6 +109,8 @@ pub fn exec(args: ServeArgs) -> ExitCode {
         };
         let mut opts = RuntimeOptions::new(config);
         opts.durable = durable;
+        // Uploaded components compile in bounded children of this binary.
+        opts.compile_worker = std::env::current_exe().ok();
         let mut manual = None;
         if args.manual_clock {
             // Virtual, but never jumped by the runtime: only the API moves it.

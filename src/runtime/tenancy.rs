@@ -17,7 +17,7 @@
 use super::{Runtime, RuntimeError, RuntimeResult, StartRequest};
 use crate::codes::Code;
 use crate::model::{NodeKind, Process};
-use crate::sandbox::Limits;
+use crate::sandbox::{CompileLimits, Limits};
 use crate::store::tenancy::TenantLimits;
 use crate::store::Store;
 use std::collections::{BTreeMap, HashMap};
@@ -127,6 +127,22 @@ impl<S: Store> Runtime<S> {
             limits.memory_bytes = limits.memory_bytes.min(m);
         }
         limits
+    }
+
+    /// The compile limits for `tenant`'s uploads: the server's
+    /// (`sutra.sandbox.compile.*`), the module size lowered to the tenant's
+    /// `max_module_bytes`.
+    pub(crate) async fn compile_limits(&self, tenant: &str) -> RuntimeResult<CompileLimits> {
+        let mut limits = self.inner.config.compile.limits.clone();
+        if let Some(max) = self
+            .tenant_limits(tenant)
+            .await?
+            .and_then(|l| l.max_module_bytes)
+            .and_then(|m| u64::try_from(m).ok())
+        {
+            limits.max_module_bytes = limits.max_module_bytes.min(max);
+        }
+        Ok(limits)
     }
 
     /// Deploy-time quotas: every module within the tenant's module size, and

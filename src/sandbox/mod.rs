@@ -20,12 +20,16 @@
 
 mod attempt;
 mod cache;
+mod compile;
 mod engine;
 mod host;
 mod limits;
 mod loader;
 mod outcome;
+mod tiered;
 
+pub use compile::{count_functions, run_worker, CompileLimits, WorkerArgs};
+pub use engine::Tier;
 pub use limits::Limits;
 pub use loader::{import_policy, LoadError, LoadedComponent};
 pub use outcome::{AttemptReport, LogLevel, LogLine, Outcome};
@@ -62,6 +66,16 @@ pub struct SandboxConfig {
     pub pagemap_scan: bool,
     /// Loaded components kept in memory, by digest.
     pub loaded_capacity: usize,
+    /// The `sutra` binary whose `__compile` subcommand compiles components
+    /// in a bounded child process ([`Sandbox::load_for`]); `None`: compile
+    /// in this process (tests, `sutra task run`).
+    pub compile_worker: Option<PathBuf>,
+    /// What compiling one component may cost (the server's limits).
+    pub compile_limits: CompileLimits,
+    /// Compiles running at once, over all tenants (each tenant's run one at a time).
+    pub compile_concurrency: usize,
+    /// With a compile worker: compile quick (Winch) first, optimised (Cranelift) behind.
+    pub tiered: bool,
 }
 
 impl Default for SandboxConfig {
@@ -76,6 +90,10 @@ impl Default for SandboxConfig {
             table_keep_resident_bytes: 64 << 10,
             pagemap_scan: true,
             loaded_capacity: 256,
+            compile_worker: None,
+            compile_limits: CompileLimits::default(),
+            compile_concurrency: 1,
+            tiered: true,
         }
     }
 }
@@ -137,6 +155,8 @@ struct Inner {
     memory_hits: AtomicU64,
     cfg: SandboxConfig,
     _ticker: engine::EpochTicker,
+    /// The quick tier and the compile queues (`tiered.rs`).
+    tiers: tiered::Tiers,
 }
 
 /// The in-memory map digest → component, with least-recently-used eviction.
@@ -149,8 +169,9 @@ struct Loaded {
 impl Sandbox {
     /// Build the engine, linker, pool and epoch ticker.
     pub fn new(cfg: SandboxConfig) -> Result<Sandbox, SandboxError> {
-        let engine =
-            engine::build_engine(&cfg).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
+        let engine = engine::build_engine(&cfg, Tier::Optimized)
+            .map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
+        let tiers = tiered::Tiers::new(&cfg)?;
         let linker = host::linker(&engine).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
         let disk =
             match &cfg.cache_dir {
@@ -178,6 +199,7 @@ impl Sandbox {
                 memory_hits: AtomicU64::new(0),
                 cfg,
                 _ticker: ticker,
+                tiers,
             }),
         })
     }
@@ -287,13 +309,7 @@ impl Sandbox {
                 }
             }
         }
-        let loaded = LoadedComponent {
-            inner: Arc::new(loader::LoadedInner {
-                digest: digest.clone(),
-                pre,
-                imports,
-            }),
-        };
+        let loaded = LoadedComponent::new(digest.clone(), imports, pre, Tier::Optimized);
         self.remember(digest, loaded.clone());
         Ok(loaded)
     }
