@@ -17,7 +17,7 @@
 //! | `sutra.sandbox.compile.max-functions` | `SUTRA_SANDBOX_COMPILE_MAX_FUNCTIONS` | `50000` |
 //! | `sutra.sandbox.compile.cpu-time` | `SUTRA_SANDBOX_COMPILE_CPU_TIME` | `PT120S` |
 //! | `sutra.sandbox.compile.wall-time` | `SUTRA_SANDBOX_COMPILE_WALL_TIME` | `PT180S` |
-//! | `sutra.sandbox.compile.memory` | `SUTRA_SANDBOX_COMPILE_MEMORY` | `4GiB` (address space) |
+//! | `sutra.sandbox.compile.memory` | `SUTRA_SANDBOX_COMPILE_MEMORY` | `2GiB` (address space) |
 //! | `sutra.sandbox.compile.concurrency` | `SUTRA_SANDBOX_COMPILE_CONCURRENCY` | half the cores, at least 1 |
 //! | `sutra.sandbox.compile.tiered` | `SUTRA_SANDBOX_COMPILE_TIERED` | `true` |
 //! | `sutra.outbox.retry.max-attempts` | `SUTRA_OUTBOX_RETRY_MAX_ATTEMPTS` | none (retry forever) |

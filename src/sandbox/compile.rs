@@ -36,7 +36,7 @@ use tokio::sync::Semaphore;
 /// | `max_functions` | 50,000 (over all core modules) | `sutra.sandbox.compile.max-functions` |
 /// | `cpu_time` | 120 s of CPU (all compiler threads) | `sutra.sandbox.compile.cpu-time` |
 /// | `wall_time` | 180 s | `sutra.sandbox.compile.wall-time` |
-/// | `memory_bytes` | 4 GiB of address space | `sutra.sandbox.compile.memory` |
+/// | `memory_bytes` | 2 GiB of address space (the example guests need < 1 GiB) | `sutra.sandbox.compile.memory` |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompileLimits {
     pub max_module_bytes: u64,
@@ -51,7 +51,7 @@ impl CompileLimits {
     pub const DEFAULT_MAX_FUNCTIONS: u64 = 50_000;
     pub const DEFAULT_CPU_TIME: Duration = Duration::from_secs(120);
     pub const DEFAULT_WALL_TIME: Duration = Duration::from_secs(180);
-    pub const DEFAULT_MEMORY_BYTES: u64 = 4 << 30;
+    pub const DEFAULT_MEMORY_BYTES: u64 = 2 << 30;
 
     /// The lower of each limit (a tenant's limits within the server's).
     pub fn min(&self, other: &CompileLimits) -> CompileLimits {

@@ -140,3 +140,36 @@ impl Drop for EpochTicker {
         self.stop.store(true, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::cache::engine_fingerprint;
+
+    #[test]
+    fn the_workers_artifacts_fit_the_sandboxs_engine_of_the_same_tier() {
+        let cfg = SandboxConfig {
+            pool_size: 1,
+            ..SandboxConfig::default()
+        };
+        for tier in [Tier::Quick, Tier::Optimized] {
+            let sandbox = build_engine(&cfg, tier).unwrap();
+            let worker = compile_engine(tier).unwrap();
+            assert_eq!(
+                engine_fingerprint(&sandbox),
+                engine_fingerprint(&worker),
+                "{tier:?}: the pooling allocator is not part of the compatibility hash"
+            );
+            let artifact = worker
+                .precompile_component(&wat::parse_str("(component (core module (func)))").unwrap())
+                .unwrap();
+            // SAFETY: the artifact was produced just above by a compatible engine.
+            unsafe { wasmtime::component::Component::deserialize(&sandbox, &artifact) }.unwrap();
+        }
+        assert_ne!(
+            engine_fingerprint(&compile_engine(Tier::Quick).unwrap()),
+            engine_fingerprint(&compile_engine(Tier::Optimized).unwrap()),
+            "a quick artifact is never taken for an optimised one"
+        );
+    }
+}
