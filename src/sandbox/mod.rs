@@ -14,9 +14,12 @@
 //!   that is not a component of the task world importing only what
 //!   [`import_policy`] allows.
 //!
-//! Files: `engine` (engine + epoch ticker), `loader` (validation, import
-//! policy, linking), `cache` (on-disk precompiled artifacts), `host` (WIT
-//! bindings, WASI context, captures), `limits`, `outcome`, `attempt`.
+//! Files: `engine` (engines per compiler tier + epoch ticker), `loader`
+//! (validation, import policy, linking, the tier swap), `cache` (on-disk
+//! precompiled artifacts), `compile` (compile limits, queues, the bounded
+//! worker process), `tiered` ([`Sandbox::load_for`]: uploads through the
+//! worker, quick first and optimised behind), `host` (WIT bindings, WASI
+//! context, captures), `limits`, `outcome`, `attempt`.
 
 mod attempt;
 mod cache;
