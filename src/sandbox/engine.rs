@@ -14,7 +14,8 @@ use super::SandboxConfig;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use wasmtime::{
-    Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Strategy,
+    Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
+    RegallocAlgorithm, Strategy,
 };
 
 /// Which compiler an engine uses.
@@ -59,6 +60,14 @@ fn base_config(tier: Tier) -> Config {
             Tier::Quick => Strategy::Winch,
             Tier::Optimized => Strategy::Cranelift,
         });
+    if tier == Tier::Quick {
+        // Winch compiles the functions; Cranelift still compiles the
+        // trampolines of every escaping function (thousands in a language
+        // runtime's table): a third of a quick compile at its default settings.
+        config
+            .cranelift_opt_level(OptLevel::None)
+            .cranelift_regalloc_algorithm(RegallocAlgorithm::SinglePass);
+    }
     config
 }
 
