@@ -339,3 +339,25 @@ async fn without_a_worker_the_component_compiles_in_process_under_the_cheap_limi
     let e = sb.load_for("t", &bomb(20), &small).await.unwrap_err();
     assert!(e.message.contains("function count"), "{}", e.message);
 }
+
+#[tokio::test]
+async fn a_tenants_compile_limits_lower_the_servers() {
+    let server = Server::start_with(&[]).await;
+    let small = server
+        .tenant(
+            "small",
+            json!({"maxModuleFunctions": 10, "compileMs": 1000}),
+        )
+        .await;
+    let message = refused(&small, &bomb(20)).await;
+    assert!(message.contains("function count"), "{message}");
+    assert!(message.contains("at most 10 allowed"), "{message}");
+    // Another tenant keeps the server's limits.
+    let other = server.tenant("other", json!({})).await;
+    let (status, body) = other.deploy(FLOW, &[("work", bomb(20))]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = server.admin().get("/v1/admin/tenants/small").await;
+    assert!(status.is_success(), "{body}");
+    assert_eq!(body["limits"]["maxModuleFunctions"], 10, "{body}");
+    assert_eq!(body["limits"]["compileMs"], 1000, "{body}");
+}

@@ -130,17 +130,24 @@ impl<S: Store> Runtime<S> {
     }
 
     /// The compile limits for `tenant`'s uploads: the server's
-    /// (`sutra.sandbox.compile.*`), the module size lowered to the tenant's
-    /// `max_module_bytes`.
+    /// (`sutra.sandbox.compile.*`) lowered to the tenant's module size,
+    /// function count and compile time (CPU and wall clock alike).
     pub(crate) async fn compile_limits(&self, tenant: &str) -> RuntimeResult<CompileLimits> {
         let mut limits = self.inner.config.compile.limits.clone();
-        if let Some(max) = self
-            .tenant_limits(tenant)
-            .await?
-            .and_then(|l| l.max_module_bytes)
-            .and_then(|m| u64::try_from(m).ok())
-        {
+        let Some(t) = self.tenant_limits(tenant).await? else {
+            return Ok(limits);
+        };
+        let n = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
+        if let Some(max) = n(t.max_module_bytes) {
             limits.max_module_bytes = limits.max_module_bytes.min(max);
+        }
+        if let Some(max) = n(t.max_module_functions) {
+            limits.max_functions = limits.max_functions.min(max);
+        }
+        if let Some(ms) = n(t.compile_ms) {
+            let d = Duration::from_millis(ms);
+            limits.cpu_time = limits.cpu_time.min(d);
+            limits.wall_time = limits.wall_time.min(d);
         }
         Ok(limits)
     }
