@@ -14,7 +14,7 @@ use sutra::sandbox::{
 };
 
 const INPUT: &str = r#"{"do":"echo"}"#;
-const ATTEMPTS: usize = 30;
+const ATTEMPTS: usize = 200;
 
 fn ctx() -> TaskContext {
     TaskContext {
@@ -54,7 +54,7 @@ async fn steady(sb: &Sandbox, c: &LoadedComponent) -> Duration {
 }
 
 fn ms(d: Duration) -> String {
-    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
 fn main() {
