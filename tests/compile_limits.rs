@@ -111,6 +111,11 @@ fn the_bombs_have_the_sizes_of_the_issue() {
     assert!((100_001..100_010).contains(&count_functions(bomb_100k()).unwrap()));
     assert!((300_001..300_010).contains(&count_functions(bomb_300k()).unwrap()));
     // ~1.8 MB and ~5.6 MB in the issue.
+    eprintln!(
+        "bomb sizes: {} and {} bytes",
+        bomb_100k().len(),
+        bomb_300k().len()
+    );
     assert!(
         (1_200_000..2_600_000).contains(&bomb_100k().len()),
         "{}",

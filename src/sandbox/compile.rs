@@ -200,8 +200,6 @@ impl Worker {
         out: &Path,
         background: bool,
     ) -> Result<(), Refusal> {
-        use std::os::unix::process::ExitStatusExt;
-        use tokio::io::AsyncWriteExt;
         let cpu = limits.cpu_time.as_secs().max(1);
         let mut cmd = tokio::process::Command::new(&self.exe);
         cmd.arg("__compile")
@@ -223,12 +221,33 @@ impl Worker {
         if background {
             cmd.arg("--background");
         }
-        let mut child = cmd.spawn().map_err(|e| {
+        let child = cmd.spawn().map_err(|e| {
             Refusal::Invalid(LoadError::invalid(format!(
                 "cannot start the compile worker {}: {e}",
                 self.exe.display()
             )))
         })?;
+        // A worker that does not finish leaves its temporary file: remove it.
+        let leftover = child.id().map(|pid| temporary_name(out, pid));
+        let result = self.finish(child, bytes, limits, cpu).await;
+        if result.is_err() {
+            if let Some(tmp) = leftover {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+        result
+    }
+
+    /// Feed the worker, wait for it (at most the wall-clock limit), read its status.
+    async fn finish(
+        &self,
+        mut child: tokio::process::Child,
+        bytes: &[u8],
+        limits: &CompileLimits,
+        cpu: u64,
+    ) -> Result<(), Refusal> {
+        use std::os::unix::process::ExitStatusExt;
+        use tokio::io::AsyncWriteExt;
         let mut stdin = child.stdin.take();
         let feed = async {
             if let Some(s) = stdin.as_mut() {
@@ -395,9 +414,14 @@ fn limit_self(cpu_seconds: u64, memory_bytes: u64, background: bool) -> std::io:
     Ok(())
 }
 
+/// The temporary name process `pid` writes `path` under.
+fn temporary_name(path: &Path, pid: u32) -> PathBuf {
+    path.with_extension(format!("tmp.{pid}"))
+}
+
 /// Write `bytes` to a temporary name beside `path`, then rename it.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let tmp = temporary_name(path, std::process::id());
     let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -444,6 +468,27 @@ mod tests {
         };
         let e = precheck(&module_with(1), &small).unwrap_err();
         assert!(e.message.contains("module size"), "{}", e.message);
+    }
+
+    #[tokio::test]
+    async fn one_tenant_queues_behind_itself_not_in_front_of_others() {
+        let queue = Arc::new(CompileQueue::new(1));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let first = queue.turn("a").await.unwrap();
+        for tenant in ["a", "b"] {
+            let (q, tx) = (queue.clone(), tx.clone());
+            tokio::spawn(async move {
+                let _turn = q.turn(tenant).await;
+                let _ = tx.send(tenant);
+            });
+            // On this current-thread runtime the task runs until it waits.
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        // `a`'s second compile waited for `a`'s first; `b` was already
+        // waiting for the global slot, so it goes first.
+        assert_eq!(rx.recv().await, Some("b"));
+        assert_eq!(rx.recv().await, Some("a"));
     }
 
     #[test]

@@ -24,7 +24,10 @@ use super::host::{self, HostState};
 use super::loader::{self, LoadError, LoadedComponent};
 use super::{Sandbox, SandboxConfig, SandboxError};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Names scratch artifacts apart (two tenants may compile the same bytes at once).
+static SCRATCH_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// The quick tier's engine (its own pool and epoch ticker).
 struct QuickEngine {
@@ -109,13 +112,14 @@ impl Sandbox {
         bytes: &[u8],
         limits: &CompileLimits,
     ) -> Result<LoadedComponent, LoadError> {
+        // The limits hold for every tenant, also for bytes loaded before.
+        loader::check_kind(bytes)?;
+        compile::precheck(bytes, limits)?;
         let digest = cache::digest(bytes);
         if let Some(found) = self.remembered(&digest) {
             self.inner.memory_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(found);
         }
-        loader::check_kind(bytes)?;
-        compile::precheck(bytes, limits)?;
         let tiers = &self.inner.tiers;
         let turn = tiers.foreground.turn(tenant).await.ok_or_else(gone)?;
         let Some(worker) = tiers.worker.clone() else {
@@ -135,7 +139,7 @@ impl Sandbox {
         for tier in [Tier::Optimized, Tier::Quick] {
             if let Some((path, true)) = self.artifact_path(tier, &digest) {
                 if path.is_file() {
-                    if let Ok(loaded) = self.map_artifact(tier, path, &digest).await {
+                    if let Ok(loaded) = self.map_artifact(tier, path, true, &digest).await {
                         self.inner.disk_hits.fetch_add(1, Ordering::Relaxed);
                         if tier == Tier::Quick {
                             self.optimize_later(tenant, bytes, limits, &loaded);
@@ -182,7 +186,8 @@ impl Sandbox {
     }
 
     /// Where `tier`'s artifact of `digest` goes, and whether it is kept (a
-    /// cache directory) or deleted once mapped (the scratch directory).
+    /// cache directory) or deleted once mapped (the scratch directory, a
+    /// fresh name each time).
     fn artifact_path(&self, tier: Tier, digest: &str) -> Option<(PathBuf, bool)> {
         let tiers = &self.inner.tiers;
         let disk = match tier {
@@ -192,7 +197,11 @@ impl Sandbox {
         match (disk, &tiers.scratch) {
             (Some(d), _) => Some((d.path(digest), true)),
             (None, Some(s)) => Some((
-                s.path().join(format!("{digest}-{}.cwasm", tier.as_str())),
+                s.path().join(format!(
+                    "{digest}-{}-{}.cwasm",
+                    tier.as_str(),
+                    SCRATCH_SEQ.fetch_add(1, Ordering::Relaxed)
+                )),
                 false,
             )),
             (None, None) => None,
@@ -209,14 +218,14 @@ impl Sandbox {
         digest: &str,
         background: bool,
     ) -> Result<LoadedComponent, Refusal> {
-        let (path, _) = self
+        let (path, keep) = self
             .artifact_path(tier, digest)
             .ok_or_else(|| Refusal::Invalid(gone()))?;
         worker
             .compile(bytes, tier, limits, &path, background)
             .await?;
         self.inner.compiled.fetch_add(1, Ordering::Relaxed);
-        self.map_artifact(tier, path, digest)
+        self.map_artifact(tier, path, keep, digest)
             .await
             .map_err(Refusal::Invalid)
     }
@@ -227,11 +236,12 @@ impl Sandbox {
         &self,
         tier: Tier,
         path: PathBuf,
+        keep: bool,
         digest: &str,
     ) -> Result<LoadedComponent, LoadError> {
         let sandbox = self.clone();
         let digest = digest.to_string();
-        tokio::task::spawn_blocking(move || sandbox.map_artifact_now(tier, &path, digest))
+        tokio::task::spawn_blocking(move || sandbox.map_artifact_now(tier, &path, keep, digest))
             .await
             .map_err(|e| LoadError::invalid(format!("the load task failed: {e}")))?
     }
@@ -240,6 +250,7 @@ impl Sandbox {
         &self,
         tier: Tier,
         path: &Path,
+        keep: bool,
         digest: String,
     ) -> Result<LoadedComponent, LoadError> {
         let inner = &self.inner;
@@ -250,7 +261,6 @@ impl Sandbox {
                 (&q.engine, &q.linker)
             }
         };
-        let keep = self.artifact_path(tier, &digest).is_some_and(|(_, k)| k);
         // SAFETY: the file is named by the content digest (and, in a cache
         // directory, the engine's compatibility fingerprint); it is only ever
         // written by the compile worker (`compile::write_atomically`, by
