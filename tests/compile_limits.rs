@@ -309,6 +309,31 @@ async fn the_quick_tier_keeps_fuel_and_deadlines() {
 }
 
 #[tokio::test]
+async fn the_quick_tier_classifies_traps_like_the_optimised_one() {
+    let sb = worker_sandbox(true);
+    let limits = CompileLimits::default();
+    for (fixture, code) in [
+        ("unreachable", Code::TaskTrap),
+        ("div_zero", Code::TaskTrap),
+        ("recurse", Code::TaskStackOverflow),
+        ("grow", Code::TaskMemoryLimit),
+    ] {
+        let c = sb
+            .load_for("t", &wat_component(fixture), &limits)
+            .await
+            .unwrap();
+        assert_eq!(c.tier(), Tier::Quick, "{fixture}");
+        let r = sb.attempt(&c, &ctx(), "{}", &Limits::default()).await;
+        assert_eq!(
+            r.outcome.code(),
+            Some(code.as_str()),
+            "{fixture}: {:?}",
+            r.outcome
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_worker_refuses_what_does_not_validate_and_what_the_policy_forbids() {
     let sb = worker_sandbox(true);
     let limits = CompileLimits::default();
