@@ -348,6 +348,8 @@ async fn the_worker_refuses_what_does_not_validate_and_what_the_policy_forbids()
         .await
         .unwrap_err();
     assert!(e.message.contains("wasi:http"), "{}", e.message);
+    // Refused for its import after the quick compile, without an optimised one.
+    assert_eq!(sb.stats().compiled, 1, "{:?}", sb.stats());
 }
 
 #[tokio::test]

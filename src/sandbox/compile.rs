@@ -172,6 +172,9 @@ pub(crate) struct Turn {
 pub(crate) enum Refusal {
     /// Over a limit (the optimising compiler would not do better).
     Limit(LoadError),
+    /// Compiled, but refused after: its imports or its exports (the other
+    /// compiler would compile the same component).
+    Policy(LoadError),
     /// The module does not compile (or the worker failed).
     Invalid(LoadError),
 }

@@ -9,7 +9,8 @@
 //! - a component is returned only after a compile of every function passed
 //!   (validation included): a module that does not compile is refused here,
 //!   never later; if the quick compiler cannot compile a module the optimised
-//!   one can, the optimised compile runs before the answer;
+//!   one can, the optimised compile runs before the answer (a module refused
+//!   for its imports or exports is refused at once);
 //! - foreground compiles (a deploy waiting) and background ones (the
 //!   optimised recompile, at a lower priority) have separate queues, each one
 //!   at a time per tenant and bounded overall, so a tenant's uploads queue
@@ -164,7 +165,7 @@ impl Sandbox {
                     self.remember(digest, loaded.clone());
                     return Ok(loaded);
                 }
-                Err(Refusal::Limit(e)) => return Err(e),
+                Err(Refusal::Limit(e) | Refusal::Policy(e)) => return Err(e),
                 // Perhaps an instruction the quick compiler lacks: try the optimising one.
                 Err(Refusal::Invalid(e)) => refusal = Some(e),
             }
@@ -181,7 +182,7 @@ impl Sandbox {
                 self.remember(digest, loaded.clone());
                 Ok(loaded)
             }
-            Err(Refusal::Limit(e) | Refusal::Invalid(e)) => Err(e),
+            Err(Refusal::Limit(e) | Refusal::Policy(e) | Refusal::Invalid(e)) => Err(e),
         }
     }
 
@@ -227,7 +228,7 @@ impl Sandbox {
         self.inner.compiled.fetch_add(1, Ordering::Relaxed);
         self.map_artifact(tier, path, keep, digest)
             .await
-            .map_err(Refusal::Invalid)
+            .map_err(Refusal::Policy)
     }
 
     /// Deserialize an artifact the worker wrote, check its imports and link
@@ -309,11 +310,13 @@ impl Sandbox {
                 .await
             {
                 Ok(optimized) => loaded.upgrade(optimized.ready().pre.clone()),
-                Err(Refusal::Limit(e) | Refusal::Invalid(e)) => tracing::warn!(
-                    %digest,
-                    "the optimised compile failed; the component keeps its quick code: {}",
-                    e.message
-                ),
+                Err(Refusal::Limit(e) | Refusal::Policy(e) | Refusal::Invalid(e)) => {
+                    tracing::warn!(
+                        %digest,
+                        "the optimised compile failed; the component keeps its quick code: {}",
+                        e.message
+                    )
+                }
             }
             loaded.settle();
         });
