@@ -100,6 +100,9 @@ codes! {
     TaskFuelExhausted => "SUTRA.TASK.FUEL_EXHAUSTED", ResourceExhausted, true;
     /// The attempt overran its wall-clock deadline.
     TaskDeadlineExceeded => "SUTRA.TASK.DEADLINE_EXCEEDED", Timeout, true;
+    /// The attempt was stopped because its work was no longer wanted (its
+    /// instance was cancelled, its token removed); its result is discarded.
+    TaskInterrupted => "SUTRA.TASK.INTERRUPTED", Internal, false;
     /// The guest asked for more linear memory (or table space) than its cap.
     TaskMemoryLimit => "SUTRA.TASK.MEMORY_LIMIT", ResourceExhausted, true;
     /// The guest overflowed its stack.
@@ -123,6 +126,9 @@ codes! {
     NoFlowTaken => "SUTRA.RUNTIME.GATEWAY.NO_FLOW_TAKEN", Internal, false;
     /// A condition failed to evaluate at run time (a type error, a missing variable).
     ConditionFailed => "SUTRA.RUNTIME.CONDITION.FAILED", InvalidInput, false;
+    /// A condition or correlation key whose cost bound over the instance's
+    /// variables is over the evaluation budget; it was not evaluated.
+    ConditionBudgetExceeded => "SUTRA.RUNTIME.CONDITION.BUDGET_EXCEEDED", InvalidInput, false;
     /// The instance was cancelled.
     Cancelled => "SUTRA.RUNTIME.CANCELLED", Internal, false;
     /// No instance with that id (or not visible to the caller).

@@ -9,6 +9,8 @@
 //! | `sutra.instance.retention-sweep-interval` | `SUTRA_INSTANCE_RETENTION_SWEEP_INTERVAL` | `PT1H` |
 //! | `sutra.audit.sql` | `SUTRA_AUDIT_SQL` | `false` |
 //! | `sutra.runtime.lanes` | `SUTRA_RUNTIME_LANES` | `4` |
+//! | `sutra.runtime.slots` | `SUTRA_RUNTIME_SLOTS` | `32` |
+//! | `sutra.runtime.tenant-slots` | `SUTRA_RUNTIME_TENANT_SLOTS` | three quarters of the slots |
 //! | `sutra.runtime.commit-window` | `SUTRA_RUNTIME_COMMIT_WINDOW` | `PT0.05S` |
 //! | `sutra.sandbox.fuel` | `SUTRA_SANDBOX_FUEL` | the sandbox default |
 //! | `sutra.sandbox.deadline` | `SUTRA_SANDBOX_DEADLINE` | the sandbox default |
@@ -48,8 +50,14 @@ pub struct Config {
     pub retention_sweep_interval: IsoDuration,
     /// Keep the audit journal (history) in the database.
     pub audit_sql: bool,
-    /// Attempts that may run at once (the sandbox pool is sized to match).
+    /// Attempts that may execute guest code at once (CPU lanes), shared
+    /// round-robin across tenants; an attempt gives its lane back while its
+    /// guest waits in a host call and, when others wait, at every epoch tick.
     pub lanes: u32,
+    /// Attempts that may be alive at once (the sandbox pool's instances).
+    pub slots: u32,
+    /// The most slots one tenant may hold; `None`: three quarters of `slots`.
+    pub tenant_slots: Option<u32>,
     /// How long attempts may run before their instance's step is committed:
     /// attempts that end within it are committed together with their
     /// outcomes (one transaction); a longer one is made durable while it
@@ -135,6 +143,8 @@ impl Default for Config {
             retention_sweep_interval: IsoDuration(std::time::Duration::from_secs(3600)),
             audit_sql: false,
             lanes: 4,
+            slots: 32,
+            tenant_slots: None,
             commit_window: IsoDuration(std::time::Duration::from_millis(50)),
             fuel: None,
             deadline: None,
@@ -162,7 +172,7 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 25] = [
+const KEYS: [&str; 27] = [
     "sutra.sandbox.compile.max-module-bytes",
     "sutra.sandbox.compile.max-functions",
     "sutra.sandbox.compile.cpu-time",
@@ -184,6 +194,8 @@ const KEYS: [&str; 25] = [
     "sutra.instance.retention-sweep-interval",
     "sutra.audit.sql",
     "sutra.runtime.lanes",
+    "sutra.runtime.slots",
+    "sutra.runtime.tenant-slots",
     "sutra.runtime.commit-window",
     "sutra.sandbox.fuel",
     "sutra.sandbox.deadline",
@@ -268,6 +280,25 @@ impl Config {
                         format!("`{v}` is not a number from 1 to 1024"),
                     )
                 })?;
+        }
+        for key in ["sutra.runtime.slots", "sutra.runtime.tenant-slots"] {
+            if let Some(v) = values.get(key) {
+                let n = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=4096).contains(n))
+                    .ok_or_else(|| bad(key, format!("`{v}` is not a number from 1 to 4096")))?;
+                match key {
+                    "sutra.runtime.slots" => c.slots = n,
+                    _ => c.tenant_slots = Some(n),
+                }
+            }
+        }
+        if c.tenant_slots.is_some_and(|t| t > c.slots) {
+            return Err(bad(
+                "sutra.runtime.tenant-slots",
+                format!("must not exceed sutra.runtime.slots ({})", c.slots),
+            ));
         }
         if let Some(d) = duration("sutra.runtime.commit-window")? {
             if d.as_std() > std::time::Duration::from_secs(10) {

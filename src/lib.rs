@@ -6,6 +6,7 @@ pub mod cli;
 pub mod codes;
 pub mod config;
 pub mod diag;
+pub mod diagram;
 pub mod dialect;
 pub mod engine;
 pub mod model;

@@ -1,6 +1,8 @@
-//! Hostile tenants (issue 16, items 4 to 7) through a spawned `sutra serve`
-//! with two tenants, on SQLite and on PostgreSQL (a fresh schema; skipped
-//! without `SUTRA_TEST_POSTGRES_URL`): `/metrics` is not public and shows no
+//! Hostile tenants (issue 16) through a spawned `sutra serve` with two
+//! tenants, on SQLite and on PostgreSQL (a fresh schema; skipped without
+//! `SUTRA_TEST_POSTGRES_URL`): a condition whose cost is over the budget fails
+//! its instance at once instead of burning the host's CPU; a cancel stops the
+//! running attempt and frees its lane; `/metrics` is not public and shows no
 //! guest-chosen code; an `Idempotency-Key` reused with another request is a
 //! 422, not a replay; every error answer is the JSON shape, also hyper's own
 //! (414, 431) and a path id that is not UTF-8; tenant keys are listed,
@@ -18,6 +20,22 @@ use server::{Api, Db, Server};
 use std::process::{Command, Output};
 
 const METRICS_TOKEN: &str = "metrics-scraper-0123456789";
+
+/// `bomb`: an exclusive gateway whose condition nests two comprehensions over
+/// lists taken from the start variables (10⁸ steps for two lists of 10⁴).
+const BOMB: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="bomb" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="gw"/>
+    <bpmn:exclusiveGateway id="gw" default="f3"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="gw" targetRef="end">
+      <bpmn:conditionExpression>a.all(x, b.all(y, x + y &gt;= 0))</bpmn:conditionExpression>
+    </bpmn:sequenceFlow>
+    <bpmn:sequenceFlow id="f3" sourceRef="gw" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
 
 /// `simple`: start → end. `waiter`: start → a message catch → end.
 const SIMPLE: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
@@ -165,6 +183,84 @@ fn start_with_key(api: &Api, process: &str, key: &str, body: &str) -> reqwest::R
 }
 
 on_both! {
+    /// Item 1: the condition from the report, over two lists of 10⁴, is
+    /// refused unevaluated: the start answers at once with the instance
+    /// FAILED and the budget code, and the other tenant is not held up. The
+    /// same condition over small lists takes its branch.
+    async fn a_condition_over_its_cost_budget_fails_the_instance_at_once(db) {
+        let Some(srv) = Server::start_on(db, &[]).await else {
+            return;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let globex = srv.tenant("globex", json!({})).await;
+        let (status, body) = acme.deploy(BOMB, &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (status, body) = globex.deploy(SIMPLE, &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+
+        let big: Vec<u32> = (0..10_000).collect();
+        let (status, inst) = acme.start("bomb", json!({ "a": big, "b": big })).await;
+        assert_eq!(status, StatusCode::CREATED, "{inst}");
+        assert_eq!(inst["state"], "FAILED", "{inst}");
+        assert_eq!(inst["error"]["code"], "SUTRA.RUNTIME.CONDITION.BUDGET_EXCEEDED", "{inst}");
+        let (status, other) = globex.start("simple", json!({})).await;
+        assert_eq!(status, StatusCode::CREATED, "{other}");
+        assert_eq!(other["state"], "COMPLETED", "{other}");
+
+        let (status, small) = acme.start("bomb", json!({ "a": [1, 2, 3], "b": [4, 5] })).await;
+        assert_eq!(status, StatusCode::CREATED, "{small}");
+        assert_eq!(small["state"], "COMPLETED", "{small}");
+    }
+
+    /// Item 3: with one lane and a one-hour deadline, a cancelled instance's
+    /// spinning attempt is stopped at once: its start (which answers once
+    /// every token waits) returns, and another tenant's task then gets the
+    /// lane. Before, the attempt ran on to its deadline, holding the lane.
+    async fn a_cancel_stops_the_running_attempt_and_frees_its_lane(db) {
+        let env = [("SUTRA_RUNTIME_LANES", "1"), ("SUTRA_SANDBOX_DEADLINE", "PT1H")];
+        let Some(srv) = Server::start_on(db, &env).await else {
+            return;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let globex = srv.tenant("globex", json!({})).await;
+        for t in [&acme, &globex] {
+            let (status, body) = t.deploy(GUARDED, &[("chaos", common::guest_bytes("chaos"))]).await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let spinner = {
+            let acme = acme.clone();
+            tokio::spawn(async move { acme.start("guarded", json!({"do": "loop"})).await })
+        };
+        // The instance shows RUNNING once its step is committed (the attempt
+        // outlived the commit window).
+        let id = loop {
+            let (status, list) = acme.get("/v1/instances?state=RUNNING").await;
+            assert_eq!(status, StatusCode::OK, "{list}");
+            if let Some(id) = list["instances"][0]["id"].as_str() {
+                break id.to_string();
+            }
+            // Polling an observable state, not waiting for a time to pass.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        let (status, cancelled) = acme.post(&format!("/v1/instances/{id}/cancel"), json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{cancelled}");
+        assert_eq!(cancelled["state"], "TERMINATED", "{cancelled}");
+        // Bounded only so that a regression fails instead of hanging for an hour.
+        let (status, started) = tokio::time::timeout(std::time::Duration::from_secs(300), spinner)
+            .await
+            .expect("the cancelled attempt was not stopped: its start still waits for it")
+            .unwrap();
+        assert_eq!(status, StatusCode::CREATED, "{started}");
+        assert_eq!(started["state"], "TERMINATED", "{started}");
+
+        let echo = globex.start("guarded", json!({"do": "echo"}));
+        let (status, echoed) = tokio::time::timeout(std::time::Duration::from_secs(300), echo)
+            .await
+            .expect("the lane was not freed");
+        assert_eq!(status, StatusCode::CREATED, "{echoed}");
+        assert_eq!(echoed["state"], "COMPLETED", "{echoed}");
+    }
+
     /// Item 4: `/metrics` needs the admin key or the metrics token, and a
     /// guest's code (one tenant's secret, or 100,000 characters of it) is
     /// never a label.

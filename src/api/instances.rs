@@ -28,7 +28,11 @@ const DEFAULT_PAGE: i64 = 50;
 const MAX_PAGE: i64 = 500;
 
 /// The caller's instance `id`, or 404 (another tenant's too).
-async fn own_instance(state: &AppState, tenant: &str, id: &str) -> ApiResult<InstanceRecord> {
+pub(crate) async fn own_instance(
+    state: &AppState,
+    tenant: &str,
+    id: &str,
+) -> ApiResult<InstanceRecord> {
     check_id("instance", id)?;
     state
         .runtime
@@ -102,7 +106,9 @@ pub async fn start(
 
 /// List the caller's instances, oldest first; page with `after`.
 #[utoipa::path(get, path = "/v1/instances", tag = "instances",
-    params(("state" = Option<String>, Query), ("process" = Option<String>, Query), ("after" = Option<String>, Query), ("limit" = Option<i64>, Query)),
+    params(("state" = Option<String>, Query), ("process" = Option<String>, Query), ("after" = Option<String>, Query),
+        ("since" = Option<String>, Query, description = "only instances started at or after this RFC 3339 instant"),
+        ("until" = Option<String>, Query, description = "only instances started at or before this RFC 3339 instant (ms precision)"), ("limit" = Option<i64>, Query)),
     responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(state): State<Arc<AppState>>,
@@ -122,6 +128,18 @@ pub async fn list(
     if let Some(a) = &q.after {
         check_id("instance", a)?;
     }
+    // Ids begin with their start instant (12 hex digits of ms), so `since`
+    // and `until` are keyset bounds too.
+    let since = instant("since", q.since.as_deref())?;
+    let until = instant("until", q.until.as_deref())?.map(|ms| format!("{:012x}", ms.max(0)));
+    let after = match (q.after, since) {
+        (a, None) => a,
+        (a, Some(ms)) => {
+            // Every id of a start at `ms` or later sorts after these 12 digits alone.
+            let bound = format!("{:012x}", ms.max(0));
+            Some(a.filter(|a| *a > bound).unwrap_or(bound))
+        }
+    };
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::malformed(format!(
@@ -136,10 +154,20 @@ pub async fn list(
             state: q.state,
             process_id: q.process,
             deployment_id: None,
-            after_id: q.after,
+            after_id: after,
             limit: limit + 1,
         })
         .await?;
+    // Ordered by id, so by start: the first row past `until` ends the listing.
+    let before_until = |id: &str| {
+        until
+            .as_deref()
+            .is_none_or(|u| id.get(..12).is_none_or(|p| p <= u))
+    };
+    let rows: Vec<_> = rows
+        .into_iter()
+        .take_while(|r| before_until(&r.id))
+        .collect();
     let more = rows.len() as i64 > limit;
     let page: Vec<InstanceSummary> = rows.iter().take(limit as usize).map(Into::into).collect();
     let next = if more {
@@ -151,6 +179,21 @@ pub async fn list(
         instances: page,
         next,
     }))
+}
+
+/// An optional RFC 3339 query parameter, in ms.
+fn instant(name: &str, value: Option<&str>) -> ApiResult<Option<i64>> {
+    value
+        .map(|s| {
+            chrono::DateTime::parse_from_rfc3339(s)
+                .map(|t| t.timestamp_millis())
+                .map_err(|_| {
+                    ApiError::malformed(format!(
+                        "{name} `{s}` is no RFC 3339 instant (e.g. 2030-01-01T00:00:00Z)"
+                    ))
+                })
+        })
+        .transpose()
 }
 
 /// Inspect an instance (a retained terminal one answers too).

@@ -16,7 +16,9 @@
 pub mod admin;
 pub mod auth;
 pub mod channels;
+pub mod console;
 pub mod deployments;
+pub mod diagram;
 pub mod error;
 pub mod events;
 pub mod external;
@@ -126,6 +128,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))
         .merge(channel_routes())
+        .merge(console_routes())
         .route("/v1/admin/tenants", post(admin::create).get(admin::list))
         .route("/v1/admin/tenants/{name}", get(admin::get))
         .route("/v1/admin/tenants/{name}/limits", put(admin::set_limits))
@@ -149,6 +152,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(extract::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
         .with_state(state)
+}
+
+/// The web console's files and the routes it reads (issue 15).
+fn console_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/", get(console::to_console))
+        .route("/ui", get(console::to_console))
+        .route("/ui/", get(console::index))
+        .route("/ui/{*path}", get(console::file))
+        .route("/v1/deployments/{id}/diagram", get(diagram::diagram))
+        .route("/v1/deployments/{id}/modules", get(diagram::modules))
+        .route("/v1/instances/counts", get(diagram::counts))
+        .route("/v1/instances/{id}/attempts", get(diagram::attempts))
 }
 
 /// Channels, external tasks, incidents, migration (issue 14).

@@ -176,6 +176,10 @@ pub struct ListQuery {
     pub state: Option<String>,
     pub process: Option<String>,
     pub after: Option<String>,
+    /// RFC 3339: only instances started at or after it.
+    pub since: Option<String>,
+    /// RFC 3339: only instances started at or before it.
+    pub until: Option<String>,
     pub limit: Option<i64>,
 }
 

@@ -242,7 +242,7 @@ impl Machine<'_> {
                     Some(rule) => choice::eval(rule, &input, &context),
                     None => c
                         .eval_bool(&self.snap.variables)
-                        .map_err(|e| DocError::new(Code::ConditionFailed, e.to_string())),
+                        .map_err(|e| DocError::new(e.code(), e.to_string())),
                 },
             };
             match holds {

@@ -93,7 +93,7 @@ impl Machine<'_> {
                     Ok(false) => dead.push(f),
                     Err(e) => {
                         self.fail_code(
-                            Code::ConditionFailed,
+                            e.code(),
                             format!("condition on `{}` failed: {e}", flow.id),
                             Some(&node.id),
                         );

@@ -680,7 +680,7 @@ impl<'a> Machine<'a> {
                 Ok(false) => {}
                 Err(e) => {
                     self.fail_code(
-                        Code::ConditionFailed,
+                        e.code(),
                         format!("condition on `{}` failed: {e}", flow.id),
                         Some(&node.id),
                     );

@@ -47,7 +47,7 @@ impl<'a> Machine<'a> {
                 Ok(other) => Some(other.to_string()),
                 Err(e) => {
                     self.fail_code(
-                        Code::ConditionFailed,
+                        e.code(),
                         format!("correlation key of `{}` failed: {e}", node.id),
                         Some(&node.id),
                     );

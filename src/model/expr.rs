@@ -2,6 +2,7 @@
 //!
 //! CEL is sandboxed and not Turing-complete: no loops, no I/O, every
 //! evaluation terminates. Each top-level variable is bound by name.
+use crate::codes::Code;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -16,14 +17,39 @@ pub struct Expr {
 
 #[derive(Clone)]
 enum ExprKind {
-    Cel(Arc<cel_interpreter::Program>),
+    /// The program the interpreter runs, and its syntax tree (for the cost
+    /// bound, `expr_cost`, taken before every evaluation).
+    Cel(Arc<cel_interpreter::Program>, Arc<cel_parser::Expression>),
     /// A structured rule over a document (`engine::choice` evaluates it).
     Rule(Arc<super::rule::Rule>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ExprError(pub String);
+#[error("{message}")]
+pub struct ExprError {
+    pub message: String,
+    /// The evaluation was refused because its cost bound is over the budget.
+    pub over_budget: bool,
+}
+
+impl ExprError {
+    fn new(message: impl Into<String>) -> ExprError {
+        let message: String = message.into();
+        ExprError {
+            message,
+            over_budget: false,
+        }
+    }
+
+    /// The code an instance fails with when this condition fails.
+    pub fn code(&self) -> Code {
+        if self.over_budget {
+            Code::ConditionBudgetExceeded
+        } else {
+            Code::ConditionFailed
+        }
+    }
+}
 
 impl Expr {
     /// Parse a condition. A leading `=` (Zeebe's FEEL marker) and a `${...}`
@@ -37,20 +63,24 @@ impl Expr {
             text = inner.trim();
         }
         if text.is_empty() {
-            return Err(ExprError("empty expression".into()));
+            return Err(ExprError::new("empty expression"));
         }
         if text.len() > MAX_EXPR_LEN {
-            return Err(ExprError(format!(
+            return Err(ExprError::new(format!(
                 "expression longer than {MAX_EXPR_LEN} bytes"
             )));
         }
         if nesting_depth(text) > 64 {
-            return Err(ExprError("expression nested deeper than 64 levels".into()));
+            return Err(ExprError::new("expression nested deeper than 64 levels"));
         }
         let program = compile_guarded(text)?;
+        let tree = match quietly(|| cel_parser::Parser::default().parse(text)) {
+            Some(Ok(tree)) => tree,
+            _ => return Err(ExprError::new("syntax error")),
+        };
         Ok(Expr {
             source: source.to_string(),
-            kind: ExprKind::Cel(Arc::new(program)),
+            kind: ExprKind::Cel(Arc::new(program), Arc::new(tree)),
         })
     }
 
@@ -66,7 +96,16 @@ impl Expr {
     pub fn as_rule(&self) -> Option<&super::rule::Rule> {
         match &self.kind {
             ExprKind::Rule(r) => Some(r),
-            ExprKind::Cel(_) => None,
+            ExprKind::Cel(..) => None,
+        }
+    }
+
+    /// The cost bound of evaluating this condition over `vars` (see
+    /// `expr_cost`); `None` for a structured rule.
+    pub fn cost_bound(&self, vars: &serde_json::Map<String, serde_json::Value>) -> Option<u64> {
+        match &self.kind {
+            ExprKind::Cel(_, tree) => Some(super::expr_cost::bound(tree, vars)),
+            ExprKind::Rule(_) => None,
         }
     }
 
@@ -79,30 +118,42 @@ impl Expr {
         &self,
         vars: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<serde_json::Value, ExprError> {
-        let program = match &self.kind {
-            ExprKind::Cel(p) => p,
+        let (program, tree) = match &self.kind {
+            ExprKind::Cel(p, t) => (p, t),
             ExprKind::Rule(_) => {
-                return Err(ExprError(
-                    "a structured rule is evaluated over a document, not over variables".into(),
+                return Err(ExprError::new(
+                    "a structured rule is evaluated over a document, not over variables",
                 ))
             }
         };
+        let cost = super::expr_cost::bound(tree, vars);
+        if cost > super::expr_cost::BUDGET {
+            return Err(ExprError {
+                message: format!(
+                    "evaluating `{}` over these variables could cost {cost} units, over the budget of {} \
+                     (a comprehension over a large list, or comprehensions nested)",
+                    self.source,
+                    super::expr_cost::BUDGET
+                ),
+                over_budget: true,
+            });
+        }
         let mut ctx = cel_interpreter::Context::default();
         for (k, v) in vars {
             ctx.add_variable(k.as_str(), v)
-                .map_err(|e| ExprError(e.to_string()))?;
+                .map_err(|e| ExprError::new(e.to_string()))?;
         }
         let program = std::panic::AssertUnwindSafe(program);
         let ctx = std::panic::AssertUnwindSafe(&ctx);
         let value = quietly(|| program.execute(&ctx))
             .ok_or_else(|| {
-                ExprError(format!(
+                ExprError::new(format!(
                     "evaluating `{}` failed inside the CEL interpreter",
                     self.source
                 ))
             })?
-            .map_err(|e| ExprError(e.to_string()))?;
-        value.json().map_err(|e| ExprError(e.to_string()))
+            .map_err(|e| ExprError::new(e.to_string()))?;
+        value.json().map_err(|e| ExprError::new(e.to_string()))
     }
 
     /// Evaluate a condition: it must yield a boolean.
@@ -112,7 +163,7 @@ impl Expr {
     ) -> Result<bool, ExprError> {
         match self.eval(vars)? {
             serde_json::Value::Bool(b) => Ok(b),
-            other => Err(ExprError(format!(
+            other => Err(ExprError::new(format!(
                 "condition `{}` yielded {other}, not a boolean",
                 self.source
             ))),
@@ -132,9 +183,9 @@ thread_local! {
 fn compile_guarded(text: &str) -> Result<cel_interpreter::Program, ExprError> {
     match quietly(|| cel_interpreter::Program::compile(text)) {
         Some(Ok(program)) => Ok(program),
-        Some(Err(e)) => Err(ExprError(e.to_string())),
-        None => Err(ExprError(
-            "syntax error (the expression is incomplete or malformed)".into(),
+        Some(Err(e)) => Err(ExprError::new(e.to_string())),
+        None => Err(ExprError::new(
+            "syntax error (the expression is incomplete or malformed)",
         )),
     }
 }

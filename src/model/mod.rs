@@ -13,6 +13,7 @@
 
 mod document;
 mod expr;
+mod expr_cost;
 mod policy;
 mod rule;
 
@@ -21,6 +22,7 @@ pub use document::{
     TimerFrom, ValueExpr,
 };
 pub use expr::{Expr, ExprError};
+pub use expr_cost::BUDGET as CONDITION_BUDGET;
 pub use policy::{Backoff, Jitter, OnTimeout, RetryPolicy, TaskTimeout};
 pub use rule::{Against, Compare, Operand, Rule, TypeTest};
 

@@ -245,10 +245,15 @@ impl<S: Store> Runtime<S> {
         }))
     }
 
-    /// After `spec`'s commit, with its instance's lock released: cancel the
-    /// children it stopped awaiting, carry on those it started, hand its
+    /// After `spec`'s commit, with its instance's lock released: stop the
+    /// attempts it abandoned (interrupt.rs), cancel the children it stopped awaiting, carry on those it started, hand its
     /// end to its parent. Each in its own task; returns when all are done.
     pub(crate) async fn after_commit(&self, spec: &mut Spec) {
+        for (token, attempt) in std::mem::take(&mut spec.abandoned) {
+            self.inner
+                .running
+                .stop(&spec.snapshot.instance_id, token, attempt);
+        }
         let mut work = tokio::task::JoinSet::new();
         for (instance, reason) in std::mem::take(&mut spec.cancels) {
             let rt = self.clone();

@@ -419,11 +419,14 @@ impl<S: Store> Runtime<S> {
             limits.deadline = limits.deadline.min(t);
         }
         let input = req.input.to_string();
+        // Stoppable once a committed step abandons it (interrupt.rs).
+        let entered = self.inner.running.enter(id, req.token, req.attempt);
         let report = self
             .inner
             .sandbox
-            .attempt(component, &ctx, &input, &limits)
+            .attempt_until(component, &ctx, &input, &limits, &entered.stop)
             .await;
+        drop(entered);
         tracing::debug!(instance = %id, task = %req.node, attempt = req.attempt, outcome = ?report.outcome, "attempt ended");
         to_outcome(report.outcome)
     }

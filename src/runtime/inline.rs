@@ -83,6 +83,9 @@ pub(crate) struct Spec {
     pub(crate) children: Vec<super::children::PreparedChild>,
     /// Child instances to cancel once committed: (instance, reason).
     pub(crate) cancels: Vec<(String, String)>,
+    /// Attempts in flight whose tokens this step removed, to stop once
+    /// committed: (token, attempt) (interrupt.rs).
+    pub(crate) abandoned: Vec<(u64, u32)>,
     /// This instance's end, for its parent (a child's final step).
     pub(crate) delivery: Option<super::children::Delivery>,
 }
@@ -127,6 +130,7 @@ impl Spec {
             child_starts: Vec::new(),
             children: Vec::new(),
             cancels: Vec::new(),
+            abandoned: Vec::new(),
             delivery: None,
         }
     }
@@ -204,8 +208,15 @@ impl<S: Store> Runtime<S> {
                 Effect::CancelChild { instance, reason } => {
                     spec.cancels.push((instance.clone(), reason.clone()))
                 }
-                // The runtime never interrupts an attempt (yet): an abandoned
-                // one runs to its end and its result is discarded.
+                // Stopped once this step is committed (interrupt.rs); a
+                // non-idempotent task's attempt runs to its end. Either way
+                // its result is discarded.
+                Effect::AttemptAbandoned {
+                    token,
+                    attempt,
+                    interruptible: true,
+                    ..
+                } => spec.abandoned.push((*token, *attempt)),
                 Effect::AttemptAbandoned { .. } => {}
                 Effect::Ended { state } => {
                     w.withdraw_all = true;

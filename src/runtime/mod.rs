@@ -28,6 +28,7 @@ mod hosts;
 pub mod idempotency;
 mod incidents;
 mod inline;
+mod interrupt;
 mod migrate;
 mod outbox;
 // Schedules, quotas, retirement (the API issue).
@@ -192,6 +193,8 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) http: reqwest::Client,
     /// Told when pull requests may have become fetchable (long polls wait on it).
     pub(crate) pull_wake: tokio::sync::Notify,
+    /// The attempts running in this process, to stop abandoned ones (`interrupt.rs`).
+    pub(crate) running: interrupt::Running,
 }
 
 /// The runtime. Cheap to clone.
@@ -211,7 +214,9 @@ impl<S: Store> Runtime<S> {
     pub fn new(store: S, opts: RuntimeOptions) -> RuntimeResult<Self> {
         use rand::SeedableRng;
         let sandbox = Sandbox::new(SandboxConfig {
-            pool_size: opts.config.lanes.max(1),
+            pool_size: opts.config.slots.max(1),
+            tenant_slots: opts.config.tenant_slots,
+            lanes: opts.config.lanes.max(1),
             cache_dir: opts.cache_dir.clone(),
             compile_worker: opts.compile_worker.clone(),
             compile_limits: opts.config.compile.limits.clone(),
@@ -285,6 +290,7 @@ impl<S: Store> Runtime<S> {
                 hosts,
                 http,
                 pull_wake: tokio::sync::Notify::new(),
+                running: interrupt::Running::default(),
             }),
         })
     }

@@ -8,14 +8,15 @@
 //! (a guest blocked in a host call is dropped). Both report DEADLINE_EXCEEDED.
 
 use super::host::{HostState, LogCapture, TailCapture, TaskError, WitContext};
+use super::lanes::Lane;
 use super::limits::{Limits, MemoryLimiter};
 use super::outcome::{self, AttemptReport, Flags, GuestError, Outcome};
-use super::{Inner, LoadedComponent, TaskContext};
+use super::{Inner, LoadedComponent, Stop, TaskContext};
 use crate::codes::Code;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::{CallHook, Store, Trap, UpdateDeadline};
 
 pub(super) async fn run(
     inner: &Inner,
@@ -23,12 +24,17 @@ pub(super) async fn run(
     ctx: &TaskContext,
     input: &str,
     limits: &Limits,
+    stop: &Stop,
 ) -> AttemptReport {
-    let Ok(_permit) = inner.slots.clone().acquire_owned().await else {
-        return report(
-            Outcome::failed(Code::TaskTrap, "the sandbox is shutting down"),
-            Instant::now(),
-        );
+    let tenant: Arc<str> = Arc::from(ctx.tenant.as_str());
+    // A slot of the pool, then a lane, each fairly across tenants (lanes.rs).
+    let _slot = tokio::select! {
+        held = inner.slots.acquire(&tenant) => held,
+        _ = stop.stopped() => return report(interrupted(), Instant::now()),
+    };
+    let lane = tokio::select! {
+        lane = Lane::acquire(&inner.lanes, &tenant) => lane,
+        _ = stop.stopped() => return report(interrupted(), Instant::now()),
     };
     let started = Instant::now();
     let stderr = TailCapture::new(limits.capture_bytes);
@@ -40,6 +46,16 @@ pub(super) async fn run(
         HostState::new(limiter, stderr.clone(), logs.clone()),
     );
     store.limiter(|s| &mut s.limiter);
+    // The lane is free while the guest is in a host call (a sleep, a poll).
+    let hooked = lane.clone();
+    store.call_hook(move |_, hook| {
+        match hook {
+            CallHook::CallingHost => hooked.leave(),
+            CallHook::ReturningFromHost => hooked.back(),
+            CallHook::CallingWasm | CallHook::ReturningFromWasm => {}
+        }
+        Ok(())
+    });
     // What the guest may hand the host in one call (its output included):
     // as much as its memory may hold, so an output over the output cap is
     // lifted and refused as OUTPUT_INVALID rather than failing the lift
@@ -54,12 +70,20 @@ pub(super) async fn run(
     let deadline_hit = Arc::new(AtomicBool::new(false));
     let deadline_at = started.checked_add(limits.deadline);
     let flag = deadline_hit.clone();
+    let stop_flag = stop.clone();
+    let quantum = lane.clone();
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |_| match deadline_at {
+        _ if stop_flag.is_stopped() => Err(Trap::Interrupt.into()),
         Some(at) if Instant::now() >= at => {
             flag.store(true, Ordering::Relaxed);
             Err(Trap::Interrupt.into())
         }
+        // Others wait for a lane: give this one up and queue behind them.
+        _ if quantum.should_yield() => Ok(UpdateDeadline::YieldCustom(
+            1,
+            Box::pin(quantum.clone().requeue()),
+        )),
         _ => Ok(UpdateDeadline::Yield(1)),
     });
 
@@ -74,7 +98,12 @@ pub(super) async fn run(
         let task = ready.pre.instantiate_async(&mut store).await?;
         task.call_run(&mut store, &wit_ctx, input).await
     };
-    let result = tokio::time::timeout(limits.deadline, call).await;
+    // A stop drops the call at once when the guest is blocked in a host
+    // call; a spinning one traps at its next epoch check (above).
+    let result = tokio::select! {
+        r = tokio::time::timeout(limits.deadline, call) => Some(r),
+        _ = stop.stopped() => None,
+    };
 
     let flags = Flags {
         memory_hit: store.data().limiter.hit(),
@@ -85,11 +114,14 @@ pub(super) async fn run(
         .map(|left| limits.fuel.saturating_sub(left))
         .unwrap_or(0);
     drop(store);
+    drop(lane);
     let stderr_text = stderr.text();
     let outcome = match result {
-        Err(_elapsed) => outcome::deadline_exceeded(),
-        Ok(Err(e)) => outcome::classify_error(&e, flags, &stderr_text),
-        Ok(Ok(returned)) => {
+        _ if stop.is_stopped() => interrupted(),
+        None => interrupted(),
+        Some(Err(_elapsed)) => outcome::deadline_exceeded(),
+        Some(Ok(Err(e))) => outcome::classify_error(&e, flags, &stderr_text),
+        Some(Ok(Ok(returned))) => {
             outcome::classify_return(returned.map_err(guest_error), limits.output_bytes)
         }
     };
@@ -126,6 +158,13 @@ fn guest_error(e: TaskError) -> GuestError {
     }
 }
 
+fn interrupted() -> Outcome {
+    Outcome::failed(
+        Code::TaskInterrupted,
+        "the attempt was stopped: its result is no longer wanted (its instance was cancelled)",
+    )
+}
+
 fn report(outcome: Outcome, started: Instant) -> AttemptReport {
     AttemptReport {
         outcome,
@@ -136,6 +175,10 @@ fn report(outcome: Outcome, started: Instant) -> AttemptReport {
     }
 }
 
+/// Whose slots warm-ups take (capped like a tenant's; never a tenant name,
+/// which are visible ASCII).
+const WARM_TENANT: &str = "\u{0}warm";
+
 /// Fuel a warm-up instantiation may burn (a start function, if any).
 const WARM_FUEL: u64 = 1_000_000;
 
@@ -144,7 +187,7 @@ const WARM_FUEL: u64 = 1_000_000;
 /// (a retry after a short backoff ran ~3× slower cold). Skipped when no
 /// slot is free; bounded by fuel and by the next epoch tick.
 pub(super) async fn warm(inner: &Inner, component: &LoadedComponent) {
-    let Ok(_permit) = inner.slots.clone().try_acquire_owned() else {
+    let Some(_slot) = inner.slots.try_acquire(&Arc::from(WARM_TENANT)) else {
         return;
     };
     let limiter = MemoryLimiter::new(Limits::default().memory_bytes, inner.cfg.max_table_elements);

@@ -3,8 +3,9 @@
 //!
 //! Invariants:
 //! - One engine configuration ([`engine`]), one linker, one pool per
-//!   [`Sandbox`]; at most `pool_size` attempts run at once (a semaphore no
-//!   larger than the pool), the rest wait for a slot.
+//!   [`Sandbox`]; at most `pool_size` attempts are alive at once and at most
+//!   `lanes` execute guest code, each granted round-robin across tenants
+//!   with a per-tenant cap on slots ([`lanes`]).
 //! - Every attempt gets a fresh store with its own fuel, epoch deadline,
 //!   wall-clock deadline, memory limiter and capped captures; nothing of one
 //!   attempt is visible to the next.
@@ -14,7 +15,8 @@
 //!   that is not a component of the task world importing only what
 //!   [`import_policy`] allows.
 //!
-//! Files: `engine` (engines per compiler tier + epoch ticker), `loader`
+//! Files: `lanes` (fair slots and lanes across tenants), `engine` (engines
+//! per compiler tier + epoch ticker), `loader`
 //! (validation, import policy, linking, the tier swap), `cache` (on-disk
 //! precompiled artifacts), `compile` (compile limits, queues, the bounded
 //! worker process), `tiered` ([`Sandbox::load_for`]: uploads through the
@@ -26,6 +28,7 @@ mod cache;
 mod compile;
 mod engine;
 mod host;
+mod lanes;
 mod limits;
 mod loader;
 mod outcome;
@@ -47,8 +50,16 @@ use std::time::Duration;
 /// How a [`Sandbox`] is built.
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
-    /// Component instances the pool holds: the most attempts that run at once.
+    /// Component instances the pool holds: the most attempts alive at once
+    /// (executing, in a host call, or waiting for a lane).
     pub pool_size: u32,
+    /// The most slots one tenant holds at once; `None`: the pool less a
+    /// quarter of it, rounded down (so other tenants always find one).
+    pub tenant_slots: Option<u32>,
+    /// The most attempts executing guest code at once (CPU lanes); an
+    /// attempt gives its lane back in host calls and, when others wait, at
+    /// every epoch tick.
+    pub lanes: u32,
     /// Where precompiled components are cached; `None`: no disk cache.
     pub cache_dir: Option<PathBuf>,
     /// How often the engine epoch advances: the granularity of deadline checks
@@ -85,6 +96,8 @@ impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
             pool_size: 32,
+            tenant_slots: None,
+            lanes: 4,
             cache_dir: None,
             epoch_tick: Duration::from_millis(2),
             max_memory_bytes: 4 << 30,
@@ -98,6 +111,51 @@ impl Default for SandboxConfig {
             compile_concurrency: 1,
             tiered: true,
         }
+    }
+}
+
+/// Stops an attempt from outside (see [`Sandbox::attempt_until`]). Cheap to
+/// clone; clones stop the same attempt.
+#[derive(Clone, Default)]
+pub struct Stop {
+    inner: Arc<StopInner>,
+}
+
+#[derive(Default)]
+struct StopInner {
+    stopped: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Stop {
+    /// Stop the attempt (idempotent; also before it started).
+    pub fn stop(&self) {
+        self.inner.stopped.store(true, Ordering::Release);
+        self.inner.notify.notify_waiters();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.inner.stopped.load(Ordering::Acquire)
+    }
+
+    /// Resolves once [`Stop::stop`] was called.
+    pub(crate) async fn stopped(&self) {
+        loop {
+            // Created before the check, so a stop in between is not missed.
+            let notified = self.inner.notify.notified();
+            if self.is_stopped() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl std::fmt::Debug for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stop")
+            .field("stopped", &self.is_stopped())
+            .finish()
     }
 }
 
@@ -147,7 +205,10 @@ pub struct Sandbox {
 struct Inner {
     engine: wasmtime::Engine,
     linker: wasmtime::component::Linker<host::HostState>,
-    slots: Arc<tokio::sync::Semaphore>,
+    /// Pool instances, per tenant capped (lanes.rs).
+    slots: Arc<lanes::Gate>,
+    /// The right to execute guest code (lanes.rs).
+    lanes: Arc<lanes::Gate>,
     disk: Option<cache::DiskCache>,
     loaded: Mutex<Loaded>,
     /// One lock per digest being loaded, so concurrent loads of the same
@@ -189,11 +250,18 @@ impl Sandbox {
         let ticker =
             engine::EpochTicker::start(&engine, cfg.epoch_tick).map_err(SandboxError::Ticker)?;
         let permits = usize::try_from(cfg.pool_size.max(1)).unwrap_or(1);
+        // By default a quarter of the pool (rounded down) is kept for the
+        // other tenants: none in a pool of up to three.
+        let per_tenant = cfg
+            .tenant_slots
+            .map_or(permits - permits / 4, |n| usize::try_from(n).unwrap_or(1));
+        let lanes = usize::try_from(cfg.lanes.max(1)).unwrap_or(1);
         Ok(Sandbox {
             inner: Arc::new(Inner {
                 engine,
                 linker,
-                slots: Arc::new(tokio::sync::Semaphore::new(permits)),
+                slots: lanes::Gate::new(permits, per_tenant),
+                lanes: lanes::Gate::new(lanes, lanes),
                 disk,
                 loaded: Mutex::new(Loaded::default()),
                 loading: Mutex::new(HashMap::new()),
@@ -214,8 +282,7 @@ impl Sandbox {
 
     /// Attempts running right now (holding a pool slot).
     pub fn running(&self) -> usize {
-        let permits = usize::try_from(self.inner.cfg.pool_size.max(1)).unwrap_or(1);
-        permits.saturating_sub(self.inner.slots.available_permits())
+        self.inner.slots.in_use()
     }
 
     /// What [`Sandbox::load`] has done so far.
@@ -334,7 +401,23 @@ impl Sandbox {
         input: &str,
         limits: &Limits,
     ) -> AttemptReport {
-        attempt::run(&self.inner, component, ctx, input, limits).await
+        self.attempt_until(component, ctx, input, limits, &Stop::default())
+            .await
+    }
+
+    /// [`Sandbox::attempt`] that [`Stop::stop`] ends at once: a spinning
+    /// guest traps at its next epoch check, one blocked in a host call is
+    /// dropped, one still waiting for a slot never starts; the outcome is
+    /// `SUTRA.TASK.INTERRUPTED` and the slot is free again.
+    pub async fn attempt_until(
+        &self,
+        component: &LoadedComponent,
+        ctx: &TaskContext,
+        input: &str,
+        limits: &Limits,
+        stop: &Stop,
+    ) -> AttemptReport {
+        attempt::run(&self.inner, component, ctx, input, limits, stop).await
     }
 
     fn remembered(&self, digest: &str) -> Option<LoadedComponent> {

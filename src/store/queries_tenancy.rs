@@ -186,6 +186,21 @@ where
         .await?)
     }
 
+    async fn instance_counts(
+        &self,
+        tenant: &str,
+        process: Option<&str>,
+    ) -> StoreResult<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT state, COUNT(*) FROM instances WHERE tenant = $1 \
+             AND (CAST($2 AS TEXT) IS NULL OR process_id = CAST($2 AS TEXT)) GROUP BY state ORDER BY state",
+        )
+        .bind(tenant)
+        .bind(process.map(str::to_string))
+        .fetch_all(self.reads())
+        .await?)
+    }
+
     async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
         let row: Option<(String, Option<String>)> =
             sqlx::query_as(super::queries_steps::INSTANCE_BY_KEY)

@@ -146,6 +146,12 @@ pub trait TenancyStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
     /// Live (RUNNING/WAITING) instances of a tenant.
     fn live_instance_count(&self, tenant: &str) -> impl Future<Output = StoreResult<i64>> + Send;
+    /// A tenant's instances counted by state, optionally of one process (the console's tallies).
+    fn instance_counts(
+        &self,
+        tenant: &str,
+        process: Option<&str>,
+    ) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
     /// The instance a (tenant, idempotency key) created, if any.
     fn instance_by_key(
         &self,
@@ -234,6 +240,13 @@ mod any_impl {
         }
         async fn live_instance_count(&self, tenant: &str) -> StoreResult<i64> {
             delegate!(self, s => s.live_instance_count(tenant).await)
+        }
+        async fn instance_counts(
+            &self,
+            tenant: &str,
+            process: Option<&str>,
+        ) -> StoreResult<Vec<(String, i64)>> {
+            delegate!(self, s => s.instance_counts(tenant, process).await)
         }
         async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
             delegate!(self, s => s.instance_by_key(tenant, key).await)

@@ -1,0 +1,239 @@
+//! What the web console reads beyond the other routes, all public `/v1`
+//! routes: a deployment's diagram (BPMN XML with DI, for every dialect —
+//! see [`crate::diagram`]) and its modules with their sizes; an instance's
+//! attempts in full (durations, messages, error classes); a tenant's
+//! instance counts by state.
+//!
+//! Invariant: a tenant sees only its own deployments and instances (another
+//! tenant's id answers 404, as everywhere).
+
+use super::auth::TenantCaller;
+use super::deployments::own_deployment;
+use super::error::{ApiError, ApiResult};
+use super::extract::{check_id, ApiQuery};
+use super::instances::own_instance;
+use super::types::ErrorBody;
+use super::AppState;
+use crate::codes::Code;
+use crate::store::tenancy::TenancyStore;
+use crate::store::Store;
+use crate::time::from_millis;
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use utoipa::ToSchema;
+
+/// The header telling whether a diagram was generated from the IR (`generated`) or is the deployed XML (`original`).
+pub const DIAGRAM_SOURCE: &str = "x-sutra-diagram";
+
+/// The deployment's process as BPMN 2.0 XML with diagram interchange: the
+/// deployed file when its DI places every node, else exported from the IR
+/// and laid out (BPMN without DI, HX, the States language). Each exported
+/// element carries its node's id in `sutra:node`.
+#[utoipa::path(get, path = "/v1/deployments/{id}/diagram", tag = "deployments",
+    responses((status = 200, content_type = "application/xml", body = String,
+        headers(("x-sutra-diagram" = String, description = "`original` or `generated`"))),
+        (status = 404, body = ErrorBody)))]
+pub async fn diagram(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let d = own_deployment(&state, &tenant, &id).await?;
+    let source = d.source.clone();
+    let process = d.process_id.clone();
+    // Loading and laying out is CPU work: off the async workers.
+    let diagram = tokio::task::spawn_blocking(move || {
+        crate::dialect::load(&source)
+            .definitions
+            .processes
+            .iter()
+            .find(|p| p.id == process)
+            .map(|p| crate::diagram::diagram(&source, p))
+    })
+    .await
+    .map_err(ApiError::internal)?
+    .ok_or_else(|| {
+        ApiError::internal(format!(
+            "deployment {id} no longer loads its process {}",
+            d.process_id
+        ))
+    })?;
+    let source = if diagram.generated {
+        "generated"
+    } else {
+        "original"
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/xml; charset=utf-8"),
+            (header::HeaderName::from_static(DIAGRAM_SOURCE), source),
+            // Tenant-written XML: never active content, even if opened directly.
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; sandbox",
+            ),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        diagram.xml,
+    )
+        .into_response())
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleBody {
+    /// The registered task name.
+    pub name: String,
+    /// sha256 of the module.
+    pub digest: String,
+    /// Its size in bytes (null when the store no longer holds it).
+    pub bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModuleList {
+    pub modules: Vec<ModuleBody>,
+}
+
+/// The deployment's task modules with their digests and sizes.
+#[utoipa::path(get, path = "/v1/deployments/{id}/modules", tag = "deployments",
+    responses((status = 200, body = ModuleList), (status = 404, body = ErrorBody)))]
+pub async fn modules(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ModuleList>> {
+    let d = own_deployment(&state, &tenant, &id).await?;
+    let mut modules = Vec::with_capacity(d.modules.len());
+    for (name, digest) in &d.modules {
+        let bytes = state
+            .runtime
+            .store()
+            .get_module(&tenant, digest)
+            .await?
+            .map(|b| b.len() as u64);
+        modules.push(ModuleBody {
+            name: name.clone(),
+            digest: digest.clone(),
+            bytes,
+        });
+    }
+    Ok(Json(ModuleList { modules }))
+}
+
+/// One attempt of a task, in full.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptBody {
+    /// The node (task) it ran.
+    pub task: String,
+    pub token: i64,
+    /// 1-based; 2 is the first retry.
+    pub attempt: i64,
+    pub started_at: DateTime<Utc>,
+    pub ended_at: DateTime<Utc>,
+    pub duration_ms: i64,
+    /// `completed`, `business_error` or `failed`.
+    pub outcome: String,
+    pub code: Option<String>,
+    /// The error class of a Sutra code (a guest's own code has none here).
+    pub class: Option<String>,
+    pub message: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptList {
+    pub instance: String,
+    pub attempts: Vec<AttemptBody>,
+}
+
+/// Every attempt of an instance, oldest first, with durations and messages.
+#[utoipa::path(get, path = "/v1/instances/{id}/attempts", tag = "instances",
+    responses((status = 200, body = AttemptList), (status = 404, body = ErrorBody)))]
+pub async fn attempts(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<AttemptList>> {
+    own_instance(&state, &tenant, &id).await?;
+    let rows = state.runtime.store().attempts(&id).await?;
+    let attempts = rows
+        .into_iter()
+        .map(|a| AttemptBody {
+            class: a
+                .code
+                .as_deref()
+                .and_then(Code::parse)
+                .map(|c| c.class().as_str().to_string()),
+            task: a.node,
+            token: a.token,
+            attempt: a.attempt,
+            started_at: from_millis(a.started_at),
+            ended_at: from_millis(a.ended_at),
+            duration_ms: a.ended_at.saturating_sub(a.started_at),
+            outcome: a.outcome,
+            code: a.code,
+            message: a.message,
+        })
+        .collect();
+    Ok(Json(AttemptList {
+        instance: id,
+        attempts,
+    }))
+}
+
+/// `GET /v1/instances/counts` query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountsQuery {
+    pub process: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CountsBody {
+    /// State → number of the caller's instances in it (every state, zeros included).
+    pub counts: BTreeMap<String, i64>,
+    pub total: i64,
+}
+
+/// The caller's instances counted by state (optionally of one process).
+#[utoipa::path(get, path = "/v1/instances/counts", tag = "instances",
+    params(("process" = Option<String>, Query)),
+    responses((status = 200, body = CountsBody), (status = 400, body = ErrorBody)))]
+pub async fn counts(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    ApiQuery(q): ApiQuery<CountsQuery>,
+) -> ApiResult<Json<CountsBody>> {
+    if let Some(p) = &q.process {
+        check_id("process", p)?;
+    }
+    let rows = state
+        .runtime
+        .store()
+        .instance_counts(&tenant, q.process.as_deref())
+        .await?;
+    use crate::engine::InstanceState as S;
+    let mut counts: BTreeMap<String, i64> = [
+        S::Running,
+        S::Waiting,
+        S::Completed,
+        S::Terminated,
+        S::Failed,
+        S::Compensated,
+    ]
+    .iter()
+    .map(|s| (s.as_str().to_string(), 0))
+    .collect();
+    for (s, n) in rows {
+        counts.insert(s, n);
+    }
+    let total = counts.values().sum();
+    Ok(Json(CountsBody { counts, total }))
+}

@@ -1,0 +1,176 @@
+use super::*;
+use quick_xml::events::Event;
+use std::collections::{HashMap, HashSet};
+
+fn processes(source: &str) -> Vec<Process> {
+    let loaded = crate::dialect::load(source);
+    assert!(loaded.ok(), "{:?}", loaded.diagnostics);
+    loaded.definitions.processes
+}
+
+fn file(path: &str) -> String {
+    std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+/// What an exported document holds: element id → (local tag, sutra:node), and the DI's placed ids.
+struct Parsed {
+    elements: HashMap<String, (String, Option<String>)>,
+    shapes: HashSet<String>,
+    edges: HashMap<String, usize>,
+}
+
+fn parse(xml: &str) -> Parsed {
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut p = Parsed {
+        elements: HashMap::new(),
+        shapes: HashSet::new(),
+        edges: HashMap::new(),
+    };
+    let mut edge: Option<String> = None;
+    loop {
+        let ev = reader.read_event().expect("well-formed XML");
+        let (e, empty) = match ev {
+            Event::Start(e) => (e, false),
+            Event::Empty(e) => (e, true),
+            Event::End(e) => {
+                if e.local_name().as_ref() == b"BPMNEdge" {
+                    edge = None;
+                }
+                continue;
+            }
+            Event::Eof => break,
+            _ => continue,
+        };
+        let tag = String::from_utf8(e.local_name().as_ref().to_vec()).unwrap();
+        let attrs: HashMap<String, String> = e
+            .attributes()
+            .map(|a| {
+                let a = a.unwrap();
+                (
+                    String::from_utf8(a.key.as_ref().to_vec()).unwrap(),
+                    a.unescape_value().unwrap().into_owned(),
+                )
+            })
+            .collect();
+        match tag.as_str() {
+            "BPMNShape" => {
+                p.shapes.insert(attrs["bpmnElement"].clone());
+            }
+            "BPMNEdge" => {
+                p.edges.insert(attrs["bpmnElement"].clone(), 0);
+                if !empty {
+                    edge = Some(attrs["bpmnElement"].clone());
+                }
+            }
+            "waypoint" => {
+                *p.edges.get_mut(edge.as_ref().unwrap()).unwrap() += 1;
+            }
+            _ => {
+                if let Some(id) = attrs.get("id") {
+                    let prev = p
+                        .elements
+                        .insert(id.clone(), (tag, attrs.get("sutra:node").cloned()));
+                    assert!(prev.is_none(), "id {id} twice");
+                }
+            }
+        }
+    }
+    p
+}
+
+/// Every node and flow is in the export, placed, and mapped back by `sutra:node`.
+fn check_complete(p: &Process, xml: &str) -> Parsed {
+    let parsed = parse(xml);
+    let by_node: HashMap<&str, &str> = parsed
+        .elements
+        .iter()
+        .filter_map(|(id, (_, n))| n.as_deref().map(|n| (n, id.as_str())))
+        .collect();
+    for n in &p.nodes {
+        let id = by_node
+            .get(n.id.as_str())
+            .unwrap_or_else(|| panic!("node {} missing", n.id));
+        assert!(parsed.shapes.contains(*id), "node {} has no shape", n.id);
+    }
+    for f in &p.flows {
+        let id = by_node
+            .get(f.id.as_str())
+            .unwrap_or_else(|| panic!("flow {} missing", f.id));
+        assert!(
+            parsed.edges.get(*id).copied().unwrap_or(0) >= 2,
+            "flow {} has no waypoints",
+            f.id
+        );
+    }
+    parsed
+}
+
+#[test]
+fn every_dialect_exports_every_node_and_flow() {
+    for path in [
+        "examples/order-flow.bpmn",
+        "examples/payment.hx.xml",
+        "examples/order-lines.asl.json",
+        "tests/fixtures/hx/valid/branches.hx.xml",
+        "tests/fixtures/bpmn/valid/subprocess_errors.bpmn",
+        "tests/fixtures/bpmn/valid/loops_and_terminate.bpmn",
+        "tests/fixtures/bpmn/valid/timers_all_hosts.bpmn",
+        "tests/fixtures/bpmn/valid/messages_and_sources.bpmn",
+    ] {
+        let source = file(path);
+        for p in processes(&source) {
+            let d = diagram(&source, &p);
+            assert!(d.generated, "{path} has no DI");
+            check_complete(&p, &d.xml);
+            assert_eq!(d.xml, export(&p), "deterministic");
+        }
+    }
+}
+
+#[test]
+fn a_bpmn_file_with_complete_di_is_answered_as_written() {
+    let source = file("tests/fixtures/bpmn/valid/miwg_A.1.0_executable.bpmn");
+    let p = &processes(&source)[0];
+    let d = diagram(&source, p);
+    assert!(!d.generated);
+    assert_eq!(d.xml, source);
+}
+
+#[test]
+fn hostile_ids_and_names_stay_text_and_ids_stay_xml_names() {
+    let source = r#"{"StartAt": "a <b> & \"c\"", "States": {
+        "a <b> & \"c\"": {"Type": "Pass", "Result": 1, "Next": "<script>alert(1)</script>"},
+        "<script>alert(1)</script>": {"Type": "Choice",
+            "Choices": [{"Variable": "$.x", "NumericEquals": 1, "Next": "a <b> & \"c\""}],
+            "Default": "end"},
+        "end": {"Type": "Succeed"}}}"#;
+    for p in processes(source) {
+        let xml = export(&p);
+        let parsed = check_complete(&p, &xml);
+        for id in parsed.elements.keys() {
+            assert!(is_xml_name(id), "{id} is no XML name");
+        }
+        assert!(!xml.contains("<script>"), "{xml}");
+    }
+}
+
+#[test]
+fn loops_lay_out_without_overlaps() {
+    let source = file("tests/fixtures/bpmn/valid/loops_and_terminate.bpmn");
+    for p in processes(&source) {
+        let lay = layout::layout(&p);
+        let top: Vec<_> = p
+            .nodes
+            .iter()
+            .filter(|n| n.scope.is_none() && !matches!(n.kind, NodeKind::Boundary(_)))
+            .map(|n| lay.nodes[n.ix.0 as usize])
+            .collect();
+        for (i, a) in top.iter().enumerate() {
+            for b in &top[i + 1..] {
+                let apart =
+                    a.x + a.w <= b.x || b.x + b.w <= a.x || a.y + a.h <= b.y || b.y + b.h <= a.y;
+                assert!(apart, "{a:?} overlaps {b:?}");
+            }
+        }
+    }
+}

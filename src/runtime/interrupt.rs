@@ -1,0 +1,74 @@
+//! Stopping attempts whose result is no longer wanted.
+//!
+//! When a step removes a token whose attempt is in flight (a cancel, an
+//! unwind, an interrupting boundary), the engine says so with
+//! `Effect::AttemptAbandoned`. Once that step is committed, the attempt is
+//! stopped through its [`Stop`] (the sandbox traps it at its next epoch check,
+//! or drops it if it is blocked in a host call), which frees its lane at once
+//! instead of at its deadline. An attempt of a task declared non-idempotent
+//! (`interruptible: false`, HX `idempotent="false"`) is let finish; its result
+//! is discarded all the same.
+//!
+//! Invariant: a stop is sent only after the step that abandoned the attempt is
+//! committed — were it sent before and the commit lost a race, the stopped
+//! attempt's outcome would reach a token that is still live.
+//! Only attempts running in this process can be stopped; one running on
+//! another replica runs on to its end (its result is discarded there).
+
+use crate::sandbox::Stop;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// (instance, token, attempt).
+type Key = (String, u64, u32);
+
+/// The attempts running in this process, each with its [`Stop`].
+#[derive(Default)]
+pub(crate) struct Running {
+    stops: Mutex<HashMap<Key, Stop>>,
+}
+
+impl Running {
+    /// Register an attempt about to run; it stays registered while the
+    /// returned guard lives.
+    pub(crate) fn enter(&self, instance: &str, token: u64, attempt: u32) -> Entered<'_> {
+        let key = (instance.to_string(), token, attempt);
+        let stop = Stop::default();
+        if let Ok(mut m) = self.stops.lock() {
+            m.insert(key.clone(), stop.clone());
+        }
+        Entered {
+            running: self,
+            key,
+            stop,
+        }
+    }
+
+    /// Stop the attempt, if it runs here. Returns whether it did.
+    pub(crate) fn stop(&self, instance: &str, token: u64, attempt: u32) -> bool {
+        let key = (instance.to_string(), token, attempt);
+        let stop = self.stops.lock().ok().and_then(|m| m.get(&key).cloned());
+        match stop {
+            Some(s) => {
+                s.stop();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// An attempt registered in [`Running`]; unregistered on drop.
+pub(crate) struct Entered<'a> {
+    running: &'a Running,
+    key: Key,
+    pub(crate) stop: Stop,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.running.stops.lock() {
+            m.remove(&self.key);
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! The web console (`/ui/`) in a real headless Chromium, driven over
+//! WebDriver against a spawned `sutra serve`: sign-in, the deployments page
+//! and the diagrams of every dialect, a FAILED instance marked on its
+//! diagram with its code and attempts, a retry from the page that
+//! completes, a `<script>` variable shown as text, the tenants of the
+//! admin key. Each page is saved as a PNG under `target/console-screenshots/`.
+//!
+//! The routes the console reads are also checked without a browser, on
+//! SQLite and PostgreSQL.
+//!
+//! Without chromium and chromedriver the browser tests print "skipped"
+//! unless `SUTRA_REQUIRE_BROWSER` is set (`.ci/run` installs both and sets it).
+
+mod common;
+#[path = "common/server.rs"]
+mod server;
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use server::{Db, Server, ADMIN_KEY};
+use std::path::PathBuf;
+use webdriver::Browser;
+
+const HEADER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:q="https://sutra.dev/bpmn/q/1.0" id="d" targetNamespace="https://example.com">"#;
+
+/// start → T (chaos, no retry policy) → end; no diagram interchange.
+fn one_task(process: &str) -> String {
+    format!(
+        r#"{HEADER}
+  <bpmn:process id="{process}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="T"/>
+    <bpmn:serviceTask id="T" name="Reserve stock" implementation="registered:chaos"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="T" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+/// start → wait for message `go` → end.
+fn waits_for_message(process: &str) -> String {
+    format!(
+        r#"{HEADER}
+  <bpmn:message id="Go" name="go"/>
+  <bpmn:process id="{process}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="wait"/>
+    <bpmn:intermediateCatchEvent id="wait"><bpmn:messageEventDefinition messageRef="Go"/></bpmn:intermediateCatchEvent>
+    <bpmn:sequenceFlow id="f2" sourceRef="wait" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+fn file(path: &str) -> String {
+    std::fs::read_to_string(common::root().join(path)).unwrap()
+}
+
+fn chaos() -> Vec<u8> {
+    common::guest_bytes("chaos")
+}
+
+fn screenshots() -> PathBuf {
+    common::root().join("target/console-screenshots")
+}
+
+/// Deploy `def` with chaos playing every module `modules` names; its deployment id.
+async fn deploy(api: &server::Api, def: &str, modules: &[&str]) -> String {
+    let parts: Vec<(&str, Vec<u8>)> = modules.iter().map(|m| (*m, chaos())).collect();
+    let (status, body) = api.deploy(def, &parts).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["deployments"][0]["id"].as_str().unwrap().to_string()
+}
+
+async fn sign_in(b: &Browser, srv: &Server, key: &str) {
+    b.goto(&format!("{}/", srv.url)).await;
+    b.wait_for(
+        "the redirect to /ui/",
+        "location.pathname === '/ui/'",
+        json!(null),
+    )
+    .await;
+    b.type_into("#key", key).await;
+    b.click("#signin").await;
+}
+
+/// No Content-Security-Policy violation happened on the page.
+async fn no_csp_violations(b: &Browser) {
+    let v = b
+        .js("return window.__cspViolations || [];", json!([]))
+        .await;
+    assert_eq!(v, json!([]), "CSP violations");
+}
+
+async fn diagram_has(b: &Browser, element: &str, source: &str) {
+    b.wait_for(
+        &format!("the diagram to draw {element}"),
+        "document.querySelector(`#diagram .djs-element[data-element-id=\"${arg[0]}\"]`) \
+         && document.querySelector('#diagram').dataset.diagram === arg[1]",
+        json!([element, source]),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_list_deployments_and_draw_every_dialect() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let bpmn = deploy(&api, &one_task("order"), &["chaos"]).await;
+    let hx = deploy(
+        &api,
+        &file("examples/payment.hx.xml"),
+        &[
+            "pay.reserve",
+            "pay.capture",
+            "ship.book",
+            "pay.refund",
+            "pay.release",
+        ],
+    )
+    .await;
+    let asl = deploy(&api, &file("examples/order-lines.asl.json"), &["chaos"]).await;
+    let drawn = deploy(
+        &api,
+        &file("tests/fixtures/bpmn/valid/miwg_A.1.0_executable.bpmn"),
+        &["work"],
+    )
+    .await;
+
+    // The console's answers carry the policy.
+    let resp = reqwest::get(format!("{}/ui/", srv.url)).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let csp = resp.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && !csp.contains("unsafe"),
+        "{csp}"
+    );
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments tr[data-process=\"order\"]").await;
+    for p in ["payment", "order-lines", "WFP-6-"] {
+        b.wait_css(&format!("#deployments tr[data-process=\"{p}\"]"))
+            .await;
+    }
+    let key_in_url = b
+        .js(
+            "return location.href.includes(arguments[0]) || document.cookie.length > 0;",
+            json!([api.token.as_deref().unwrap()]),
+        )
+        .await;
+    assert_eq!(
+        key_in_url,
+        json!(false),
+        "the key is never in a URL or a cookie"
+    );
+    b.screenshot(&screenshots().join("deployments.png")).await;
+
+    // BPMN without DI: exported and laid out; the task shape is drawn.
+    b.click(&format!("#deployments tr[data-deployment=\"{bpmn}\"] a"))
+        .await;
+    diagram_has(&b, "T", "generated").await;
+    b.wait_css("#modules td code").await;
+    let size = b.text("#modules tbody tr td:nth-child(3)").await;
+    assert!(size.ends_with("KiB") || size.ends_with("MiB"), "{size}");
+    b.screenshot(&screenshots().join("deployment-bpmn.png"))
+        .await;
+
+    // HX and the States language: the same renderer.
+    b.goto(&format!("{}/ui/#/deployments/{hx}", srv.url)).await;
+    for node in ["reserve", "capture", "ship", "refund", "release"] {
+        diagram_has(&b, node, "generated").await;
+    }
+    b.screenshot(&screenshots().join("deployment-hx.png")).await;
+    b.goto(&format!("{}/ui/#/deployments/{asl}", srv.url)).await;
+    for node in ["ReserveLines", "Reserve", "CourierSlot", "Charge", "Done"] {
+        diagram_has(&b, node, "generated").await;
+    }
+    b.screenshot(&screenshots().join("deployment-states.png"))
+        .await;
+
+    // BPMN with complete DI: drawn as its author drew it.
+    b.goto(&format!("{}/ui/#/deployments/{drawn}", srv.url))
+        .await;
+    diagram_has(&b, "_ec59e164-68b4-4f94-98de-ffb1c58a84af", "original").await;
+    b.screenshot(&screenshots().join("deployment-original-di.png"))
+        .await;
+    no_csp_violations(&b).await;
+
+    // A waiting instance: its token is on the catch event, with what it waits for.
+    deploy(&api, &waits_for_message("approval"), &[]).await;
+    let (status, w) = api.start("approval", json!({})).await;
+    assert_eq!(status, StatusCode::CREATED, "{w}");
+    let wid = w["instance"].as_str().unwrap();
+    b.goto(&format!("{}/ui/#/instances/{wid}", srv.url)).await;
+    b.wait_css("#diagram .djs-element[data-element-id=\"wait\"].sutra-token")
+        .await;
+    let wait = b.text(".overlay.wait").await;
+    assert_eq!(wait, "message go");
+    b.wait_css("#send-message").await;
+    b.screenshot(&screenshots().join("instance-waiting.png"))
+        .await;
+    // Send it the message from the page (the dialog is filled from the wait).
+    b.click("#send-message").await;
+    b.wait_css("dialog#confirm[open] #message-name").await;
+    let name = b
+        .js(
+            "return document.querySelector('#message-name').value;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(name, "go");
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the message to complete the instance",
+        "document.querySelector('.page[data-state=\"COMPLETED\"]') \
+         && document.querySelector('#diagram .djs-element[data-element-id=\"wait\"].sutra-succeeded')",
+        json!(null),
+    )
+    .await;
+    b.screenshot(&screenshots().join("instance-message-sent.png"))
+        .await;
+
+    // Live refresh: a waiting instance's page follows a change made elsewhere.
+    let (_, w2) = api.start("approval", json!({})).await;
+    let w2 = w2["instance"].as_str().unwrap();
+    b.goto(&format!("{}/ui/#/instances/{w2}", srv.url)).await;
+    b.wait_css(".page[data-state=\"WAITING\"] .live").await;
+    let (status, body) = api
+        .post(
+            "/v1/messages",
+            json!({"name": "go", "variables": {"by": "api"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    b.wait_for(
+        "the page to refresh itself to COMPLETED",
+        "document.querySelector('.page[data-state=\"COMPLETED\"]') \
+         && [...document.querySelectorAll('#variables .json-string')].some(e => e.textContent === '\"api\"')",
+        json!(null),
+    )
+    .await;
+
+    // The admin key shows the tenants.
+    b.click("#signout").await;
+    sign_in(&b, &srv, ADMIN_KEY).await;
+    b.wait_css("#tenants tr[data-tenant=\"acme\"]").await;
+    b.wait_for(
+        "the tenant's key prefix",
+        "document.querySelector('span.keys[data-tenant=\"acme\"] code')",
+        json!(null),
+    )
+    .await;
+    b.screenshot(&screenshots().join("tenants.png")).await;
+    no_csp_violations(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_instance_is_marked_and_retried_from_the_page() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    // A memory ceiling the task's allocation does not fit: the attempt fails
+    // (no retry policy, so the instance fails); raising it makes a retry pass.
+    let api = srv
+        .tenant("acme", json!({"memoryBytes": 4 * 1024 * 1024}))
+        .await;
+    deploy(&api, &one_task("order"), &["chaos"]).await;
+    let hostile = "<img src=x onerror=\"window.__xss=1\"><script>window.__xss=2</script>";
+    let (status, failed) = api
+        .start(
+            "order",
+            json!({"do": "alloc", "bytes": 32 * 1024 * 1024, "note": hostile}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{failed}");
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    let id = failed["instance"].as_str().unwrap().to_string();
+    // The instance fails with the spent task's code; the attempt, with what ended it.
+    let code = failed["error"]["code"].as_str().unwrap().to_string();
+    let attempt_code = failed["attempts"][0]["code"].as_str().unwrap().to_string();
+    assert_eq!(attempt_code, "SUTRA.TASK.MEMORY_LIMIT", "{failed}");
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+
+    // The instances page: counts per state, the FAILED filter.
+    b.goto(&format!("{}/ui/#/instances?state=FAILED", srv.url))
+        .await;
+    b.wait_css(&format!("#instances tr[data-instance=\"{id}\"]"))
+        .await;
+    assert_eq!(b.text("#counts a[data-state=\"FAILED\"] .n").await, "1");
+    b.screenshot(&screenshots().join("instances.png")).await;
+
+    // The failed task is red on the diagram, with its code and attempt count.
+    b.click(&format!("#instances tr[data-instance=\"{id}\"] a"))
+        .await;
+    b.wait_css("#diagram .djs-element[data-element-id=\"T\"].sutra-failed")
+        .await;
+    assert_eq!(b.text(".overlay.failed-code").await, attempt_code);
+    assert_eq!(b.text(".overlay.attempts").await, "×1");
+    assert_eq!(b.text("#error-code").await, code);
+    b.wait_css("#attempts-table tr[data-task=\"T\"][data-attempt=\"1\"][data-outcome=\"failed\"]")
+        .await;
+    let row = b.text("#attempts-table tbody tr").await;
+    assert!(
+        row.contains(&attempt_code) && row.contains("resource_exhausted"),
+        "{row}"
+    );
+
+    // The hostile variable is text: shown verbatim, never parsed as markup.
+    let shown = b
+        .wait_for(
+            "the note variable",
+            "[...document.querySelectorAll('#variables .json-string')].map(e => e.textContent).find(t => t.includes('<script>'))",
+            json!(null),
+        )
+        .await;
+    assert_eq!(shown, json!(serde_json::to_string(hostile).unwrap()));
+    let injected = b
+        .js(
+            "return [window.__xss === undefined, document.querySelectorAll('#main img, #main script').length];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        injected,
+        json!([true, 0]),
+        "nothing from a variable ran or rendered"
+    );
+    b.screenshot(&screenshots().join("instance-failed.png"))
+        .await;
+    // A hostile state name is a label on the diagram, as text.
+    let name = "<img src=x onerror=\"window.__xss=3\">";
+    let flow = json!({"Name": "hostile", "StartAt": name, "States": {name: {"Type": "Pass", "End": true}}});
+    let dep = deploy(&api, &flow.to_string(), &[]).await;
+    b.goto(&format!("{}/ui/#/deployments/{dep}", srv.url)).await;
+    b.wait_for(
+        "the hostile label",
+        "[...document.querySelectorAll('#diagram .djs-element text')].some(t => t.textContent.includes('onerror'))",
+        json!(null),
+    )
+    .await;
+    let injected = b
+        .js(
+            "return [window.__xss === undefined, document.querySelectorAll('#main img').length];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        injected,
+        json!([true, 0]),
+        "nothing from a name ran or rendered"
+    );
+    b.screenshot(&screenshots().join("deployment-hostile-names.png"))
+        .await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#diagram .djs-element[data-element-id=\"T\"].sutra-failed")
+        .await;
+    no_csp_violations(&b).await;
+
+    // Raise the ceiling, then retry from the failure on the page.
+    let (status, body) = srv
+        .admin()
+        .call(
+            Method::PUT,
+            "/v1/admin/tenants/acme/limits",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    b.click("#retry-from-failure").await;
+    b.wait_css("dialog#confirm[open]").await;
+    b.screenshot(&screenshots().join("instance-retry-confirm.png"))
+        .await;
+    b.click("#confirm-ok").await;
+    let retried = b
+        .wait_for(
+            "the retried instance to complete",
+            "location.hash !== `#/instances/${arg}` && document.querySelector('.page[data-state=\"COMPLETED\"]') \
+             && document.querySelector('#diagram .djs-element[data-element-id=\"T\"].sutra-succeeded') \
+             && document.querySelector('#instance-id').textContent",
+            json!(id),
+        )
+        .await;
+    let retried = retried.as_str().unwrap();
+    assert_ne!(retried, id);
+    let (_, view) = api.get(&format!("/v1/instances/{retried}")).await;
+    assert_eq!(view["state"], "COMPLETED", "{view}");
+    assert_eq!(view["retryOf"], id.as_str());
+    b.screenshot(&screenshots().join("instance-retried.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_instance_is_migrated_from_the_page() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv
+        .tenant("acme", json!({"memoryBytes": 4 * 1024 * 1024}))
+        .await;
+    let v1 = deploy(&api, &one_task("order"), &["chaos"]).await;
+    let (_, failed) = api
+        .start("order", json!({"do": "alloc", "bytes": 32 * 1024 * 1024}))
+        .await;
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    let id = failed["instance"].as_str().unwrap();
+    let v2 = deploy(
+        &api,
+        &one_task("order").replace("Reserve stock", "Reserve stock v2"),
+        &["chaos"],
+    )
+    .await;
+    let (status, body) = srv
+        .admin()
+        .call(
+            Method::PUT,
+            "/v1/admin/tenants/acme/limits",
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#diagram .djs-element[data-element-id=\"T\"].sutra-failed")
+        .await;
+    b.click("#migrate").await;
+    b.wait_css("dialog#confirm[open] #migrate-target").await;
+    let target = b
+        .js(
+            "return document.querySelector('#migrate-target').value;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        target,
+        json!(v2),
+        "the other deployment of the process is offered"
+    );
+    b.screenshot(&screenshots().join("instance-migrate-confirm.png"))
+        .await;
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the migrated instance to complete on v2",
+        "document.querySelector('.page[data-state=\"COMPLETED\"]') \
+         && document.querySelector('#diagram .djs-element[data-element-id=\"T\"].sutra-succeeded') \
+         && [...document.querySelectorAll('#diagram .djs-element text')].some(t => t.textContent.includes('v2'))",
+        json!(null),
+    )
+    .await;
+    let (_, view) = api.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(
+        (view["state"].as_str(), view["deployment"].as_str()),
+        (Some("COMPLETED"), Some(v2.as_str()))
+    );
+    assert_ne!(v1, v2);
+    b.screenshot(&screenshots().join("instance-migrated.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
+
+/// The routes the console reads, over HTTP, on both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_routes_answer_on_both_backends() {
+    for db in [Db::Sqlite, Db::Postgres] {
+        let Some(srv) = Server::start_on(db, &[]).await else {
+            continue;
+        };
+        let api = srv.tenant("acme", json!({})).await;
+        let other = srv.tenant("other", json!({})).await;
+        let dep = deploy(&api, &one_task("order"), &["chaos"]).await;
+        let (_, ok) = api.start("order", json!({"do": "echo"})).await;
+        let (_, bad) = api
+            .start("order", json!({"do": "fail", "code": "BROKEN"}))
+            .await;
+        assert_eq!(
+            (ok["state"].as_str(), bad["state"].as_str()),
+            (Some("COMPLETED"), Some("FAILED"))
+        );
+
+        let (status, c) = api.get("/v1/instances/counts").await;
+        assert_eq!(status, StatusCode::OK, "{c}");
+        assert_eq!(
+            (
+                c["counts"]["COMPLETED"].as_i64(),
+                c["counts"]["FAILED"].as_i64()
+            ),
+            (Some(1), Some(1))
+        );
+        assert_eq!(
+            (c["counts"]["WAITING"].as_i64(), c["total"].as_i64()),
+            (Some(0), Some(2))
+        );
+        let (_, c) = api.get("/v1/instances/counts?process=nothing").await;
+        assert_eq!(c["total"], 0);
+        let (_, c) = other.get("/v1/instances/counts").await;
+        assert_eq!(c["total"], 0, "another tenant's instances are not counted");
+
+        let bad_id = bad["instance"].as_str().unwrap();
+        let (status, a) = api.get(&format!("/v1/instances/{bad_id}/attempts")).await;
+        assert_eq!(status, StatusCode::OK, "{a}");
+        let first = &a["attempts"][0];
+        assert_eq!(
+            (
+                first["task"].as_str(),
+                first["outcome"].as_str(),
+                first["code"].as_str()
+            ),
+            (Some("T"), Some("failed"), Some("BROKEN"))
+        );
+        assert!(first["durationMs"].as_i64().unwrap() >= 0);
+        let (status, _) = other.get(&format!("/v1/instances/{bad_id}/attempts")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        let (status, m) = api.get(&format!("/v1/deployments/{dep}/modules")).await;
+        assert_eq!(status, StatusCode::OK, "{m}");
+        assert_eq!(m["modules"][0]["name"], "chaos");
+        assert_eq!(
+            m["modules"][0]["bytes"].as_u64(),
+            Some(chaos().len() as u64)
+        );
+
+        let resp = api
+            .request(Method::GET, &format!("/v1/deployments/{dep}/diagram"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()["x-sutra-diagram"], "generated");
+        let xml = resp.text().await.unwrap();
+        assert!(xml.contains("<bpmndi:BPMNShape id=\"T_di\""), "{xml}");
+        let (status, _) = other.get(&format!("/v1/deployments/{dep}/diagram")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        // `since` bounds the listing by start time.
+        let (_, all) = api.get("/v1/instances?since=2029-12-31T23:59:59Z").await;
+        assert_eq!(all["instances"].as_array().unwrap().len(), 2);
+        let (_, none) = api.get("/v1/instances?since=2030-01-01T00:00:01Z").await;
+        assert_eq!(none["instances"].as_array().unwrap().len(), 0, "{none}");
+        let (_, all) = api.get("/v1/instances?until=2030-01-01T00:00:00Z").await;
+        assert_eq!(all["instances"].as_array().unwrap().len(), 2);
+        let (_, none) = api.get("/v1/instances?until=2029-12-31T23:59:59Z").await;
+        assert_eq!(none["instances"].as_array().unwrap().len(), 0, "{none}");
+        let (_, one) = api
+            .get("/v1/instances?until=2030-01-01T00:00:00Z&limit=1")
+            .await;
+        assert_eq!(one["instances"].as_array().unwrap().len(), 1);
+        assert!(
+            one["next"].is_string(),
+            "a full page within the bound has a next: {one}"
+        );
+        let (status, body) = api.get("/v1/instances?since=yesterday").await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("SUTRA.API.MALFORMED_REQUEST"))
+        );
+
+        // `/` leads to the console; an unknown console file is a coded 404.
+        let (status, body) = api.get("/ui/nothing.js").await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (StatusCode::NOT_FOUND, Some("SUTRA.API.NOT_FOUND"))
+        );
+        let resp = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+            .get(format!("{}/", srv.url))
+            .send()
+            .await
+            .unwrap();
+        assert!(resp.status().is_redirection());
+        assert_eq!(resp.headers()["location"], "/ui/");
+    }
+}

@@ -1,0 +1,216 @@
+// One instance: the diagram with its state on it, the error, the waits,
+// the variables, the attempts, the history, and the operator's actions
+// (each asks first). A live instance is polled every 1.5 s.
+
+import { get, post, query } from './api.js';
+import { h, fill, badge, when, ms, link, section, table, jsonTree, errorBox } from './dom.js';
+import { Diagram } from './diagram.js';
+import { confirmAction } from './app.js';
+
+const LIVE = new Set(['RUNNING', 'WAITING']);
+const POLL_MS = 1500;
+
+export async function instancePage(page, id) {
+  const enc = encodeURIComponent(id);
+  const head = h('div', { id: 'instance-head' });
+  const actions = h('div', { class: 'actions', id: 'actions' });
+  const feedback = h('div', { id: 'action-feedback' });
+  const errorSec = h('div', { id: 'instance-error' });
+  const canvas = h('div', { id: 'diagram', class: 'diagram' });
+  const waits = h('div', { id: 'waits' });
+  const vars = h('div', { id: 'variables', class: 'json' });
+  const attemptsBox = h('div', { id: 'attempts' });
+  const historyBox = h('div', { id: 'history' });
+  const incidentsBox = h('div', { id: 'incidents' });
+  fill(page, head, actions, feedback, errorSec,
+    section('Diagram', canvas), section('Waiting for', waits), section('Variables', vars),
+    section('Attempts', attemptsBox), section('Incidents', incidentsBox), section('History', historyBox));
+
+  let view = await get(`/v1/instances/${enc}`);
+  const diagram = new Diagram(canvas);
+  const loadDiagram = v => diagram.load(v.deployment, v.process).catch(e => { canvas.append(errorBox(e)); });
+  let drawn = view.deployment;
+  let diagramReady = loadDiagram(view);
+  let timer = null;
+  let stopped = false;
+  let lastVars = null;
+
+  async function refresh(first) {
+    const [v, a, hist, inc] = await Promise.all([
+      first ? view : get(`/v1/instances/${enc}`),
+      get(`/v1/instances/${enc}/attempts`),
+      get(`/v1/instances/${enc}/history`),
+      get(`/v1/incidents${query({ instance: id })}`).catch(() => ({ incidents: [] })),
+    ]);
+    if (stopped) return;
+    view = v;
+    renderHead(v);
+    renderActions(v, inc.incidents);
+    renderError(v);
+    renderWaits(v);
+    const varsText = JSON.stringify(v.variables);
+    if (varsText !== lastVars) { fill(vars, jsonTree(v.variables, undefined, 2)); lastVars = varsText; }
+    renderAttempts(a.attempts);
+    renderIncidents(inc.incidents);
+    renderHistory(hist);
+    if (v.deployment !== drawn) { drawn = v.deployment; diagramReady = loadDiagram(v); } // migrated
+    await diagramReady;
+    if (!stopped) diagram.showInstance(v, a.attempts);
+    page.dataset.state = v.state;
+    if (LIVE.has(v.state)) timer = setTimeout(() => refresh(false).catch(showError), POLL_MS);
+  }
+
+  function showError(e) { fill(feedback, errorBox(e)); }
+
+  function renderHead(v) {
+    fill(head,
+      h('h1', {}, 'Instance ', h('code', { id: 'instance-id' }, v.instance), ' ', h('span', { id: 'instance-state' }, badge(v.state)),
+        LIVE.has(v.state) ? h('span', { class: 'live', title: `refreshing every ${POLL_MS / 1000} s` }, '● live') : null),
+      h('p', { class: 'meta' },
+        'process ', link(`/deployments/${encodeURIComponent(v.deployment)}`, v.process),
+        ` · started ${when(v.startedAt)}`, v.endedAt ? ` · ended ${when(v.endedAt)}` : '',
+        v.retryOf ? [' · retry of ', link(`/instances/${encodeURIComponent(v.retryOf)}`, h('code', {}, v.retryOf))] : '',
+        v.parent ? [' · child of ', link(`/instances/${encodeURIComponent(v.parent)}`, h('code', {}, v.parent))] : ''));
+  }
+
+  function renderError(v) {
+    if (!v.error) { fill(errorSec); return; }
+    const e = v.error;
+    fill(errorSec, h('section', { class: 'card failure' }, h('h2', {}, 'Error'),
+      h('p', {}, h('code', { id: 'error-code' }, e.code), ' ', h('span', { id: 'error-message' }, e.message)),
+      e.cause ? h('p', { class: 'cause' }, 'Cause: ', h('code', {}, e.cause.code), ' ', e.cause.message) : null,
+      (e.compensationFailures || []).length ? h('div', {}, 'Compensation failures: ', jsonTree(e.compensationFailures, undefined, 1)) : null));
+  }
+
+  function renderWaits(v) {
+    if (!v.waits || v.waits.length === 0) { fill(waits, h('p', { class: 'muted' }, LIVE.has(v.state) ? 'Nothing parked.' : 'Nothing: the instance has ended.')); return; }
+    fill(waits, table([
+      { title: 'Kind', cell: w => w.kind },
+      { title: 'Node', cell: w => w.node },
+      { title: 'Due', cell: w => when(w.due) },
+      { title: 'Detail', cell: w => [w.message ? `message ${w.message}` : '', w.correlationKey ? ` key ${w.correlationKey}` : '', w.attempt ? `attempt #${w.attempt}` : '', w.child ? [' child ', link(`/instances/${encodeURIComponent(w.child)}`, w.child)] : ''] },
+    ], v.waits, { id: 'waits-table' }));
+  }
+
+  function renderAttempts(attempts) {
+    if (attempts.length === 0) { fill(attemptsBox, h('p', { class: 'muted' }, 'No attempts yet.')); return; }
+    const cols = [
+      { title: 'Task', cell: a => a.task },
+      { title: '#', cell: a => String(a.attempt) },
+      { title: 'Outcome', cell: a => h('span', { class: `outcome-${a.outcome}` }, a.outcome) },
+      { title: 'Code', cell: a => (a.code ? h('code', {}, a.code) : '') },
+      { title: 'Class', cell: a => a.class || '' },
+      { title: 'Started', cell: a => when(a.startedAt) },
+      { title: 'Duration', cell: a => ms(a.durationMs) },
+      { title: 'Message', cell: a => (a.message ? h('span', { class: 'message' }, a.message) : '') },
+    ];
+    cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome } });
+    fill(attemptsBox, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
+  }
+
+  function renderIncidents(incidents) {
+    if (!incidents.length) { fill(incidentsBox, h('p', { class: 'muted' }, 'None.')); return; }
+    fill(incidentsBox, table([
+      { title: 'Incident', cell: i => h('code', {}, i.id) },
+      { title: 'Kind', cell: i => i.kind },
+      { title: 'State', cell: i => badge(i.state) },
+      { title: 'Task', cell: i => i.task },
+      { title: 'Message', cell: i => i.message },
+      { title: '', cell: i => (i.state === 'OPEN' ? h('button', { type: 'button', class: 'resolve', onclick: () => resolve(i) }, 'Resolve') : '') },
+    ], incidents));
+  }
+
+  function renderHistory(hist) {
+    if (!hist.audit) { fill(historyBox, h('p', { class: 'muted' }, hist.note || 'No history kept.')); return; }
+    fill(historyBox, table([
+      { title: '#', cell: e => String(e.seq) },
+      { title: 'At', cell: e => when(e.at) },
+      { title: 'Kind', cell: e => e.kind },
+      { title: 'Node', cell: e => e.node || '' },
+      { title: 'Data', cell: e => jsonTree(e.data, undefined, 0) },
+    ], hist.entries, { id: 'history-table' }));
+  }
+
+  // ---- actions ---------------------------------------------------------------
+
+  async function act(title, body, call, after) {
+    if (!await confirmAction(title, ...body)) return;
+    fill(feedback, 'Working…');
+    try {
+      const r = await call();
+      fill(feedback);
+      after(r);
+    } catch (e) {
+      showError(e);
+    }
+  }
+
+  const reload = () => { clearTimeout(timer); refresh(false).catch(showError); };
+  const goTo = (r) => { location.hash = `#/instances/${encodeURIComponent(r.instance)}`; };
+
+  function renderActions(v, incidents) {
+    const buttons = [];
+    if (LIVE.has(v.state)) {
+      const reason = h('input', { id: 'cancel-reason', placeholder: 'reason (optional)' });
+      buttons.push(h('button', {
+        type: 'button', id: 'cancel', class: 'danger', onclick: () => act(`Cancel instance ${id}?`,
+          [h('p', {}, 'It ends TERMINATED; everything it waits for is withdrawn.'), h('label', {}, 'Reason ', reason)],
+          () => post(`/v1/instances/${enc}/cancel`, reason.value ? { reason: reason.value } : {}), reload),
+      }, 'Cancel'));
+      const name = h('input', { id: 'message-name', placeholder: 'message name', value: (v.waits.find(w => w.kind === 'message') || {}).message || '' });
+      const key = h('input', { id: 'message-key', placeholder: 'correlation key', value: (v.waits.find(w => w.kind === 'message') || {}).correlationKey || '' });
+      const varsIn = h('textarea', { id: 'message-variables', rows: 4 }, '{}');
+      buttons.push(h('button', {
+        type: 'button', id: 'send-message', onclick: () => act('Send a message',
+          [h('label', {}, 'Name ', name), h('label', {}, 'Correlation key ', key), h('label', {}, 'Variables (JSON) ', varsIn)],
+          () => post('/v1/messages', { name: name.value, correlationKey: key.value || null, variables: JSON.parse(varsIn.value || '{}') }), reload),
+      }, 'Send message…'));
+      const evName = h('input', { id: 'event-name', placeholder: 'event name' });
+      const evData = h('textarea', { id: 'event-data', rows: 3 }, '{}');
+      buttons.push(h('button', {
+        type: 'button', id: 'send-event', onclick: () => act('Resume a wait on an event',
+          [h('label', {}, 'Event ', evName), h('label', {}, 'Data (JSON) ', evData)],
+          () => post(`/v1/instances/${enc}/events/${encodeURIComponent(evName.value)}`, JSON.parse(evData.value || '{}')), reload),
+      }, 'Send event…'));
+    } else {
+      buttons.push(h('button', {
+        type: 'button', id: 'retry-full', onclick: () => act(`Retry ${id} from the start?`,
+          [h('p', {}, 'A new instance, linked to this one, runs on its original input.')],
+          () => post(`/v1/instances/${enc}/retry${query({ mode: 'full' })}`), goTo),
+      }, 'Retry (full)'));
+      if (v.state === 'FAILED') {
+        buttons.push(h('button', {
+          type: 'button', id: 'retry-from-failure', class: 'primary', onclick: () => act(`Retry ${id} from its failure?`,
+            [h('p', {}, 'A new instance, linked to this one, resumes at the failed step with its variables.')],
+            () => post(`/v1/instances/${enc}/retry${query({ mode: 'from-failure' })}`), goTo),
+        }, 'Retry from failure'));
+      }
+    }
+    if (v.state === 'FAILED' || v.state === 'WAITING') {
+      buttons.push(h('button', { type: 'button', id: 'migrate', onclick: () => migrate(v) }, 'Migrate…'));
+    }
+    for (const i of incidents.filter(i => i.state === 'OPEN')) {
+      buttons.push(h('button', { type: 'button', class: 'resolve', onclick: () => resolve(i) }, `Resolve incident ${i.id}`));
+    }
+    fill(actions, buttons);
+  }
+
+  async function resolve(i) {
+    await act(`Resolve incident ${i.id}?`, [h('p', {}, `Its ${i.kind.replace(/_/g, ' ')} request (task ${i.task}) is tried again.`)],
+      () => post(`/v1/incidents/${encodeURIComponent(i.id)}/resolve`), reload);
+  }
+
+  async function migrate(v) {
+    const { deployments } = await get('/v1/deployments');
+    const targets = deployments.filter(d => d.process === v.process && d.id !== v.deployment);
+    if (targets.length === 0) { showError({ code: 'NOTHING TO MIGRATE TO', message: `no other deployment of ${v.process}` }); return; }
+    const sel = h('select', { id: 'migrate-target' }, targets.map(d => h('option', { value: d.id }, `v${d.version} (${d.state}) ${d.id}`)));
+    const mapping = h('textarea', { id: 'migrate-mapping', rows: 3 }, '{}');
+    await act(`Migrate ${id}?`, [h('label', {}, 'To ', sel), h('label', {}, 'Node mapping (JSON, old → new) ', mapping)],
+      () => post(`/v1/instances/${enc}/migrate`, { targetDeployment: sel.value, mapping: JSON.parse(mapping.value || '{}') }), reload);
+  }
+
+  await refresh(true);
+  return () => { stopped = true; clearTimeout(timer); diagram.destroy(); };
+}
+
