@@ -15,6 +15,13 @@
 //! | `sutra.sandbox.fuel` | `SUTRA_SANDBOX_FUEL` | the sandbox default |
 //! | `sutra.sandbox.deadline` | `SUTRA_SANDBOX_DEADLINE` | the sandbox default |
 //! | `sutra.sandbox.memory` | `SUTRA_SANDBOX_MEMORY` | the sandbox default |
+//! | `sutra.sandbox.compile.max-module-bytes` | `SUTRA_SANDBOX_COMPILE_MAX_MODULE_BYTES` | `32MiB` |
+//! | `sutra.sandbox.compile.max-functions` | `SUTRA_SANDBOX_COMPILE_MAX_FUNCTIONS` | `50000` |
+//! | `sutra.sandbox.compile.cpu-time` | `SUTRA_SANDBOX_COMPILE_CPU_TIME` | `PT120S` |
+//! | `sutra.sandbox.compile.wall-time` | `SUTRA_SANDBOX_COMPILE_WALL_TIME` | `PT180S` |
+//! | `sutra.sandbox.compile.memory` | `SUTRA_SANDBOX_COMPILE_MEMORY` | `2GiB` (address space) |
+//! | `sutra.sandbox.compile.concurrency` | `SUTRA_SANDBOX_COMPILE_CONCURRENCY` | half the cores, at least 1 |
+//! | `sutra.sandbox.compile.tiered` | `SUTRA_SANDBOX_COMPILE_TIERED` | `true` |
 //! | `sutra.outbox.retry.max-attempts` | `SUTRA_OUTBOX_RETRY_MAX_ATTEMPTS` | none (retry forever) |
 //! | `sutra.outbox.retry.initial-delay` | `SUTRA_OUTBOX_RETRY_INITIAL_DELAY` | `PT1S` |
 //! | `sutra.outbox.retry.max-delay` | `SUTRA_OUTBOX_RETRY_MAX_DELAY` | `PT5M` |
@@ -29,6 +36,7 @@
 //! the key named; nothing reads configuration after start.
 
 use crate::codes::Code;
+use crate::sandbox::CompileLimits;
 use crate::time::IsoDuration;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -58,11 +66,36 @@ pub struct Config {
     pub fuel: Option<u64>,
     pub deadline: Option<IsoDuration>,
     pub memory_bytes: Option<u64>,
+    /// Compiling uploaded components (`sutra.sandbox.compile.*`).
+    pub compile: CompileConfig,
     /// Channel deliveries and external tasks (`sutra.outbox.*`, `sutra.external-task.*`).
     pub outbox: OutboxConfig,
     /// A bearer token that reads `/metrics` (and nothing else); at least 16
     /// characters. The admin key reads it too.
     pub metrics_token: Option<String>,
+}
+
+/// How uploaded components are compiled (see `sandbox::compile`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompileConfig {
+    /// Module size, function count, CPU time, wall-clock time and address
+    /// space of one compile (a tenant's limits lower them).
+    pub limits: CompileLimits,
+    /// Compiles running at once over all tenants (each tenant's one at a time).
+    pub concurrency: usize,
+    /// Compile quick (Winch) first and optimised (Cranelift) behind it.
+    pub tiered: bool,
+}
+
+impl Default for CompileConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        CompileConfig {
+            limits: CompileLimits::default(),
+            concurrency: (cores / 2).max(1),
+            tiered: true,
+        }
+    }
 }
 
 /// How the outbox delivers push requests and hands out pull ones.
@@ -116,6 +149,7 @@ impl Default for Config {
             fuel: None,
             deadline: None,
             memory_bytes: None,
+            compile: CompileConfig::default(),
             outbox: OutboxConfig::default(),
             metrics_token: None,
         }
@@ -138,7 +172,14 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 20] = [
+const KEYS: [&str; 27] = [
+    "sutra.sandbox.compile.max-module-bytes",
+    "sutra.sandbox.compile.max-functions",
+    "sutra.sandbox.compile.cpu-time",
+    "sutra.sandbox.compile.wall-time",
+    "sutra.sandbox.compile.memory",
+    "sutra.sandbox.compile.concurrency",
+    "sutra.sandbox.compile.tiered",
     "sutra.metrics.token",
     "sutra.outbox.retry.max-attempts",
     "sutra.outbox.retry.initial-delay",
@@ -226,16 +267,7 @@ impl Config {
             c.retention_sweep_interval = d;
         }
         if let Some(v) = values.get("sutra.audit.sql") {
-            c.audit_sql = match v.as_str() {
-                "true" | "1" | "on" | "yes" => true,
-                "false" | "0" | "off" | "no" => false,
-                other => {
-                    return Err(bad(
-                        "sutra.audit.sql",
-                        format!("`{other}` is not a boolean"),
-                    ))
-                }
-            };
+            c.audit_sql = boolean("sutra.audit.sql", v)?;
         }
         if let Some(v) = values.get("sutra.runtime.lanes") {
             c.lanes = v
@@ -292,6 +324,7 @@ impl Config {
         if let Some(v) = values.get("sutra.sandbox.memory") {
             c.memory_bytes = Some(parse_bytes(v).map_err(|m| bad("sutra.sandbox.memory", m))?);
         }
+        c.compile = compile_values(values, duration)?;
         c.outbox = outbox_values(values, duration)?;
         if let Some(v) = values.get("sutra.metrics.token") {
             if v.chars().count() < 16 || v.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
@@ -304,6 +337,73 @@ impl Config {
         }
         Ok(c)
     }
+}
+
+fn boolean(key: &str, v: &str) -> Result<bool, ConfigError> {
+    match v {
+        "true" | "1" | "on" | "yes" => Ok(true),
+        "false" | "0" | "off" | "no" => Ok(false),
+        other => Err(bad(key, format!("`{other}` is not a boolean"))),
+    }
+}
+
+/// The `sutra.sandbox.compile.*` keys.
+fn compile_values(
+    values: &BTreeMap<String, String>,
+    duration: impl Fn(&str) -> Result<Option<IsoDuration>, ConfigError>,
+) -> Result<CompileConfig, ConfigError> {
+    let mut c = CompileConfig::default();
+    let l = &mut c.limits;
+    let size = |key: &str| {
+        values
+            .get(key)
+            .map(|v| parse_bytes(v).map_err(|m| bad(key, m)))
+            .transpose()
+    };
+    if let Some(n) = size("sutra.sandbox.compile.max-module-bytes")? {
+        l.max_module_bytes = n;
+    }
+    if let Some(n) = size("sutra.sandbox.compile.memory")? {
+        if n < 64 << 20 {
+            return Err(bad(
+                "sutra.sandbox.compile.memory",
+                "must be at least 64MiB",
+            ));
+        }
+        l.memory_bytes = n;
+    }
+    let count = |key: &str, max: u64| -> Result<Option<u64>, ConfigError> {
+        values
+            .get(key)
+            .map(|v| {
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|n| (1..=max).contains(n))
+                    .ok_or_else(|| bad(key, format!("`{v}` is not a number from 1 to {max}")))
+            })
+            .transpose()
+    };
+    if let Some(n) = count("sutra.sandbox.compile.max-functions", 10_000_000)? {
+        l.max_functions = n;
+    }
+    if let Some(n) = count("sutra.sandbox.compile.concurrency", 64)? {
+        c.concurrency = n as usize;
+    }
+    for (key, slot) in [
+        ("sutra.sandbox.compile.cpu-time", &mut l.cpu_time),
+        ("sutra.sandbox.compile.wall-time", &mut l.wall_time),
+    ] {
+        if let Some(d) = duration(key)? {
+            if d.as_std() < std::time::Duration::from_secs(1) {
+                return Err(bad(key, "must be at least PT1S"));
+            }
+            *slot = d.as_std();
+        }
+    }
+    if let Some(v) = values.get("sutra.sandbox.compile.tiered") {
+        c.tiered = boolean("sutra.sandbox.compile.tiered", v)?;
+    }
+    Ok(c)
 }
 
 /// The `sutra.outbox.*` and `sutra.external-task.*` keys.
@@ -526,6 +626,66 @@ mod tests {
         for short in ["short", "has a space in it 0123"] {
             let e = Config::load(None, &env(&[("SUTRA_METRICS_TOKEN", short)])).unwrap_err();
             assert_eq!(e.key, "sutra.metrics.token");
+        }
+    }
+
+    #[test]
+    fn compile_keys_are_read_and_checked() {
+        let c = Config::load(
+            None,
+            &env(&[
+                ("SUTRA_SANDBOX_COMPILE_MAX_FUNCTIONS", "1000"),
+                ("SUTRA_SANDBOX_COMPILE_MAX_MODULE_BYTES", "8MiB"),
+                ("SUTRA_SANDBOX_COMPILE_CPU_TIME", "PT10S"),
+                ("SUTRA_SANDBOX_COMPILE_MEMORY", "1GiB"),
+                ("SUTRA_SANDBOX_COMPILE_CONCURRENCY", "2"),
+                ("SUTRA_SANDBOX_COMPILE_TIERED", "false"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.compile.limits.max_functions, 1000);
+        assert_eq!(c.compile.limits.max_module_bytes, 8 << 20);
+        assert_eq!(c.compile.limits.cpu_time.as_secs(), 10);
+        assert_eq!(c.compile.limits.memory_bytes, 1 << 30);
+        assert_eq!(c.compile.concurrency, 2);
+        assert!(!c.compile.tiered);
+        let d = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(d.compile.limits, CompileLimits::default());
+        assert!(d.compile.tiered && d.compile.concurrency >= 1);
+        for (var, value, key) in [
+            (
+                "SUTRA_SANDBOX_COMPILE_MAX_FUNCTIONS",
+                "0",
+                "sutra.sandbox.compile.max-functions",
+            ),
+            (
+                "SUTRA_SANDBOX_COMPILE_CPU_TIME",
+                "PT0.5S",
+                "sutra.sandbox.compile.cpu-time",
+            ),
+            (
+                "SUTRA_SANDBOX_COMPILE_WALL_TIME",
+                "soon",
+                "sutra.sandbox.compile.wall-time",
+            ),
+            (
+                "SUTRA_SANDBOX_COMPILE_MEMORY",
+                "1MiB",
+                "sutra.sandbox.compile.memory",
+            ),
+            (
+                "SUTRA_SANDBOX_COMPILE_CONCURRENCY",
+                "65",
+                "sutra.sandbox.compile.concurrency",
+            ),
+            (
+                "SUTRA_SANDBOX_COMPILE_TIERED",
+                "maybe",
+                "sutra.sandbox.compile.tiered",
+            ),
+        ] {
+            let e = Config::load(None, &env(&[(var, value)])).unwrap_err();
+            assert_eq!(e.key, key);
         }
     }
 

@@ -224,6 +224,12 @@ pub struct LimitsBody {
     pub fuel: Option<i64>,
     pub deadline_ms: Option<i64>,
     pub memory_bytes: Option<i64>,
+    /// Functions one task module may define (lowers `sutra.sandbox.compile.max-functions`).
+    #[serde(default)]
+    pub max_module_functions: Option<i64>,
+    /// CPU and wall-clock ceiling of compiling one module, in milliseconds.
+    #[serde(default)]
+    pub compile_ms: Option<i64>,
 }
 
 impl LimitsBody {
@@ -235,6 +241,8 @@ impl LimitsBody {
             fuel: self.fuel,
             deadline_ms: self.deadline_ms,
             memory_bytes: self.memory_bytes,
+            max_module_functions: self.max_module_functions,
+            compile_ms: self.compile_ms,
         };
         for (k, v) in [
             ("maxInstances", l.max_instances),
@@ -242,6 +250,8 @@ impl LimitsBody {
             ("fuel", l.fuel),
             ("deadlineMs", l.deadline_ms),
             ("memoryBytes", l.memory_bytes),
+            ("maxModuleFunctions", l.max_module_functions),
+            ("compileMs", l.compile_ms),
         ] {
             if v.is_some_and(|v| v < 0) {
                 return Err(format!("{k} must not be negative"));
@@ -259,6 +269,8 @@ impl From<&TenantLimits> for LimitsBody {
             fuel: l.fuel,
             deadline_ms: l.deadline_ms,
             memory_bytes: l.memory_bytes,
+            max_module_functions: l.max_module_functions,
+            compile_ms: l.compile_ms,
         }
     }
 }

@@ -8,6 +8,7 @@
 mod channels;
 mod check;
 mod client;
+mod compile_worker;
 mod demo;
 /// The HX payment flow of `sutra demo` (called by `demo`).
 pub mod demo_hx;
@@ -79,6 +80,9 @@ enum Command {
     Migrate(channels::MigrateArgs),
     /// Resume an instance that waits on a named event (a States-language `EventName` wait).
     Resume(resume::ResumeArgs),
+    /// The compile worker a server starts for an uploaded component (internal).
+    #[command(name = "__compile", hide = true)]
+    Compile(compile_worker::CompileArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -112,6 +116,7 @@ pub fn main() -> ExitCode {
         Command::Incidents(args) => channels::exec_incidents(args),
         Command::Migrate(args) => channels::exec_migrate(args),
         Command::Resume(args) => resume::exec(args),
+        Command::Compile(args) => compile_worker::exec(args),
     }
 }
 

@@ -185,6 +185,8 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         };
         let mut opts = RuntimeOptions::new(config);
         opts.durable = durable;
+        // Uploaded components compile in bounded children of this binary.
+        opts.compile_worker = std::env::current_exe().ok();
         if args.virtual_clock {
             opts = opts.with_virtual_clock(chrono::Utc::now());
         }

@@ -76,7 +76,22 @@ async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// Uploaded modules are megabytes. glibc raises its mmap threshold to the
+/// size of the first large buffer freed, after which such buffers come from
+/// the heap, whose freed middle is never given back: a server's memory would
+/// not come back after a large upload (issue 17). A fixed threshold keeps
+/// every buffer of 256 KiB or more in its own mapping, unmapped when freed.
+fn unmap_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before any
+    // other thread of this process starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
+}
+
 pub fn exec(args: ServeArgs) -> ExitCode {
+    unmap_large_buffers();
     let config = match load_config(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => return usage_error(e),
@@ -109,6 +124,8 @@ pub fn exec(args: ServeArgs) -> ExitCode {
         };
         let mut opts = RuntimeOptions::new(config);
         opts.durable = durable;
+        // Uploaded components compile in bounded children of this binary.
+        opts.compile_worker = std::env::current_exe().ok();
         let mut manual = None;
         if args.manual_clock {
             // Virtual, but never jumped by the runtime: only the API moves it.

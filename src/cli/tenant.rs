@@ -70,6 +70,12 @@ pub struct TenantCreateArgs {
     /// Memory ceiling of one attempt, in bytes.
     #[arg(long)]
     pub memory_bytes: Option<i64>,
+    /// Functions one task module may define.
+    #[arg(long)]
+    pub max_module_functions: Option<i64>,
+    /// CPU and wall-clock ceiling of compiling one module, in milliseconds.
+    #[arg(long)]
+    pub compile_ms: Option<i64>,
 }
 
 pub fn exec(cmd: TenantCommand) -> ExitCode {
@@ -89,6 +95,8 @@ fn exec_create(args: TenantCreateArgs) -> ExitCode {
         fuel: args.fuel,
         deadline_ms: args.deadline_ms,
         memory_bytes: args.memory_bytes,
+        max_module_functions: args.max_module_functions,
+        compile_ms: args.compile_ms,
     };
     if [
         limits.max_instances,
@@ -96,6 +104,8 @@ fn exec_create(args: TenantCreateArgs) -> ExitCode {
         limits.fuel,
         limits.deadline_ms,
         limits.memory_bytes,
+        limits.max_module_functions,
+        limits.compile_ms,
     ]
     .iter()
     .any(|v| v.is_some_and(|v| v < 0))

@@ -76,7 +76,9 @@ impl<S: Store> Runtime<S> {
             .await?;
         // Every channel a process calls must be configured (channel.rs).
         self.check_channels(tenant, &executable).await?;
-        // Validate everything before storing anything.
+        // Validate everything before storing anything; compiles are bounded
+        // by the compile limits and queue per tenant (sandbox::compile).
+        let compile_limits = self.compile_limits(tenant).await?;
         let mut loaded: HashMap<String, (String, LoadedComponent)> = HashMap::new();
         for p in &executable {
             for name in p.registered_tasks() {
@@ -92,9 +94,14 @@ impl<S: Store> Runtime<S> {
                         ),
                     )
                 })?;
-                let component = self.inner.sandbox.load(bytes).map_err(|e| {
-                    RuntimeError::new(e.code, format!("module `{name}`: {}", e.message))
-                })?;
+                let component = self
+                    .inner
+                    .sandbox
+                    .load_for(tenant, bytes, &compile_limits)
+                    .await
+                    .map_err(|e| {
+                        RuntimeError::new(e.code, format!("module `{name}`: {}", e.message))
+                    })?;
                 loaded.insert(name.to_string(), (digest(bytes), component));
             }
         }
@@ -266,6 +273,7 @@ impl<S: Store> Runtime<S> {
                 )
             })?;
         let mut components = HashMap::new();
+        let compile_limits = self.compile_limits(&record.tenant).await?;
         for (name, d) in &record.modules {
             let bytes = self
                 .inner
@@ -278,9 +286,14 @@ impl<S: Store> Runtime<S> {
                         format!("module {name} ({d}) is missing from the store"),
                     )
                 })?;
-            let c = self.inner.sandbox.load(&bytes).map_err(|e| {
-                RuntimeError::new(e.code, format!("module `{name}`: {}", e.message))
-            })?;
+            let c = self
+                .inner
+                .sandbox
+                .load_for(&record.tenant, &bytes, &compile_limits)
+                .await
+                .map_err(|e| {
+                    RuntimeError::new(e.code, format!("module `{name}`: {}", e.message))
+                })?;
             components.insert(name.clone(), c);
         }
         let deployed = Arc::new(Deployed {

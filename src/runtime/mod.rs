@@ -111,6 +111,11 @@ pub struct RuntimeOptions {
     pub owner: String,
     /// Where precompiled components are cached (`None` = no disk cache).
     pub cache_dir: Option<std::path::PathBuf>,
+    /// The `sutra` binary whose hidden `__compile` subcommand compiles
+    /// uploaded components in a bounded child process (`sutra serve` and
+    /// `sutra run` pass their own executable); `None` compiles in this
+    /// process (in-process tests), with the size and function-count limits only.
+    pub compile_worker: Option<std::path::PathBuf>,
     /// Fire the short waits this runtime arms from an in-process alarm
     /// (alarm.rs; only on the system clock). `false` leaves every wait to the
     /// pollers — for a runtime that only starts instances.
@@ -130,6 +135,7 @@ impl RuntimeOptions {
             durable: true,
             owner: format!("sutra-{}", std::process::id()),
             cache_dir: None,
+            compile_worker: None,
             alarms: true,
             seed: None,
         }
@@ -212,6 +218,10 @@ impl<S: Store> Runtime<S> {
             tenant_slots: opts.config.tenant_slots,
             lanes: opts.config.lanes.max(1),
             cache_dir: opts.cache_dir.clone(),
+            compile_worker: opts.compile_worker.clone(),
+            compile_limits: opts.config.compile.limits.clone(),
+            compile_concurrency: opts.config.compile.concurrency,
+            tiered: opts.config.compile.tiered,
             ..SandboxConfig::default()
         })
         .map_err(|e| RuntimeError::new(Code::ConfigInvalid, format!("sandbox: {e}")))?;

@@ -17,7 +17,7 @@
 use super::{Runtime, RuntimeError, RuntimeResult, StartRequest};
 use crate::codes::Code;
 use crate::model::{NodeKind, Process};
-use crate::sandbox::Limits;
+use crate::sandbox::{CompileLimits, Limits};
 use crate::store::tenancy::TenantLimits;
 use crate::store::Store;
 use std::collections::{BTreeMap, HashMap};
@@ -127,6 +127,29 @@ impl<S: Store> Runtime<S> {
             limits.memory_bytes = limits.memory_bytes.min(m);
         }
         limits
+    }
+
+    /// The compile limits for `tenant`'s uploads: the server's
+    /// (`sutra.sandbox.compile.*`) lowered to the tenant's module size,
+    /// function count and compile time (CPU and wall clock alike).
+    pub(crate) async fn compile_limits(&self, tenant: &str) -> RuntimeResult<CompileLimits> {
+        let mut limits = self.inner.config.compile.limits.clone();
+        let Some(t) = self.tenant_limits(tenant).await? else {
+            return Ok(limits);
+        };
+        let n = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok());
+        if let Some(max) = n(t.max_module_bytes) {
+            limits.max_module_bytes = limits.max_module_bytes.min(max);
+        }
+        if let Some(max) = n(t.max_module_functions) {
+            limits.max_functions = limits.max_functions.min(max);
+        }
+        if let Some(ms) = n(t.compile_ms) {
+            let d = Duration::from_millis(ms);
+            limits.cpu_time = limits.cpu_time.min(d);
+            limits.wall_time = limits.wall_time.min(d);
+        }
+        Ok(limits)
     }
 
     /// Deploy-time quotas: every module within the tenant's module size, and

@@ -40,8 +40,9 @@ pub(super) async fn run(
     let stderr = TailCapture::new(limits.capture_bytes);
     let logs = Arc::new(Mutex::new(LogCapture::new(limits.capture_bytes)));
     let limiter = MemoryLimiter::new(limits.memory_bytes, inner.cfg.max_table_elements);
+    let ready = component.ready();
     let mut store = Store::new(
-        &inner.engine,
+        ready.pre.engine(),
         HostState::new(limiter, stderr.clone(), logs.clone()),
     );
     store.limiter(|s| &mut s.limiter);
@@ -94,7 +95,7 @@ pub(super) async fn run(
         idempotency_key: ctx.idempotency_key.clone(),
     };
     let call = async {
-        let task = component.inner.pre.instantiate_async(&mut store).await?;
+        let task = ready.pre.instantiate_async(&mut store).await?;
         task.call_run(&mut store, &wit_ctx, input).await
     };
     // A stop drops the call at once when the guest is blocked in a host
@@ -191,8 +192,9 @@ pub(super) async fn warm(inner: &Inner, component: &LoadedComponent) {
     };
     let limiter = MemoryLimiter::new(Limits::default().memory_bytes, inner.cfg.max_table_elements);
     let logs = Arc::new(Mutex::new(LogCapture::new(0)));
+    let ready = component.ready();
     let mut store = Store::new(
-        &inner.engine,
+        ready.pre.engine(),
         HostState::new(limiter, TailCapture::new(0), logs),
     );
     store.limiter(|s| &mut s.limiter);
@@ -201,5 +203,5 @@ pub(super) async fn warm(inner: &Inner, component: &LoadedComponent) {
     }
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|_| Err(Trap::Interrupt.into()));
-    let _ = component.inner.pre.instantiate_async(&mut store).await;
+    let _ = ready.pre.instantiate_async(&mut store).await;
 }

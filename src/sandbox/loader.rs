@@ -6,9 +6,10 @@
 //! sandbox's linker and export the task world's `run`. Anything else is a
 //! [`LoadError`] with `SUTRA.TASK.MODULE_INVALID` naming what is wrong.
 
+use super::engine::Tier;
 use super::host::{HostState, TaskPre};
 use crate::codes::Code;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use wasmtime::component::Component;
 
 /// Why a component was refused.
@@ -29,6 +30,8 @@ impl LoadError {
 }
 
 /// A component ready to run: compiled, checked and linked. Cheap to clone.
+/// A component compiled by the quick tier has its optimised code swapped in
+/// when that is ready (clones share the swap).
 #[derive(Clone)]
 pub struct LoadedComponent {
     pub(crate) inner: Arc<LoadedInner>,
@@ -36,11 +39,71 @@ pub struct LoadedComponent {
 
 pub(crate) struct LoadedInner {
     pub(crate) digest: String,
-    pub(crate) pre: TaskPre<HostState>,
     pub(crate) imports: Vec<String>,
+    ready: RwLock<Arc<Ready>>,
+    /// `true` once no better code is coming (optimised, or its compile gave up).
+    settled: tokio::sync::watch::Sender<bool>,
+}
+
+/// Linked code of one tier (its engine is `pre.engine()`).
+pub(crate) struct Ready {
+    pub(crate) pre: TaskPre<HostState>,
+    pub(crate) tier: Tier,
 }
 
 impl LoadedComponent {
+    pub(crate) fn new(
+        digest: String,
+        imports: Vec<String>,
+        pre: TaskPre<HostState>,
+        tier: Tier,
+    ) -> Self {
+        LoadedComponent {
+            inner: Arc::new(LoadedInner {
+                digest,
+                imports,
+                ready: RwLock::new(Arc::new(Ready { pre, tier })),
+                settled: tokio::sync::watch::Sender::new(tier == Tier::Optimized),
+            }),
+        }
+    }
+
+    /// No better code is coming for this component.
+    pub(crate) fn settle(&self) {
+        self.inner.settled.send_replace(true);
+    }
+
+    /// Wait until the optimised code is in, or its compile gave up.
+    pub async fn settled(&self) {
+        let mut rx = self.inner.settled.subscribe();
+        let _ = rx.wait_for(|done| *done).await;
+    }
+
+    /// The code an attempt starting now runs.
+    pub(crate) fn ready(&self) -> Arc<Ready> {
+        match self.inner.ready.read() {
+            Ok(r) => r.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Swap in the optimised code (attempts already running keep theirs).
+    pub(crate) fn upgrade(&self, pre: TaskPre<HostState>) {
+        let next = Arc::new(Ready {
+            pre,
+            tier: Tier::Optimized,
+        });
+        match self.inner.ready.write() {
+            Ok(mut r) => *r = next,
+            Err(p) => *p.into_inner() = next,
+        }
+    }
+
+    /// Which compiler's code an attempt starting now runs.
+    pub fn tier(&self) -> Tier {
+        self.ready().tier
+    }
+
     /// The sha256 of the component bytes, lowercase hex.
     pub fn digest(&self) -> &str {
         &self.inner.digest

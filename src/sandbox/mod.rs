@@ -15,19 +15,27 @@
 //!   that is not a component of the task world importing only what
 //!   [`import_policy`] allows.
 //!
-//! Files: `lanes` (fair slots and lanes across tenants), `engine` (engine + epoch ticker), `loader` (validation, import
-//! policy, linking), `cache` (on-disk precompiled artifacts), `host` (WIT
-//! bindings, WASI context, captures), `limits`, `outcome`, `attempt`.
+//! Files: `lanes` (fair slots and lanes across tenants), `engine` (engines
+//! per compiler tier + epoch ticker), `loader`
+//! (validation, import policy, linking, the tier swap), `cache` (on-disk
+//! precompiled artifacts), `compile` (compile limits, queues, the bounded
+//! worker process), `tiered` ([`Sandbox::load_for`]: uploads through the
+//! worker, quick first and optimised behind), `host` (WIT bindings, WASI
+//! context, captures), `limits`, `outcome`, `attempt`.
 
 mod attempt;
 mod cache;
+mod compile;
 mod engine;
 mod host;
 mod lanes;
 mod limits;
 mod loader;
 mod outcome;
+mod tiered;
 
+pub use compile::{count_functions, run_worker, CompileLimits, WorkerArgs};
+pub use engine::Tier;
 pub use limits::Limits;
 pub use loader::{import_policy, LoadError, LoadedComponent};
 pub use outcome::{AttemptReport, LogLevel, LogLine, Outcome};
@@ -72,6 +80,16 @@ pub struct SandboxConfig {
     pub pagemap_scan: bool,
     /// Loaded components kept in memory, by digest.
     pub loaded_capacity: usize,
+    /// The `sutra` binary whose `__compile` subcommand compiles components
+    /// in a bounded child process ([`Sandbox::load_for`]); `None`: compile
+    /// in this process (tests, `sutra task run`).
+    pub compile_worker: Option<PathBuf>,
+    /// What compiling one component may cost (the server's limits).
+    pub compile_limits: CompileLimits,
+    /// Compiles running at once, over all tenants (each tenant's run one at a time).
+    pub compile_concurrency: usize,
+    /// With a compile worker: compile quick (Winch) first, optimised (Cranelift) behind.
+    pub tiered: bool,
 }
 
 impl Default for SandboxConfig {
@@ -88,6 +106,10 @@ impl Default for SandboxConfig {
             table_keep_resident_bytes: 64 << 10,
             pagemap_scan: true,
             loaded_capacity: 256,
+            compile_worker: None,
+            compile_limits: CompileLimits::default(),
+            compile_concurrency: 1,
+            tiered: true,
         }
     }
 }
@@ -197,6 +219,8 @@ struct Inner {
     memory_hits: AtomicU64,
     cfg: SandboxConfig,
     _ticker: engine::EpochTicker,
+    /// The quick tier and the compile queues (`tiered.rs`).
+    tiers: tiered::Tiers,
 }
 
 /// The in-memory map digest → component, with least-recently-used eviction.
@@ -209,8 +233,9 @@ struct Loaded {
 impl Sandbox {
     /// Build the engine, linker, pool and epoch ticker.
     pub fn new(cfg: SandboxConfig) -> Result<Sandbox, SandboxError> {
-        let engine =
-            engine::build_engine(&cfg).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
+        let engine = engine::build_engine(&cfg, Tier::Optimized)
+            .map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
+        let tiers = tiered::Tiers::new(&cfg)?;
         let linker = host::linker(&engine).map_err(|e| SandboxError::Engine(format!("{e:#}")))?;
         let disk =
             match &cfg.cache_dir {
@@ -245,6 +270,7 @@ impl Sandbox {
                 memory_hits: AtomicU64::new(0),
                 cfg,
                 _ticker: ticker,
+                tiers,
             }),
         })
     }
@@ -353,13 +379,7 @@ impl Sandbox {
                 }
             }
         }
-        let loaded = LoadedComponent {
-            inner: Arc::new(loader::LoadedInner {
-                digest: digest.clone(),
-                pre,
-                imports,
-            }),
-        };
+        let loaded = LoadedComponent::new(digest.clone(), imports, pre, Tier::Optimized);
         self.remember(digest, loaded.clone());
         Ok(loaded)
     }

@@ -34,6 +34,10 @@ const SHARED: &[(&str, &str)] = &[
         "0006_idempotency_fingerprint.sql",
         include_str!("../../migrations/shared/0006_idempotency_fingerprint.sql"),
     ),
+    (
+        "0007_compile_limits.sql",
+        include_str!("../../migrations/shared/0007_compile_limits.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

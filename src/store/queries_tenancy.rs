@@ -64,7 +64,7 @@ where
     async fn create_tenant(&self, t: &TenantRecord) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         sqlx::query(&format!(
-            "INSERT INTO tenants ({TENANT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"
+            "INSERT INTO tenants ({TENANT_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         ))
         .bind(&t.name)
         .bind(t.created_at)
@@ -73,6 +73,8 @@ where
         .bind(t.limits.fuel)
         .bind(t.limits.deadline_ms)
         .bind(t.limits.memory_bytes)
+        .bind(t.limits.max_module_functions)
+        .bind(t.limits.compile_ms)
         .execute(&mut *tx)
         .await
         .map_err(|e| duplicate_or_db(e, || format!("tenant {} exists", t.name)))?;
@@ -101,13 +103,16 @@ where
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE tenants SET max_instances = $1, max_module_bytes = $2, fuel = $3, \
-             deadline_ms = $4, memory_bytes = $5 WHERE name = $6",
+             deadline_ms = $4, memory_bytes = $5, max_module_functions = $6, compile_ms = $7 \
+             WHERE name = $8",
         )
         .bind(l.max_instances)
         .bind(l.max_module_bytes)
         .bind(l.fuel)
         .bind(l.deadline_ms)
         .bind(l.memory_bytes)
+        .bind(l.max_module_functions)
+        .bind(l.compile_ms)
         .bind(name)
         .execute(&mut *tx)
         .await?;

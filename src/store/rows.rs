@@ -185,7 +185,8 @@ pub(super) fn load_from_counts(rows: &[(String, i64)]) -> DeploymentLoad {
 
 /// Columns of `tenants`.
 pub(super) const TENANT_COLUMNS: &str =
-    "name, created_at, max_instances, max_module_bytes, fuel, deadline_ms, memory_bytes";
+    "name, created_at, max_instances, max_module_bytes, fuel, deadline_ms, memory_bytes, \
+     max_module_functions, compile_ms";
 /// Columns of `schedules`.
 pub(super) const SCHEDULE_COLUMNS: &str =
     "deployment_id, start_node, tenant, armed_at, last_slot, next_due, state, fires, skipped, refused";

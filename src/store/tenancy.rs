@@ -29,6 +29,10 @@ pub struct TenantLimits {
     pub deadline_ms: Option<i64>,
     /// Linear-memory ceiling of one attempt, in bytes.
     pub memory_bytes: Option<i64>,
+    /// Functions one task module may define (over its core modules).
+    pub max_module_functions: Option<i64>,
+    /// CPU and wall-clock ceiling of compiling one task module, in milliseconds.
+    pub compile_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]

@@ -81,8 +81,15 @@ pub fn wat_module_text(name: &str) -> String {
 /// A task component built from a WAT fixture against the task world (the
 /// `forbidden` fixture against the task world plus a fake `wasi:http`).
 pub fn wat_component(name: &str) -> Vec<u8> {
-    let mut module =
+    let module =
         wat::parse_str(wat_module_text(name)).unwrap_or_else(|e| panic!("{name}.wat: {e}"));
+    component_of(module, name)
+}
+
+/// A task component around a core module (`label` names it in panics; the
+/// `forbidden` label builds against the task world plus a fake `wasi:http`).
+pub fn component_of(mut module: Vec<u8>, label: &str) -> Vec<u8> {
+    let name = label;
     let mut resolve = wit_parser::Resolve::default();
     let wit = std::fs::read_to_string(root().join("wit/task.wit")).unwrap();
     let task_pkg = resolve.push_str("task.wit", &wit).unwrap();

@@ -182,6 +182,11 @@ impl Server {
         server
     }
 
+    /// The server's process id (e.g. to read its `/proc/<pid>/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn log(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
