@@ -4,7 +4,8 @@
 //! [`Store::create_instance`](super::Store::create_instance),
 //! [`Store::commit_step`](super::Store::commit_step) and
 //! [`Store::commit_steps`](super::Store::commit_steps), the one funnel of
-//! every instance write on both backends. `tests/crash_points.rs` walks k
+//! every instance write on both backends. While the variable is set, each
+//! commit prints `failpoint: commit <n>` to stderr. `tests/crash_points.rs` walks k
 //! over every commit of an instance and proves a restart finishes it the
 //! same way.
 //!
@@ -32,6 +33,8 @@ pub(super) async fn around<T, E>(commit: impl Future<Output = Result<T, E>>) -> 
         return commit.await;
     };
     let n = COUNT.fetch_add(1, Ordering::SeqCst) + 1;
+    // The walk over every commit counts them in an uncrashed run.
+    eprintln!("failpoint: commit {n}");
     if n == at && when == When::Before {
         crash(n, "before");
     }
