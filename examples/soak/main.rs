@@ -636,7 +636,7 @@ fn report(
         println!("  {:<18} {:<12} {c}", kind.name(), state);
     }
     println!(
-        "  starts re-sent after a lost answer or a refused connection: {}, replayed by their key: {}",
+        "  start requests sent again after a transport error: {}, answered by a replay of their key: {}",
         counts.starts_resent.load(Ordering::Relaxed),
         counts.starts_replayed.load(Ordering::Relaxed)
     );
