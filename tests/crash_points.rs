@@ -1,6 +1,6 @@
 //! A crash at every commit point (issue 20 item 2): for a representative
 //! instance of each feature — retry, timer, message, compensation, channel
-//! call — an uncrashed run counts its commits (the failpoint prints one line
+//! call, a States-language Map with a timer and an event wait — an uncrashed run counts its commits (the failpoint prints one line
 //! per commit), then for every commit k and each side of it, a `sutra serve`
 //! with `SUTRA_CRASH_AT_COMMIT=k:before|after` (src/store/failpoint.rs) is
 //! driven until the failpoint aborts it, restarted without the failpoint,
@@ -45,6 +45,7 @@ enum Feature {
     Message,
     Compensation,
     Channel,
+    States,
 }
 
 impl Feature {
@@ -155,6 +156,41 @@ impl Feature {
                 "p",
                 json!({"amount": 3, "next": {"do": "echo"}}),
             ),
+            // A Map whose second item retries once, a timer, an event wait.
+            Feature::States => (
+                r#"{
+  "Name": "p",
+  "StartAt": "Lines",
+  "States": {
+    "Lines": {
+      "Type": "Map",
+      "ItemsPath": "$.lines",
+      "ItemProcessor": {
+        "StartAt": "Reserve",
+        "States": {
+          "Reserve": {
+            "Type": "Task",
+            "Resource": "chaos",
+            "Retry": [{"ErrorEquals": ["BUSY"], "IntervalSeconds": 1, "MaxAttempts": 2}],
+            "End": true
+          }
+        }
+      },
+      "ResultPath": "$.reserved",
+      "Next": "Pause"
+    },
+    "Pause": {"Type": "Wait", "Seconds": 2, "Next": "Approve"},
+    "Approve": {"Type": "Wait", "EventName": "go", "ResultPath": "$.approval", "Next": "Done"},
+    "Done": {"Type": "Succeed"}
+  }
+}"#
+                .to_string(),
+                "p",
+                json!({"lines": [
+                    {"do": "echo"},
+                    {"do": "fail", "code": "BUSY", "until": 2}
+                ]}),
+            ),
         }
     }
 }
@@ -247,18 +283,27 @@ async fn drive(run: &mut Run, feature: Feature, cp: &Counterpart) -> Driven {
         let nudge = match feature {
             Feature::Message => {
                 let msg = json!({"name": "go", "correlationKey": "k1", "variables": {"got": 1}});
-                Some((token.as_str(), "/v1/messages", msg))
+                Some((token.as_str(), "/v1/messages".to_string(), msg))
+            }
+            Feature::States => {
+                let path = format!("/v1/instances/{id}/events/go");
+                Some((token.as_str(), path, json!({"by": 1})))
             }
             Feature::Channel => cp.received().last().map(|req| {
                 let answer =
                     json!({"correlation": req.body["correlation"], "variables": {"paid": true}});
-                (token.as_str(), "/v1/channels/payments/responses", answer)
+                let path = "/v1/channels/payments/responses".to_string();
+                (token.as_str(), path, answer)
             }),
             _ => None,
         };
-        let advance = (admin, "/v1/admin/clock/advance", json!({"by": "PT1S"}));
+        let advance = (
+            admin,
+            "/v1/admin/clock/advance".to_string(),
+            json!({"by": "PT1S"}),
+        );
         for (key, path, body) in nudge.into_iter().chain([advance]) {
-            if try_call(srv, key, Method::POST, path, Some(body), None)
+            if try_call(srv, key, Method::POST, &path, Some(body), None)
                 .await
                 .is_none()
             {
@@ -437,4 +482,9 @@ async fn a_crash_at_any_commit_of_a_compensation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_any_commit_of_a_channel_call() {
     both(Feature::Channel).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_commit_of_a_states_map_and_waits() {
+    both(Feature::States).await;
 }

@@ -1,5 +1,6 @@
 //! The channel's counterpart on loopback: it counts every delivery by its
-//! `Idempotency-Key`, answers 200 at once, and answers the call through the
+//! `Idempotency-Key`, refuses three first deliveries in ten (503: the outbox
+//! sends them again), acknowledges the others after up to 0.4 s, and answers the call through the
 //! API (`POST /v1/channels/soak/responses`) on whichever replica is up,
 //! with `{"answered": <the instance's n>}`.
 //!
@@ -24,6 +25,8 @@ pub struct Deliveries {
     pub by_instance: BTreeMap<String, Vec<String>>,
     /// Answers that got a 200.
     pub answered: u64,
+    /// First deliveries refused with a 503.
+    pub refused: u64,
 }
 
 #[derive(Clone)]
@@ -48,16 +51,28 @@ async fn hook(State(s): State<Shared>, headers: HeaderMap, body: String) -> Stat
         .to_string();
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let instance = body["instance"].as_str().unwrap_or_default().to_string();
-    {
+    let first = {
         let mut d = s.deliveries.lock().unwrap();
-        *d.by_key.entry(key.clone()).or_default() += 1;
+        let seen = d.by_key.entry(key.clone()).or_default();
+        *seen += 1;
+        let first = *seen == 1;
         d.by_instance.entry(instance).or_default().push(key);
+        first
+    };
+    if first && rand::random_bool(0.3) {
+        // Refuse some first deliveries: the outbox retries them, durably.
+        s.deliveries.lock().unwrap().refused += 1;
+        return StatusCode::SERVICE_UNAVAILABLE;
     }
     let answer = json!({
         "correlation": body["correlation"],
         "variables": {"answered": body["variables"]["n"]},
     });
     tokio::spawn(answer_call(s, answer));
+    // A slow 200, so that kills land while deliveries are in flight (the
+    // call may well be answered before its delivery is acknowledged).
+    let ms = rand::random_range(0..400);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
     StatusCode::OK
 }
 

@@ -650,8 +650,9 @@ fn report(
         tally.attempts, tally.compensators, tally.channel_calls
     );
     println!(
-        "  outbox: {} requests, {total} deliveries ({redelivered} requests delivered more than once), {} answers",
+        "  outbox: {} requests, {total} deliveries ({} first ones refused with a 503, {redelivered} requests delivered more than once), {} answers",
         d.by_key.len(),
+        d.refused,
         d.answered
     );
     if tally.violations.is_empty() {
