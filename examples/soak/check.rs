@@ -33,6 +33,8 @@ pub struct Tally {
     pub by_kind: BTreeMap<(Kind, String), u64>,
     pub attempts: u64,
     pub compensators: u64,
+    /// Journal entries read (compensation instances).
+    pub journal_entries: u64,
     pub channel_calls: u64,
     pub violations: Vec<String>,
 }
@@ -116,6 +118,36 @@ pub fn check_instance(r: &Record, view: &Value, delivered: bool, tally: &mut Tal
         if !delivered {
             v.push(format!(
                 "{who}: its channel request never reached the counterpart"
+            ));
+        }
+    }
+}
+
+/// The journal of a compensation instance: each compensator started once
+/// and each compensated node journaled once when it unwound, never otherwise.
+pub fn check_compensation_journal(r: &Record, history: &Value, tally: &mut Tally) {
+    let id = r.id.as_deref().unwrap_or("?");
+    let entries = history["entries"].as_array().cloned().unwrap_or_default();
+    tally.journal_entries += entries.len() as u64;
+    let count = |kind: &str, node: &str| {
+        entries
+            .iter()
+            .filter(|e| e["kind"] == kind && e["node"] == node)
+            .count()
+    };
+    let unwound = r.expected.state == "COMPENSATED";
+    let want = usize::from(unwound);
+    for (kind, node) in [
+        ("compensation_started", "refund"),
+        ("compensation_started", "release"),
+        ("compensated", "capture"),
+        ("compensated", "reserve"),
+    ] {
+        let got = count(kind, node);
+        if got != want {
+            tally.violations.push(format!(
+                "compensation #{} ({id}): journal has {got} `{kind}` of {node}, expected {want}",
+                r.n
             ));
         }
     }

@@ -612,6 +612,14 @@ async fn final_check(
         }
         let delivered = deliveries.get(id).is_some_and(|k| !k.is_empty());
         check::check_instance(r, &view, delivered, &mut tally);
+        if r.kind == Kind::Compensation {
+            let path = format!("/v1/instances/{id}/history");
+            let (status, history) = api.any(Method::GET, &path, None).await?;
+            if status != StatusCode::OK {
+                bail!("history of {id}: {status} {history}");
+            }
+            check::check_compensation_journal(r, &history, &mut tally);
+        }
     }
     Ok(tally)
 }
@@ -646,8 +654,8 @@ fn report(
         counts.events.load(Ordering::Relaxed)
     );
     println!(
-        "  attempts checked: {}, compensator runs: {}, channel calls: {}",
-        tally.attempts, tally.compensators, tally.channel_calls
+        "  attempts checked: {}, compensator runs: {} (journal entries read: {}), channel calls: {}",
+        tally.attempts, tally.compensators, tally.journal_entries, tally.channel_calls
     );
     println!(
         "  outbox: {} requests, {total} deliveries ({} first ones refused with a 503, {redelivered} requests delivered more than once), {} answers",
