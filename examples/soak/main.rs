@@ -139,6 +139,7 @@ struct Counts {
     kills: AtomicU64,
     starts_resent: AtomicU64,
     starts_replayed: AtomicU64,
+    server_errors: AtomicU64,
     messages: AtomicU64,
     events: AtomicU64,
 }
@@ -438,9 +439,9 @@ async fn start(
                 };
             }
             Ok((status, view)) if status.is_server_error() => {
-                // A store cut by the kill (PostgreSQL connections of a dying peer): again.
-                counts.starts_resent.fetch_add(1, Ordering::Relaxed);
-                let _ = view;
+                // Not expected, but not lost either: counted, shown, sent again.
+                counts.server_errors.fetch_add(1, Ordering::Relaxed);
+                eprintln!("soak: start {key} answered {status} {view}; sending it again");
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             Ok((status, view)) => return Err(format!("start {key}: {status} {view}")),
@@ -647,6 +648,10 @@ fn report(
         "  start requests sent again after a transport error: {}, answered by a replay of their key: {}",
         counts.starts_resent.load(Ordering::Relaxed),
         counts.starts_replayed.load(Ordering::Relaxed)
+    );
+    println!(
+        "  starts answered with a 5xx (and sent again): {}",
+        counts.server_errors.load(Ordering::Relaxed)
     );
     println!(
         "  messages sent: {}, events sent: {}",
