@@ -27,6 +27,7 @@
 pub mod any;
 pub mod channels;
 pub mod children;
+pub mod failpoint;
 mod migrations;
 mod outbox;
 pub mod postgres;

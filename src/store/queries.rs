@@ -309,7 +309,7 @@ where
     }
 
     async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
-        self.create(inst, step).await
+        super::failpoint::around(self.create(inst, step)).await
     }
 
     async fn load_instance(&self, id: &str) -> StoreResult<Option<InstanceRecord>> {
@@ -328,14 +328,14 @@ where
         expected_version: i64,
         step: &StepWrite,
     ) -> StoreResult<()> {
-        self.commit(id, expected_version, step).await
+        super::failpoint::around(self.commit(id, expected_version, step)).await
     }
 
     async fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {
         if steps.is_empty() {
             return Ok(());
         }
-        self.commit_batch(steps).await
+        super::failpoint::around(self.commit_batch(steps)).await
     }
 
     async fn list_instances(&self, filter: &InstanceFilter) -> StoreResult<Vec<InstanceRecord>> {

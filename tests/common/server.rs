@@ -42,6 +42,8 @@ pub struct Server {
     stderr: Arc<Mutex<String>>,
     extra_env: Vec<(String, String)>,
     pg_schema: PgSchema,
+    /// The thread copying stderr into `stderr` (joined by `final_log`).
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -104,6 +106,19 @@ impl Server {
         server
     }
 
+    /// The server's exit status once its process ended on its own (e.g. a
+    /// failpoint's abort); `None` while it runs.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Kill -9 (if still running) and start another on the same database
+    /// with the clock at `clock_start`, without the environment variable `var`.
+    pub async fn restart_without(mut self, var: &str, clock_start: &str) -> Server {
+        self.extra_env.retain(|(k, _)| k != var);
+        self.restart_at(clock_start).await
+    }
+
     async fn spawn(
         dir: Arc<tempfile::TempDir>,
         db: String,
@@ -133,7 +148,7 @@ impl Server {
         let log = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(rest) = line.split("listening on ").nth(1) {
                     let _ = tx.send(
@@ -164,6 +179,7 @@ impl Server {
             stderr: log,
             extra_env: env,
             pg_schema: None,
+            reader: Some(reader),
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -189,6 +205,17 @@ impl Server {
 
     pub fn log(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Kill -9 (if still running), then the whole of its stderr: every
+    /// line it wrote, none still in the pipe.
+    pub fn final_log(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.log()
     }
 
     /// A client with the admin key.
