@@ -7,8 +7,10 @@
 //! instances one after another; their start-to-COMPLETED latencies are
 //! printed beside the same starts with no load. The target: the loaded p50
 //! within 2× the unloaded p50 plus one scheduling quantum (the 2 ms epoch
-//! tick). A sleep here only lets the load build up; nothing is asserted
-//! on time.
+//! tick). A third load (issue 16, item 1): two streams of `hog` starts whose
+//! gateway condition nests two comprehensions, each evaluation just under
+//! the condition budget (~10–20 ms of CPU on the host, not in a guest). A
+//! sleep here only lets the load build up; nothing is asserted on time.
 //!
 //! `cargo bench --bench fairness`
 
@@ -32,7 +34,25 @@ const ECHO: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
   </bpmn:process>
 </bpmn:definitions>"#;
 
+/// A gateway whose condition nests two comprehensions over the start
+/// variables: 160 × 160 steps, just under the condition budget.
+const COSTLY: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="costly" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="gw"/>
+    <bpmn:exclusiveGateway id="gw" default="f3"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="gw" targetRef="end">
+      <bpmn:conditionExpression>a.all(x, b.all(y, x + y &gt;= 0))</bpmn:conditionExpression>
+    </bpmn:sequenceFlow>
+    <bpmn:sequenceFlow id="f3" sourceRef="gw" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+
 const HOGS: usize = 50;
+/// Concurrent streams of `costly` starts (one per core of this machine).
+const COSTLY_STREAMS: usize = 2;
 const PROBES: usize = 50;
 
 fn chaos() -> Result<Vec<u8>> {
@@ -57,10 +77,14 @@ fn vars(v: Value) -> Map<String, Value> {
 }
 
 async fn start(rt: &Runtime<AnyStore>, tenant: &str, v: Value) -> Result<String> {
+    start_of(rt, tenant, "echo", v).await
+}
+
+async fn start_of(rt: &Runtime<AnyStore>, tenant: &str, process: &str, v: Value) -> Result<String> {
     Ok(rt
         .start(StartRequest {
             tenant: tenant.into(),
-            process_id: "echo".into(),
+            process_id: process.into(),
             variables: vars(v),
             ..StartRequest::default()
         })
@@ -119,6 +143,7 @@ fn main() -> Result<()> {
         for tenant in ["hog", "victim"] {
             rt.deploy(tenant, ECHO, &modules).await?;
         }
+        rt.deploy("hog", COSTLY, &BTreeMap::new()).await?;
         // Warm up, then the unloaded figure.
         probe(&rt).await?;
         let quiet = probe(&rt).await?;
@@ -160,6 +185,36 @@ fn main() -> Result<()> {
                 h.await??;
             }
         }
+        // Streams of starts whose condition costs just under the budget.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let list: Vec<u32> = (0..160).collect();
+        let mut streams = Vec::new();
+        for _ in 0..COSTLY_STREAMS {
+            let (rt, stop, v) = (rt.clone(), stop.clone(), json!({"a": list, "b": list}));
+            streams.push(tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let id = start_of(&rt, "hog", "costly", v.clone()).await?;
+                    let state = rt.inspect(&id).await?.state;
+                    if state != "COMPLETED" {
+                        bail!("costly instance {id} is {state}");
+                    }
+                    n += 1;
+                }
+                Ok::<u64, anyhow::Error>(n)
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let loaded = probe(&rt).await?;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut costly = 0;
+        for s in streams {
+            costly += s.await??;
+        }
+        row(
+            &format!("{COSTLY_STREAMS} streams of another tenant's starts whose condition costs just under the budget ({costly} starts)"),
+            &loaded,
+        );
         Ok(())
     })
 }

@@ -109,6 +109,15 @@ impl Expr {
         }
     }
 
+    /// Whether evaluating this condition may loop over data (a comprehension
+    /// or a regular expression; see `expr_cost::may_iterate`).
+    pub fn may_iterate(&self) -> bool {
+        match &self.kind {
+            ExprKind::Cel(_, tree) => super::expr_cost::may_iterate(tree),
+            ExprKind::Rule(_) => false,
+        }
+    }
+
     pub fn source(&self) -> &str {
         &self.source
     }

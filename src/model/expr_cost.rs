@@ -90,6 +90,36 @@ pub fn bound(expr: &IdedExpr, vars: &Map<String, Value>) -> u64 {
     walk.visit(expr).0
 }
 
+/// Whether `expr` may loop over data: a comprehension (`all`, `exists`,
+/// `map`, `filter`...) or a regular expression. Such an expression can use
+/// its whole budget (tens of milliseconds); one without is linear in the
+/// variables it reads. The runtime steps a process holding one off the async
+/// executor (`runtime::offload`).
+pub fn may_iterate(expr: &IdedExpr) -> bool {
+    match &expr.expr {
+        Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => false,
+        Expr::Comprehension(_) => true,
+        Expr::Select(sel) => may_iterate(&sel.operand),
+        Expr::List(list) => list.elements.iter().any(may_iterate),
+        Expr::Map(map) => entries_iterate(map.entries.iter()),
+        Expr::Struct(st) => entries_iterate(st.entries.iter()),
+        Expr::Call(call) => {
+            call.func_name == "matches"
+                || call.target.iter().any(|t| may_iterate(t))
+                || call.args.iter().any(may_iterate)
+        }
+    }
+}
+
+fn entries_iterate<'e>(
+    mut entries: impl Iterator<Item = &'e cel_parser::ast::IdedEntryExpr>,
+) -> bool {
+    entries.any(|entry| match &entry.expr {
+        EntryExpr::StructField(f) => may_iterate(&f.value),
+        EntryExpr::MapEntry(m) => may_iterate(&m.key) || may_iterate(&m.value),
+    })
+}
+
 struct Walk<'a> {
     vars: &'a Map<String, Value>,
     /// Sizes of variables already measured, by address (a variable named
@@ -394,5 +424,62 @@ mod tests {
         assert!(e.eval_bool(&v).unwrap());
         let many = vars(json!({ "l": list(20_000) }));
         assert!(e.eval(&many).unwrap_err().over_budget);
+    }
+
+    #[test]
+    fn a_condition_that_may_loop_over_data_is_told_apart_at_load() {
+        for text in [
+            "lines.exists(l, l.qty > 10)",
+            "size(lines.map(l, l.price)) > 0",
+            "order.id.matches('^[a-z]+$')",
+            "amount > 10 && [lines.all(x, x > 0)][0]",
+            "{'k': items.filter(i, i > 1)}.k == []",
+        ] {
+            assert!(Expr::parse(text).unwrap().may_iterate(), "`{text}`");
+        }
+        for text in [
+            "amount > 100",
+            "customer.tier == 'gold' && size(lines) < 5",
+            "'x' in tags",
+            "has(order.id) ? order.id : 'none'",
+        ] {
+            assert!(!Expr::parse(text).unwrap().may_iterate(), "`{text}`");
+        }
+    }
+
+    #[test]
+    fn a_process_is_stepped_off_the_executor_when_a_condition_or_key_may_loop() {
+        let process = |flow_condition: &str, key: &str| {
+            let source = format!(
+                r#"<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+                    xmlns:q="https://sutra.dev/bpmn/q/1.0" id="d" targetNamespace="https://example.com">
+                  <bpmn:message id="Paid" name="paid"/>
+                  <bpmn:process id="p" isExecutable="true">
+                    <bpmn:startEvent id="s"/>
+                    <bpmn:sequenceFlow id="f1" sourceRef="s" targetRef="gw"/>
+                    <bpmn:exclusiveGateway id="gw" default="f3"/>
+                    <bpmn:sequenceFlow id="f2" sourceRef="gw" targetRef="wait">
+                      <bpmn:conditionExpression>{flow_condition}</bpmn:conditionExpression>
+                    </bpmn:sequenceFlow>
+                    <bpmn:sequenceFlow id="f3" sourceRef="gw" targetRef="wait"/>
+                    <bpmn:intermediateCatchEvent id="wait">
+                      <bpmn:extensionElements><q:correlation key="{key}"/></bpmn:extensionElements>
+                      <bpmn:messageEventDefinition messageRef="Paid"/>
+                    </bpmn:intermediateCatchEvent>
+                    <bpmn:sequenceFlow id="f4" sourceRef="wait" targetRef="e"/>
+                    <bpmn:endEvent id="e"/>
+                  </bpmn:process>
+                </bpmn:definitions>"#
+            );
+            let loaded = crate::dialect::load(&source);
+            assert!(loaded.ok(), "{:?}", loaded.diagnostics);
+            loaded.definitions.processes[0].has_iterating_expressions()
+        };
+        assert!(!process("amount &gt; 10", "order.id"));
+        assert!(process("lines.exists(l, l.qty &gt; 10)", "order.id"));
+        assert!(process(
+            "amount &gt; 10",
+            "order.refs.filter(r, r != '').size()"
+        ));
     }
 }

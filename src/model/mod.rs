@@ -87,6 +87,26 @@ impl Process {
         &self.flows[ix.0 as usize]
     }
 
+    /// Whether one of this process's conditions or correlation keys may loop
+    /// over data (`Expr::may_iterate`): the runtime then steps its instances
+    /// off the async executor, so that an evaluation (bounded by the
+    /// condition budget) never holds a thread other instances need.
+    pub fn has_iterating_expressions(&self) -> bool {
+        let keys = self.nodes.iter().filter_map(|n| match &n.kind {
+            NodeKind::Catch(CatchTrigger::Message(m)) => m.correlation_key.as_ref(),
+            NodeKind::Boundary(BoundaryEvent {
+                trigger: BoundaryTrigger::Message(m),
+                ..
+            }) => m.correlation_key.as_ref(),
+            _ => None,
+        });
+        self.flows
+            .iter()
+            .filter_map(|f| f.condition.as_ref())
+            .chain(keys)
+            .any(Expr::may_iterate)
+    }
+
     pub fn find(&self, id: &str) -> Option<&Node> {
         self.by_id.get(id).map(|&ix| self.node(ix))
     }

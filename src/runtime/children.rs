@@ -142,8 +142,7 @@ impl<S: Store> Runtime<S> {
                                 park: start.park,
                                 outcome,
                             };
-                            let step = engine::apply(
-                                &deployed.process,
+                            let step = deployed.apply(
                                 spec.snapshot.clone(),
                                 event.clone(),
                                 &self.inputs(),
@@ -201,8 +200,7 @@ impl<S: Store> Runtime<S> {
                 );
             }
         }
-        let step = engine::start(
-            &deployed.process,
+        let step = deployed.start(
             engine::NewInstance {
                 instance_id: &start.instance,
                 tenant,

@@ -7,6 +7,7 @@
 
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
+use crate::engine;
 use crate::model::Process;
 use crate::sandbox::LoadedComponent;
 use crate::store::{DeploymentRecord, NewDeployment, Store};
@@ -23,6 +24,63 @@ pub struct Deployed {
     pub record: DeploymentRecord,
     pub process: Arc<Process>,
     pub components: HashMap<String, LoadedComponent>,
+    /// The process has a condition or correlation key that may loop over data
+    /// (`Process::has_iterating_expressions`): its steps run off the executor.
+    iterating: bool,
+}
+
+impl Deployed {
+    fn new(
+        record: DeploymentRecord,
+        process: Arc<Process>,
+        components: HashMap<String, LoadedComponent>,
+    ) -> Deployed {
+        Deployed {
+            iterating: process.has_iterating_expressions(),
+            record,
+            process,
+            components,
+        }
+    }
+
+    /// `engine::start` on this deployment's process (see [`Deployed::offload`]).
+    pub(crate) fn start(
+        &self,
+        new: engine::NewInstance<'_>,
+        inputs: &engine::Inputs,
+    ) -> Result<engine::Step, engine::EngineError> {
+        self.offload(|| engine::start(&self.process, new, inputs))
+    }
+
+    /// `engine::apply` on this deployment's process (see [`Deployed::offload`]).
+    pub(crate) fn apply(
+        &self,
+        snapshot: engine::Snapshot,
+        event: engine::Event,
+        inputs: &engine::Inputs,
+    ) -> Result<engine::Step, engine::EngineError> {
+        self.offload(|| engine::apply(&self.process, snapshot, event, inputs))
+    }
+
+    /// Run an engine step. A step evaluates conditions and correlation keys;
+    /// one that may loop over data can take up to its budget (tens of
+    /// milliseconds, `model::CONDITION_BUDGET`), so for such a process the
+    /// step runs under `block_in_place`: the executor hands this worker's
+    /// other tasks to another thread while it evaluates, and no other
+    /// instance, tenant or request waits behind it. Other processes step in
+    /// place (a step is microseconds). On a current-thread runtime (tests,
+    /// the CLI's one-shot `run`) there is no other thread to hand work to.
+    fn offload<T>(&self, step: impl FnOnce() -> T) -> T {
+        let multi_thread = matches!(
+            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+        );
+        if self.iterating && multi_thread {
+            tokio::task::block_in_place(step)
+        } else {
+            step()
+        }
+    }
 }
 
 pub fn digest(bytes: &[u8]) -> String {
@@ -135,11 +193,11 @@ impl<S: Store> Runtime<S> {
                 .keys()
                 .filter_map(|n| loaded.get(n).map(|(_, c)| (n.clone(), c.clone())))
                 .collect();
-            let deployed = Arc::new(Deployed {
-                record: record.clone(),
-                process: Arc::new((*p).clone()),
+            let deployed = Arc::new(Deployed::new(
+                record.clone(),
+                Arc::new((*p).clone()),
                 components,
-            });
+            ));
             self.cache(deployed);
             records.push(record);
         }
@@ -296,11 +354,7 @@ impl<S: Store> Runtime<S> {
                 })?;
             components.insert(name.clone(), c);
         }
-        let deployed = Arc::new(Deployed {
-            record,
-            process: Arc::new(process),
-            components,
-        });
+        let deployed = Arc::new(Deployed::new(record, Arc::new(process), components));
         self.cache(deployed.clone());
         Ok(deployed)
     }

@@ -110,8 +110,7 @@ impl<S: Store> Runtime<S> {
         let now = self.inner.clock.now();
         let id = req.id.clone().unwrap_or_else(|| super::new_id(ms(now)));
         let inputs = self.inputs();
-        let step = engine::start(
-            &deployed.process,
+        let step = deployed.start(
             engine::NewInstance {
                 instance_id: &id,
                 tenant: &req.tenant,
@@ -295,7 +294,7 @@ impl<S: Store> Runtime<S> {
             let guard = lock.lock().await;
             let (mut version, snap) = rt.current(&id).await?;
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
-            let step = engine::apply(&deployed.process, snap, event.clone(), &rt.inputs())?;
+            let step = deployed.apply(snap, event.clone(), &rt.inputs())?;
             let mut spec = rt.spec_of(step, Some(event));
             rt.speculate(&id, &deployed, &mut spec).await;
             let running = std::mem::take(&mut spec.running);

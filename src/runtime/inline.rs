@@ -459,12 +459,7 @@ impl<S: Store> Runtime<S> {
             attempt: req.attempt,
             outcome,
         };
-        match engine::apply(
-            &deployed.process,
-            spec.snapshot.clone(),
-            event.clone(),
-            &self.inputs(),
-        ) {
+        match deployed.apply(spec.snapshot.clone(), event.clone(), &self.inputs()) {
             Ok(step) => self.absorb(spec, step, Some(event)),
             Err(e) => {
                 // Not applied: its attempt park stays and re-runs it at its lease.
@@ -485,12 +480,7 @@ impl<S: Store> Runtime<S> {
     ) -> Spec {
         let mut spec = Spec::new(base);
         for event in events {
-            match engine::apply(
-                &deployed.process,
-                spec.snapshot.clone(),
-                event.clone(),
-                &self.inputs(),
-            ) {
+            match deployed.apply(spec.snapshot.clone(), event.clone(), &self.inputs()) {
                 Ok(step) => self.absorb(&mut spec, step, Some(event.clone())),
                 Err(e) => {
                     tracing::warn!(instance = %spec.snapshot.instance_id, error = %e, "an event no longer applies after a lost race");
