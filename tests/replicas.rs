@@ -749,3 +749,180 @@ async fn a_park_armed_on_one_store_wakes_the_poller_of_another() {
     })
     .await;
 }
+
+/// An abandoned attempt committed through one store reaches the stop sink
+/// of another (LISTEN/NOTIFY on `sutra_stops`), on commit only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_abandoned_on_one_store_is_heard_by_another() {
+    #[derive(Default)]
+    struct Heard(Mutex<Vec<(String, u64, u32)>>, tokio::sync::Notify);
+    impl sutra::store::StopSink for Heard {
+        fn stop(&self, instance: &str, token: u64, attempt: u32) {
+            if let Ok(mut h) = self.0.lock() {
+                h.push((instance.to_string(), token, attempt));
+            }
+            self.1.notify_one();
+        }
+        fn alive(&self) -> bool {
+            true
+        }
+    }
+    with_schema(|db| async move {
+        let (watcher, writer) = (db.store().await, db.store().await);
+        // An instance id no other test on this database uses.
+        let id = format!("stop-{:016x}", rand::random::<u64>());
+        instance_for_parks(&writer, &id).await;
+        let heard = Arc::new(Heard::default());
+        watcher.watch_stops(heard.clone()).await.expect("LISTEN");
+        let step = StepWrite {
+            snapshot: "{}".into(),
+            state: "TERMINATED".into(),
+            abandoned: vec![(3, 2)],
+            ..StepWrite::default()
+        };
+        writer.commit_step(&id, 1, &step).await.expect("commit");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if heard.0.lock().expect("lock").iter().any(|h| h.0 == id) {
+                    return;
+                }
+                heard.1.notified().await;
+            }
+        })
+        .await
+        .expect("the stop reached the other store's sink");
+        let ours: Vec<_> = heard
+            .0
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|h| h.0 == id)
+            .cloned()
+            .collect();
+        assert_eq!(ours, vec![(id.clone(), 3, 2)]);
+        watcher.close().await;
+        writer.close().await;
+    })
+    .await;
+}
+
+/// Issue 16 item 3 across replicas: an attempt looping on replica A (one
+/// hour deadline) is stopped at once when replica B cancels its instance:
+/// A's start, which answers once the attempt is over, returns TERMINATED.
+/// Before, only a cancel on A itself stopped it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_on_one_replica_stops_the_attempt_running_on_another() {
+    with_schema(|db| async move {
+        let config = Config {
+            deadline: Some(sutra::time::IsoDuration(Duration::from_secs(3600))),
+            ..Config::default()
+        };
+        let replica = |owner: &str| {
+            let mut opts = RuntimeOptions::new(config.clone());
+            opts.owner = owner.into();
+            opts
+        };
+        // A's connections carry an application name, so the test can see
+        // when A listens for stops.
+        let app = format!("sutra-test-{:016x}", rand::random::<u64>());
+        let sep = if db.url.contains('?') { '&' } else { '?' };
+        let a_store = PgStore::open_in_schema(
+            &format!("{}{sep}application_name={app}", db.url),
+            &db.schema,
+        )
+        .await
+        .expect("store A");
+        let a = Runtime::new(AnyStore::Postgres(a_store), replica("replica-a")).expect("runtime");
+        let b = Runtime::new(AnyStore::Postgres(db.store().await), replica("replica-b"))
+            .expect("runtime");
+        let mut modules = BTreeMap::new();
+        modules.insert("chaos".to_string(), common::guest_bytes("chaos"));
+        a.deploy(TENANT, SPIN, &modules).await.expect("deploy");
+        let (stop_a, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                a.serve(async {
+                    let _ = stopped.await;
+                })
+                .await
+            })
+        };
+        // A stop sent before A listens would be lost: start once it does.
+        wait_until_listening(&db, &app, "sutra_stops").await;
+        let spinner = {
+            let a = a.clone();
+            tokio::spawn(async move {
+                a.start(StartRequest {
+                    tenant: TENANT.into(),
+                    process_id: "spin".into(),
+                    variables: json!({"do": "loop"})
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                    ..StartRequest::default()
+                })
+                .await
+            })
+        };
+        let id = loop {
+            let id: Option<String> = sqlx::query_scalar(
+                "SELECT id FROM instances WHERE process_id = 'spin' AND state = 'RUNNING'",
+            )
+            .fetch_optional(&db.sql)
+            .await
+            .expect("query");
+            if let Some(id) = id {
+                break id;
+            }
+            // Polling an observable state, not waiting for a time to pass.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let cancelled = b.cancel(&id, None).await.expect("cancel on B");
+        assert_eq!(cancelled.state.as_str(), "TERMINATED");
+        // Bounded only so that a regression fails instead of waiting an hour.
+        let started = tokio::time::timeout(Duration::from_secs(300), spinner)
+            .await
+            .expect("the attempt on replica A was not stopped: its start still waits for it")
+            .expect("join");
+        let started = started.expect("start on A");
+        assert_eq!(started, id);
+        assert_eq!(a.inspect(&id).await.expect("inspect").state, "TERMINATED");
+        let _ = stop_a.send(());
+        serving.await.expect("join").expect("serve");
+    })
+    .await;
+}
+
+/// start → T (chaos, whatever its input says) → end.
+const SPIN: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="spin" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="T"/>
+    <bpmn:serviceTask id="T" implementation="registered:chaos"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="T" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+
+/// Waits (polling `pg_stat_activity`, bounded) until a connection named
+/// `app` LISTENs on `channel`.
+async fn wait_until_listening(db: &TestSchema, app: &str, channel: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query ILIKE $2",
+        )
+        .bind(app)
+        .bind(format!("%LISTEN%{channel}%"))
+        .fetch_one(&db.sql)
+        .await
+        .expect("pg_stat_activity");
+        if n > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nobody LISTENs on {channel}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -255,6 +255,7 @@ impl<S: Store> Runtime<S> {
             w.ended_at = snap.ended_at.map(ms);
         }
         w.children = super::children::child_rows(spec);
+        w.abandoned = spec.abandoned.clone();
         self.child_end(spec, &mut w);
         if self.inner.clock.is_wall_clock() && self.inner.alarms.is_some() {
             let now = self.inner.clock.now();

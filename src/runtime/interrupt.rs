@@ -12,12 +12,16 @@
 //! Invariant: a stop is sent only after the step that abandoned the attempt is
 //! committed — were it sent before and the commit lost a race, the stopped
 //! attempt's outcome would reach a token that is still live.
-//! Only attempts running in this process can be stopped; one running on
-//! another replica runs on to its end (its result is discarded there).
+//! On PostgreSQL the commit also asks every replica to stop them (the step
+//! carries them as `StepWrite::abandoned`; `store/pg_listen.rs` sends and
+//! hears `sutra_stops`), so an attempt running on another replica than the
+//! one that took the cancel is stopped too. A stop heard for an attempt that
+//! does not run here is ignored.
 
 use crate::sandbox::Stop;
+use crate::store::{StopSink, Store};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, Weak};
 
 /// (instance, token, attempt).
 type Key = (String, u64, u32);
@@ -70,5 +74,21 @@ impl Drop for Entered<'_> {
         if let Ok(mut m) = self.running.stops.lock() {
             m.remove(&self.key);
         }
+    }
+}
+
+/// The runtime's ear for stops committed by other replicas
+/// (`Store::watch_stops`).
+pub(crate) struct Stopper<S: Store>(pub(crate) Weak<super::Inner<S>>);
+
+impl<S: Store> StopSink for Stopper<S> {
+    fn stop(&self, instance: &str, token: u64, attempt: u32) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.running.stop(instance, token, attempt);
+        }
+    }
+
+    fn alive(&self) -> bool {
+        self.0.strong_count() > 0
     }
 }

@@ -243,6 +243,16 @@ impl<S: Store> Runtime<S> {
         if let Err(e) = self.inner.store.watch_parks(self.inner.wake.clone()).await {
             tracing::warn!(error = %e, "cannot watch for parks armed elsewhere; polling only");
         }
+        // Another replica's cancel stops the attempts running here (interrupt.rs).
+        let stopper = super::interrupt::Stopper(std::sync::Arc::downgrade(&self.inner));
+        if let Err(e) = self
+            .inner
+            .store
+            .watch_stops(std::sync::Arc::new(stopper))
+            .await
+        {
+            tracing::warn!(error = %e, "cannot watch for attempts abandoned elsewhere");
+        }
         // Boot: re-arm the schedules of active deployments (schedule.rs).
         if let Err(e) = self.rearm_schedules().await {
             tracing::warn!(error = %e, "re-arming schedules failed");

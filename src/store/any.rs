@@ -207,6 +207,10 @@ impl Store for AnyStore {
     async fn watch_parks(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {
         delegate!(self, s => s.watch_parks(notify).await)
     }
+
+    async fn watch_stops(&self, sink: std::sync::Arc<dyn super::StopSink>) -> StoreResult<()> {
+        delegate!(self, s => s.watch_stops(sink).await)
+    }
 }
 
 #[cfg(test)]

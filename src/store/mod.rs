@@ -284,6 +284,18 @@ pub struct StepWrite {
     /// parent's child park.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_parent: Option<children::ChildEnd>,
+    /// Running attempts (token, attempt) the step abandoned: on PostgreSQL
+    /// the commit asks every replica to stop them (`pg_listen.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub abandoned: Vec<(u64, u32)>,
+}
+
+/// Where a replica hands the stops it hears of ([`Store::watch_stops`]).
+pub trait StopSink: Send + Sync + 'static {
+    /// Stop this attempt if it runs in this process.
+    fn stop(&self, instance: &str, token: u64, attempt: u32);
+    /// Whether the runtime that listens still exists.
+    fn alive(&self) -> bool;
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -484,6 +496,17 @@ pub trait Store:
         notify: std::sync::Arc<tokio::sync::Notify>,
     ) -> impl Future<Output = StoreResult<()>> + Send {
         let _ = notify;
+        async { Ok(()) }
+    }
+    /// Hand `sink` every attempt another process's commit abandoned, so the
+    /// process running it stops it. PostgreSQL: LISTEN/NOTIFY. SQLite:
+    /// nothing to do (one process owns the file and stops its own attempts).
+    /// Returns once the subscription is in place.
+    fn watch_stops(
+        &self,
+        sink: std::sync::Arc<dyn StopSink>,
+    ) -> impl Future<Output = StoreResult<()>> + Send {
+        let _ = sink;
         async { Ok(()) }
     }
 }

@@ -5,6 +5,14 @@
 //! only if the transaction commits. Every replica's [`watch`] task listens on
 //! that channel and wakes its poller, which then re-reads the store.
 //!
+//! A transaction whose step abandons running attempts (a cancel, an unwind,
+//! an interrupting boundary) sends `NOTIFY sutra_stops` with
+//! `instance token attempt` for each, also only on commit; every replica's
+//! [`watch_stops`] task hands it to the runtime, which stops the attempt if
+//! it runs there (`runtime/interrupt.rs`). A lost stop notification (the
+//! listener reconnecting) lets that attempt run to its deadline, as on a
+//! replica that never heard of it; its result is discarded either way.
+//!
 //! Invariants:
 //! - a notification is only a hint: the store stays the truth, a lost or
 //!   spurious notification costs latency or one extra poll, never
@@ -26,6 +34,7 @@
 //!   `Notify` any more (checked at least every [`OWNER_CHECK`]).
 
 use super::{StepWrite, StoreResult};
+use crate::store::StopSink;
 use sqlx::postgres::{PgConnection, PgListener, PgPool, PgPoolOptions};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -33,6 +42,8 @@ use tokio::sync::Notify;
 
 /// The channel every replica of a database listens on.
 pub const PARKS_CHANNEL: &str = "sutra_parks";
+/// The channel of abandoned attempts to stop wherever they run.
+pub const STOPS_CHANNEL: &str = "sutra_stops";
 /// A park due later than this after its step's `updated_at` sends no
 /// notification (pollers look again sooner than that anyway).
 pub const NOTIFY_HORIZON_MS: i64 = 1_000;
@@ -74,9 +85,74 @@ pub async fn notify_armed<'a>(
     Ok(())
 }
 
+/// Inside the step's transaction: ask every replica to stop the attempts the
+/// step of instance `id` abandoned (delivered on commit, dropped on rollback).
+pub async fn notify_abandoned(
+    conn: &mut PgConnection,
+    id: &str,
+    step: &StepWrite,
+) -> StoreResult<()> {
+    for (token, attempt) in &step.abandoned {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(STOPS_CHANNEL)
+            .bind(format!("{id} {token} {attempt}"))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The instance, token and attempt of a [`STOPS_CHANNEL`] payload (read
+/// from the right: the two numbers are last, whatever the id holds).
+fn parse_stop(payload: &str) -> Option<(&str, u64, u32)> {
+    let mut parts = payload.rsplitn(3, ' ');
+    let attempt = parts.next()?.parse().ok()?;
+    let token = parts.next()?.parse().ok()?;
+    let id = parts.next().filter(|id| !id.is_empty())?;
+    Some((id, token, attempt))
+}
+
+/// What a listener does with what it hears on its channel.
+trait Hearer: Send + Sync + 'static {
+    /// Whether anybody still wants to hear (else the listener ends).
+    fn alive(&self) -> bool;
+    /// A notification's payload, or `None` when some may have been lost (the
+    /// connection was re-established).
+    fn heard(&self, payload: Option<&str>);
+}
+
+/// Parks: wake the poller, whatever the payload.
+impl Hearer for Weak<Notify> {
+    fn alive(&self) -> bool {
+        self.strong_count() > 0
+    }
+    fn heard(&self, _: Option<&str>) {
+        if let Some(n) = self.upgrade() {
+            n.notify_one();
+        }
+    }
+}
+
+/// Stops: hand each to the runtime. A lost one is not recovered (see the
+/// module's documentation).
+struct Stops(Arc<dyn StopSink>);
+
+impl Hearer for Stops {
+    fn alive(&self) -> bool {
+        self.0.alive()
+    }
+    fn heard(&self, payload: Option<&str>) {
+        match payload.map(|p| (p, parse_stop(p))) {
+            Some((_, Some((id, token, attempt)))) => self.0.stop(id, token, attempt),
+            Some((p, None)) => tracing::warn!(payload = %p, "unreadable stop notification"),
+            None => {}
+        }
+    }
+}
+
 /// A listener on its own one-connection pool (never one of the store's
-/// connections), subscribed to [`PARKS_CHANNEL`].
-async fn subscribe(pool: &PgPool) -> Result<(PgListener, PgPool), sqlx::Error> {
+/// connections), subscribed to `channel`.
+async fn subscribe(pool: &PgPool, channel: &str) -> Result<(PgListener, PgPool), sqlx::Error> {
     let own = PgPoolOptions::new()
         .max_connections(1)
         .min_connections(0)
@@ -92,7 +168,7 @@ async fn subscribe(pool: &PgPool) -> Result<(PgListener, PgPool), sqlx::Error> {
             return Err(e);
         }
     };
-    if let Err(e) = listener.listen(PARKS_CHANNEL).await {
+    if let Err(e) = listener.listen(channel).await {
         drop(listener);
         own.close().await;
         return Err(e);
@@ -104,10 +180,19 @@ async fn subscribe(pool: &PgPool) -> Result<(PgListener, PgPool), sqlx::Error> {
 /// error that prevented it), then wakes `notify` on every notification from
 /// a background task until the pool closes or `notify` has no other owner.
 pub async fn watch(pool: &PgPool, notify: Arc<Notify>) -> StoreResult<()> {
-    let first = subscribe(pool).await?;
+    let first = subscribe(pool, PARKS_CHANNEL).await?;
     let weak = Arc::downgrade(&notify);
     drop(notify);
-    tokio::spawn(listen_loop(pool.clone(), weak, first));
+    tokio::spawn(listen_loop(pool.clone(), PARKS_CHANNEL, weak, first));
+    Ok(())
+}
+
+/// Subscribes to [`STOPS_CHANNEL`] (returns once LISTEN is in place), then
+/// hands every stop to `sink` from a background task until the pool closes
+/// or the sink is no longer alive.
+pub async fn watch_stops(pool: &PgPool, sink: Arc<dyn StopSink>) -> StoreResult<()> {
+    let first = subscribe(pool, STOPS_CHANNEL).await?;
+    tokio::spawn(listen_loop(pool.clone(), STOPS_CHANNEL, Stops(sink), first));
     Ok(())
 }
 
@@ -119,24 +204,29 @@ enum Stop {
     Failed(sqlx::Error),
 }
 
-async fn listen_loop(pool: PgPool, weak: Weak<Notify>, first: (PgListener, PgPool)) {
+async fn listen_loop(
+    pool: PgPool,
+    channel: &'static str,
+    hearer: impl Hearer,
+    first: (PgListener, PgPool),
+) {
     let mut current = Some(first);
     let mut backoff = BACKOFF_MIN;
     loop {
         let (mut listener, own) = match current.take() {
             Some(c) => c,
-            None => match subscribe(&pool).await {
+            None => match subscribe(&pool, channel).await {
                 Ok(c) => {
                     // Whatever was sent while we were away is lost: look once.
-                    match weak.upgrade() {
-                        Some(n) => n.notify_one(),
-                        None => return,
+                    if !hearer.alive() {
+                        return;
                     }
+                    hearer.heard(None);
                     c
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "cannot LISTEN for parks; retrying");
-                    if wait_or_stop(&pool, &weak, backoff).await {
+                    tracing::warn!(error = %e, channel, backoff_ms = backoff.as_millis() as u64, "cannot LISTEN; retrying");
+                    if wait_or_stop(&pool, &hearer, backoff).await {
                         return;
                     }
                     backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -144,14 +234,14 @@ async fn listen_loop(pool: PgPool, weak: Weak<Notify>, first: (PgListener, PgPoo
                 }
             },
         };
-        let stop = receive(&pool, &weak, &mut listener, &mut backoff).await;
+        let stop = receive(&pool, &hearer, &mut listener, &mut backoff).await;
         drop(listener);
         own.close().await;
         match stop {
             Stop::Done => return,
             Stop::Failed(e) => {
-                tracing::warn!(error = %e, backoff_ms = backoff.as_millis() as u64, "park listener failed; reconnecting");
-                if wait_or_stop(&pool, &weak, backoff).await {
+                tracing::warn!(error = %e, channel, backoff_ms = backoff.as_millis() as u64, "listener failed; reconnecting");
+                if wait_or_stop(&pool, &hearer, backoff).await {
                     return;
                 }
                 backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -160,11 +250,11 @@ async fn listen_loop(pool: PgPool, weak: Weak<Notify>, first: (PgListener, PgPoo
     }
 }
 
-/// Forwards notifications to the poller until the listener fails or the task
+/// Forwards notifications to `hearer` until the listener fails or the task
 /// should end. A successful receive resets `backoff`.
 async fn receive(
     pool: &PgPool,
-    weak: &Weak<Notify>,
+    hearer: &impl Hearer,
     listener: &mut PgListener,
     backoff: &mut Duration,
 ) -> Stop {
@@ -176,24 +266,26 @@ async fn receive(
         tokio::select! {
             _ = &mut closed => return Stop::Done,
             _ = check.tick() => {
-                if weak.strong_count() == 0 {
+                if !hearer.alive() {
                     return Stop::Done;
                 }
             }
             // `try_recv` is cancel-safe (it buffers until a whole message arrived).
             got = listener.try_recv() => match got {
-                Ok(Some(_)) => {
+                Ok(Some(n)) => {
                     *backoff = BACKOFF_MIN;
-                    match weak.upgrade() {
-                        Some(n) => n.notify_one(),
-                        None => return Stop::Done,
+                    if !hearer.alive() {
+                        return Stop::Done;
                     }
+                    hearer.heard(Some(n.payload()));
                 }
                 // The connection dropped and was re-established: some may be lost.
-                Ok(None) => match weak.upgrade() {
-                    Some(n) => n.notify_one(),
-                    None => return Stop::Done,
-                },
+                Ok(None) => {
+                    if !hearer.alive() {
+                        return Stop::Done;
+                    }
+                    hearer.heard(None);
+                }
                 Err(e) => return Stop::Failed(e),
             },
         }
@@ -201,13 +293,13 @@ async fn receive(
 }
 
 /// Sleeps `wait` unless the task should end first; true = end it.
-async fn wait_or_stop(pool: &PgPool, weak: &Weak<Notify>, wait: Duration) -> bool {
-    if pool.is_closed() || weak.strong_count() == 0 {
+async fn wait_or_stop(pool: &PgPool, hearer: &impl Hearer, wait: Duration) -> bool {
+    if pool.is_closed() || !hearer.alive() {
         return true;
     }
     tokio::select! {
         _ = pool.close_event() => true,
-        _ = tokio::time::sleep(wait) => pool.is_closed() || weak.strong_count() == 0,
+        _ = tokio::time::sleep(wait) => pool.is_closed() || !hearer.alive(),
     }
 }
 
@@ -265,6 +357,15 @@ mod tests {
         assert_eq!(due_soon([&a, &b, &c]), Some(10_500));
         // A park already overdue (due before its step) notifies too.
         assert_eq!(due_soon([&step(5_000, vec![park(1, Some(1))])]), Some(1));
+    }
+
+    #[test]
+    fn a_stop_payload_names_instance_token_and_attempt() {
+        assert_eq!(parse_stop("i-1 3 2"), Some(("i-1", 3, 2)));
+        assert_eq!(parse_stop("an id 3 2"), Some(("an id", 3, 2)));
+        for bad in ["", "i-1", "i-1 x 2", "3 2", " 3 2", "i-1 3 x", "i-1 -3 2"] {
+            assert_eq!(parse_stop(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

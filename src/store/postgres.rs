@@ -219,6 +219,7 @@ impl SqlBackend for PgStore {
         }
         Steps::apply(&mut tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
         pg_listen::notify_armed(&mut tx, [step]).await?;
+        pg_listen::notify_abandoned(&mut tx, &inst.id, step).await?;
         tx.commit().await?;
         Ok(Created::New)
     }
@@ -227,6 +228,7 @@ impl SqlBackend for PgStore {
         let mut tx = self.pool.begin().await?;
         Steps::commit(&mut tx, id, expected_version, step).await?;
         pg_listen::notify_armed(&mut tx, [step]).await?;
+        pg_listen::notify_abandoned(&mut tx, id, step).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -239,6 +241,7 @@ impl SqlBackend for PgStore {
         let mut tx = self.pool.begin().await?;
         for (id, expected_version, step) in ordered {
             Steps::commit(&mut tx, id, *expected_version, step).await?;
+            pg_listen::notify_abandoned(&mut tx, id, step).await?;
         }
         pg_listen::notify_armed(&mut tx, steps.iter().map(|s| &s.2)).await?;
         tx.commit().await?;
@@ -263,6 +266,11 @@ impl SqlBackend for PgStore {
     /// LISTEN on `sutra_parks` from a connection of its own (pg_listen.rs).
     async fn watch(&self, notify: Arc<Notify>) -> StoreResult<()> {
         pg_listen::watch(&self.pool, notify).await
+    }
+
+    /// LISTEN on `sutra_stops` from a connection of its own (pg_listen.rs).
+    async fn watch_stops(&self, sink: Arc<dyn super::StopSink>) -> StoreResult<()> {
+        pg_listen::watch_stops(&self.pool, sink).await
     }
 }
 

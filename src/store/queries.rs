@@ -152,6 +152,15 @@ pub trait SqlBackend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = StoreResult<()>> + Send;
     /// [`Store::watch_parks`].
     fn watch(&self, notify: Arc<Notify>) -> impl Future<Output = StoreResult<()>> + Send;
+    /// [`Store::watch_stops`]; nothing to watch by default (SQLite: one
+    /// process owns the file).
+    fn watch_stops(
+        &self,
+        sink: Arc<dyn super::StopSink>,
+    ) -> impl Future<Output = StoreResult<()>> + Send {
+        let _ = sink;
+        async { Ok(()) }
+    }
 }
 
 // The sqlx traits that make `B::Db` a database the shared SQL runs on.
@@ -535,6 +544,10 @@ where
 
     async fn watch_parks(&self, notify: Arc<Notify>) -> StoreResult<()> {
         self.watch(notify).await
+    }
+
+    async fn watch_stops(&self, sink: Arc<dyn super::StopSink>) -> StoreResult<()> {
+        SqlBackend::watch_stops(self, sink).await
     }
 }
 
