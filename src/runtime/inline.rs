@@ -263,9 +263,11 @@ impl<S: Store> Runtime<S> {
         if snap.state.is_terminal() {
             w.ended_at = snap.ended_at.map(ms);
         }
-        w.outputs = w
-            .attempts
-            .iter()
+        // Most attempts write nothing: then nothing to match.
+        let written = (!spec.outputs.is_empty()).then_some(&w.attempts);
+        w.outputs = written
+            .into_iter()
+            .flatten()
             .filter_map(|a| {
                 let key = (
                     u64::try_from(a.token).ok()?,
