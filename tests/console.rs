@@ -473,6 +473,221 @@ async fn a_failed_instance_is_migrated_from_the_page() {
     no_csp_violations(&b).await;
 }
 
+/// start → Charge (a call on pull channel `reviews`: an external task) → end.
+fn channel_call(process: &str) -> String {
+    format!(
+        r#"{HEADER}
+  <bpmn:process id="{process}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="Charge"/>
+    <bpmn:serviceTask id="Charge" implementation="channel:reviews"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="Charge" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+/// A States-language flow that waits for event `approved`.
+const APPROVAL: &str = r#"{
+  "Name": "approval",
+  "StartAt": "Approve",
+  "States": {
+    "Approve": {"Type": "Wait", "EventName": "approved", "ResultPath": "$.approval", "Next": "Done"},
+    "Done": {"Type": "Succeed"}
+  }
+}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_incident_is_resolved_from_the_page() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let (status, body) = api
+        .call(
+            Method::PUT,
+            "/v1/channels/reviews",
+            Some(json!({"transport": "pull"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    deploy(&api, &channel_call("review"), &[]).await;
+    let (status, started) = api.start("review", json!({"doc": 1})).await;
+    assert_eq!(status, StatusCode::CREATED, "{started}");
+    assert_eq!(started["state"], "WAITING", "{started}");
+    let id = started["instance"].as_str().unwrap().to_string();
+    // A worker fails the external task until its retries are spent: an incident.
+    let fetch =
+        json!({"workerId": "w1", "channels": ["reviews"], "maxTasks": 1, "lockDuration": 60000});
+    loop {
+        let (status, body) = api
+            .post("/v1/external-tasks/fetch-and-lock", fetch.clone())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let Some(task) = body["tasks"][0]["id"].as_str() else {
+            break;
+        };
+        let (status, body) = api
+            .post(
+                &format!("/v1/external-tasks/{task}/failure"),
+                json!({"workerId": "w1", "errorMessage": "<i>scanner</i> offline"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (_, listed) = api.get(&format!("/v1/incidents?instance={id}")).await;
+    let incident = listed["incidents"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(listed["incidents"][0]["state"], "OPEN", "{listed}");
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    // What a person sees: the incident on the task, in the table, and its action.
+    b.wait_css(&format!(
+        "#incidents-table tr[data-incident=\"{incident}\"][data-state=\"OPEN\"]"
+    ))
+    .await;
+    b.wait_css(".overlay.incident[data-node=\"Charge\"]").await;
+    let message = b
+        .text(&format!(
+            "#incidents-table tr[data-incident=\"{incident}\"]"
+        ))
+        .await;
+    assert!(message.contains("<i>scanner</i> offline"), "{message}");
+    b.screenshot(&screenshots().join("instance-incident.png"))
+        .await;
+    b.click(&format!(
+        "#actions button.resolve[data-incident=\"{incident}\"]"
+    ))
+    .await;
+    b.wait_css("dialog#confirm[open]").await;
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the incident to show resolved, its task free again",
+        "document.querySelector(`#incidents-table tr[data-incident=\"${arg}\"][data-state=\"RESOLVED\"]`) \
+         && !document.querySelector('button.resolve') && !document.querySelector('.overlay.incident') \
+         && document.querySelector('#resolve-outcome[data-outcome=\"rearmed\"]')",
+        json!(incident),
+    )
+    .await;
+    b.screenshot(&screenshots().join("instance-incident-resolved.png"))
+        .await;
+    // The task is fetchable again; a worker completes it and the page follows.
+    let (_, body) = api
+        .post("/v1/external-tasks/fetch-and-lock", fetch.clone())
+        .await;
+    let task = body["tasks"][0]["id"].as_str().expect("the task again");
+    let (status, body) = api
+        .post(
+            &format!("/v1/external-tasks/{task}/complete"),
+            json!({"workerId": "w1", "variables": {"reviewed": true}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    b.wait_for(
+        "the instance to complete on the page",
+        "document.querySelector('.page[data-state=\"COMPLETED\"]') \
+         && document.querySelector('#diagram .djs-element[data-element-id=\"Charge\"].sutra-succeeded')",
+        json!(null),
+    )
+    .await;
+    no_csp_violations(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_is_sent_from_the_page_and_attempt_output_shown_as_text() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, APPROVAL, &[]).await;
+    let (_, started) = api.start("approval", json!({"order": 7})).await;
+    assert_eq!(started["state"], "WAITING", "{started}");
+    let id = started["instance"].as_str().unwrap().to_string();
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#diagram .djs-element[data-element-id=\"Approve\"].sutra-token")
+        .await;
+    // An event it does not wait for: refused, shown with its code; it still waits.
+    b.click("#send-event").await;
+    b.wait_css("dialog#confirm[open] #event-name").await;
+    let name = b
+        .js(
+            "return document.querySelector('#event-name').value;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(name, "approved", "the name is filled from the wait");
+    b.clear("#event-name").await;
+    b.type_into("#event-name", "rejected").await;
+    b.click("#confirm-ok").await;
+    let code = b.text("#action-feedback .error code").await;
+    assert_eq!(code, "SUTRA.RUNTIME.EVENT.NOT_AWAITED");
+    assert_eq!(b.text("#instance-state").await, "WAITING");
+    // The awaited event, with data: delivered, the instance advances.
+    b.click("#send-event").await;
+    b.wait_css("dialog#confirm[open] #event-data").await;
+    b.clear("#event-data").await;
+    b.type_into("#event-data", r#"{"by": "console"}"#).await;
+    b.screenshot(&screenshots().join("instance-event-confirm.png"))
+        .await;
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the event to complete the instance",
+        "document.querySelector('.page[data-state=\"COMPLETED\"]') \
+         && document.querySelector('#diagram .djs-element[data-element-id=\"Approve\"].sutra-succeeded') \
+         && [...document.querySelectorAll('#variables .json-string')].some(e => e.textContent === '\"console\"') \
+         && !document.querySelector('#action-feedback .error')",
+        json!(null),
+    )
+    .await;
+    let (_, view) = api.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(
+        view["variables"],
+        json!({"order": 7, "approval": {"by": "console"}})
+    );
+    b.screenshot(&screenshots().join("instance-event-sent.png"))
+        .await;
+
+    // What a task wrote (log lines, stderr) is in its attempt's row, as text.
+    deploy(&api, &one_task("order"), &["chaos"]).await;
+    let hostile = "<img src=x onerror=\"window.__xss=4\"> reserved 3";
+    let (_, logged) = api
+        .start(
+            "order",
+            json!({"do": "log", "level": "warn", "message": hostile}),
+        )
+        .await;
+    assert_eq!(logged["state"], "COMPLETED", "{logged}");
+    let lid = logged["instance"].as_str().unwrap();
+    b.goto(&format!("{}/ui/#/instances/{lid}", srv.url)).await;
+    let row = "#attempts-table tr[data-task=\"T\"][data-attempt=\"1\"]";
+    assert_eq!(
+        b.text(&format!("{row} details.output summary")).await,
+        "1 log line(s) · stderr"
+    );
+    b.click(&format!("{row} details.output summary")).await;
+    let logs = b.text(&format!("{row} details[open] pre.logs")).await;
+    assert_eq!(logs, format!("WARN  {hostile}\n"));
+    let stderr = b.text(&format!("{row} details[open] pre.stderr")).await;
+    assert_eq!(stderr, format!("{hostile}\n"));
+    let injected = b
+        .js(
+            "return [window.__xss === undefined, document.querySelectorAll('#main img').length];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(injected, json!([true, 0]), "nothing a task wrote ran");
+    b.screenshot(&screenshots().join("instance-attempt-output.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
+
 /// The routes the console reads, over HTTP, on both backends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_routes_answer_on_both_backends() {
@@ -568,6 +783,73 @@ async fn console_routes_answer_on_both_backends() {
             (status, body["code"].as_str()),
             (StatusCode::BAD_REQUEST, Some("SUTRA.API.MALFORMED_REQUEST"))
         );
+
+        // The counts honour `since` and `until`, with the listing's bounds.
+        let (status, body) = srv
+            .admin()
+            .post("/v1/admin/clock/advance", json!({"by": "PT1H"}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let (_, later) = api
+            .start(
+                "order",
+                json!({"do": "log", "level": "info", "message": "hello <b>"}),
+            )
+            .await;
+        assert_eq!(later["state"], "COMPLETED", "{later}");
+        for (q, completed, failed) in [
+            ("", 2, 1),
+            ("?since=2030-01-01T00:30:00Z", 1, 0),
+            ("?until=2030-01-01T00:30:00Z", 1, 1),
+            (
+                "?since=2030-01-01T00:00:00Z&until=2030-01-01T00:00:00Z",
+                1,
+                1,
+            ),
+            ("?since=2030-01-01T01:00:00.001Z", 0, 0),
+            ("?until=2029-12-31T23:59:59.999Z", 0, 0),
+            (
+                "?since=2030-01-01T01:00:00Z&until=2030-01-01T01:00:00Z",
+                1,
+                0,
+            ),
+            ("?process=order&since=2030-01-01T00:00:00.001Z", 1, 0),
+            ("?process=nothing&since=2030-01-01T00:00:00Z", 0, 0),
+        ] {
+            let (status, c) = api.get(&format!("/v1/instances/counts{q}")).await;
+            assert_eq!(status, StatusCode::OK, "{q}: {c}");
+            assert_eq!(
+                (&c["counts"]["COMPLETED"], &c["counts"]["FAILED"]),
+                (&json!(completed), &json!(failed)),
+                "{q}: {c}"
+            );
+            let (_, l) = api.get(&format!("/v1/instances{q}")).await;
+            assert_eq!(
+                c["total"],
+                json!(l["instances"].as_array().unwrap().len()),
+                "{q}: the counts agree with the listing {l}"
+            );
+        }
+        let (status, body) = api.get("/v1/instances/counts?until=soon").await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("SUTRA.API.MALFORMED_REQUEST"))
+        );
+
+        // What a task wrote is kept with its attempt.
+        let lid = later["instance"].as_str().unwrap();
+        let (_, a) = api.get(&format!("/v1/instances/{lid}/attempts")).await;
+        assert_eq!(
+            (&a["attempts"][0]["logs"], &a["attempts"][0]["stderr"]),
+            (
+                &json!([{"level": "info", "message": "hello <b>"}]),
+                &json!("hello <b>\n")
+            ),
+            "{a}"
+        );
+        let (_, a) = api.get(&format!("/v1/instances/{bad_id}/attempts")).await;
+        assert_eq!(a["attempts"][0]["logs"], json!([]), "{a}");
+        assert!(a["attempts"][0].get("stderr").is_none(), "{a}");
 
         // `/` leads to the console; an unknown console file is a coded 404.
         let (status, body) = api.get("/ui/nothing.js").await;

@@ -7,9 +7,9 @@ mod backends;
 use std::collections::{BTreeMap, BTreeSet};
 use sutra::store::tenancy::TenancyStore;
 use sutra::store::{
-    AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
-    JournalRow, KeyHolder, NewDeployment, NewInstance, NewPark, ParkClaim, StepWrite, Store,
-    StoreError,
+    AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
+    InstanceFilter, JournalRow, KeyHolder, NewDeployment, NewInstance, NewPark, ParkClaim,
+    StepWrite, Store, StoreError,
 };
 
 const T: &str = "acme";
@@ -783,6 +783,62 @@ backends::store_tests! {
         assert_eq!(db.deployment_load("d1").await.unwrap(), DeploymentLoad { running: 1, waiting: 1, failed: 1 });
         assert_eq!(db.deployment_load("d2").await.unwrap(), DeploymentLoad { running: 1, waiting: 0, failed: 0 });
         assert_eq!(db.park_counts().await.unwrap(), [("timer".to_string(), 1)]);
+
+        // Counted by state, optionally of one process and an id range (ids
+        // begin with their start instant: the API's since/until).
+        let counts = |v: Vec<(String, i64)>| v.into_iter().collect::<BTreeMap<_, _>>();
+        let n = |pairs: &[(&str, i64)]| pairs.iter().map(|(s, n)| (s.to_string(), *n)).collect::<BTreeMap<_, _>>();
+        assert_eq!(
+            counts(db.instance_counts(T, None, None, None).await.unwrap()),
+            n(&[("COMPLETED", 1), ("FAILED", 1), ("RUNNING", 2), ("WAITING", 1)])
+        );
+        assert_eq!(
+            counts(db.instance_counts(T, None, Some("b"), Some("d")).await.unwrap()),
+            n(&[("FAILED", 1), ("RUNNING", 1)]),
+            "from b (included) to d (excluded)"
+        );
+        assert_eq!(counts(db.instance_counts(T, None, Some("d"), None).await.unwrap()), n(&[("COMPLETED", 1), ("RUNNING", 1)]));
+        assert_eq!(counts(db.instance_counts(T, None, None, Some("b")).await.unwrap()), n(&[("WAITING", 1)]));
+        assert_eq!(counts(db.instance_counts(T, Some("order"), Some("c"), Some("e")).await.unwrap()), n(&[("COMPLETED", 1), ("FAILED", 1)]));
+        assert!(db.instance_counts("globex", None, None, None).await.unwrap().is_empty());
+    }
+
+    async fn attempt_outputs_are_kept_on_their_rows(db) {
+        let d = deploy(&*db, "d1").await;
+        let out = |node: &str, n: i64, stderr: Option<&str>, logs: Option<&str>| AttemptOutput {
+            token: 1,
+            node: node.to_string(),
+            attempt: n,
+            stderr: stderr.map(str::to_string),
+            logs: logs.map(str::to_string),
+        };
+        let logs = r#"[{"level":"info","message":"<b>hi</b>"}]"#;
+        // Written with the first step, and with a later one; an attempt that
+        // wrote nothing has none; a replay changes nothing.
+        let first = StepWrite {
+            attempts: vec![attempt("a", 1), attempt("a", 2)],
+            outputs: vec![out("a", 2, Some("trap at 0x1\n"), None)],
+            ..step("RUNNING", "{}", 1)
+        };
+        db.create_instance(&new_instance("i1", &d, None), &first).await.unwrap();
+        let next = StepWrite {
+            attempts: vec![attempt("b", 1)],
+            outputs: vec![out("b", 1, None, Some(logs))],
+            ..step("RUNNING", "{}", 2)
+        };
+        db.commit_step("i1", 1, &next).await.unwrap();
+        let replay = StepWrite {
+            attempts: vec![attempt("b", 1)],
+            outputs: vec![out("b", 1, Some("other"), None)],
+            ..step("RUNNING", "{}", 3)
+        };
+        db.commit_step("i1", 2, &replay).await.unwrap();
+        assert_eq!(db.attempts("i1").await.unwrap(), vec![attempt("a", 1), attempt("a", 2), attempt("b", 1)]);
+        assert_eq!(
+            db.attempt_outputs("i1").await.unwrap(),
+            vec![out("a", 2, Some("trap at 0x1\n"), None), out("b", 1, None, Some(logs))]
+        );
+        assert!(db.attempt_outputs("nothing").await.unwrap().is_empty());
     }
 }
 

@@ -11,12 +11,12 @@ use super::auth::TenantCaller;
 use super::deployments::own_deployment;
 use super::error::{ApiError, ApiResult};
 use super::extract::{check_id, ApiQuery};
-use super::instances::own_instance;
+use super::instances::{own_instance, started_within};
 use super::types::ErrorBody;
 use super::AppState;
 use crate::codes::Code;
 use crate::store::tenancy::TenancyStore;
-use crate::store::Store;
+use crate::store::{AttemptOutput, Store};
 use crate::time::from_millis;
 use axum::extract::{Path, State};
 use axum::http::header;
@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use utoipa::ToSchema;
 
@@ -145,6 +145,21 @@ pub struct AttemptBody {
     /// The error class of a Sutra code (a guest's own code has none here).
     pub class: Option<String>,
     pub message: Option<String>,
+    /// The end of what the guest wrote to stderr (at most 4 KiB, a leading
+    /// marker when cut); absent when it wrote nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// Its last `host.log` lines (at most 32 holding 4 KiB of text, a first
+    /// marker line when earlier ones were not kept).
+    pub logs: Vec<LogLineBody>,
+}
+
+/// One line a guest logged.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LogLineBody {
+    /// `trace`, `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    pub message: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -153,7 +168,8 @@ pub struct AttemptList {
     pub attempts: Vec<AttemptBody>,
 }
 
-/// Every attempt of an instance, oldest first, with durations and messages.
+/// Every attempt of an instance, oldest first, with durations, messages and
+/// the tails of what its guest wrote (stderr, log lines).
 #[utoipa::path(get, path = "/v1/instances/{id}/attempts", tag = "instances",
     responses((status = 200, body = AttemptList), (status = 404, body = ErrorBody)))]
 pub async fn attempts(
@@ -162,10 +178,22 @@ pub async fn attempts(
     Path(id): Path<String>,
 ) -> ApiResult<Json<AttemptList>> {
     own_instance(&state, &tenant, &id).await?;
-    let rows = state.runtime.store().attempts(&id).await?;
+    let store = state.runtime.store();
+    let rows = store.attempts(&id).await?;
+    let mut outputs: HashMap<(i64, String, i64), AttemptOutput> = store
+        .attempt_outputs(&id)
+        .await?
+        .into_iter()
+        .map(|o| ((o.token, o.node.clone(), o.attempt), o))
+        .collect();
     let attempts = rows
         .into_iter()
-        .map(|a| AttemptBody {
+        .map(|a| {
+            let out = outputs.remove(&(a.token, a.node.clone(), a.attempt));
+            let (stderr, logs) = out.map_or((None, None), |o| (o.stderr, o.logs));
+            (a, stderr, logs)
+        })
+        .map(|(a, stderr, logs)| AttemptBody {
             class: a
                 .code
                 .as_deref()
@@ -180,6 +208,10 @@ pub async fn attempts(
             outcome: a.outcome,
             code: a.code,
             message: a.message,
+            stderr,
+            logs: logs
+                .and_then(|l| serde_json::from_str(&l).ok())
+                .unwrap_or_default(),
         })
         .collect();
     Ok(Json(AttemptList {
@@ -193,6 +225,8 @@ pub async fn attempts(
 #[serde(deny_unknown_fields)]
 pub struct CountsQuery {
     pub process: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -202,9 +236,12 @@ pub struct CountsBody {
     pub total: i64,
 }
 
-/// The caller's instances counted by state (optionally of one process).
+/// The caller's instances counted by state (optionally of one process, and
+/// started within `since`..`until`: the same bounds as `GET /v1/instances`).
 #[utoipa::path(get, path = "/v1/instances/counts", tag = "instances",
-    params(("process" = Option<String>, Query)),
+    params(("process" = Option<String>, Query),
+        ("since" = Option<String>, Query, description = "only instances started at or after this RFC 3339 instant"),
+        ("until" = Option<String>, Query, description = "only instances started at or before this RFC 3339 instant (ms precision)")),
     responses((status = 200, body = CountsBody), (status = 400, body = ErrorBody)))]
 pub async fn counts(
     State(state): State<Arc<AppState>>,
@@ -214,10 +251,16 @@ pub async fn counts(
     if let Some(p) = &q.process {
         check_id("process", p)?;
     }
+    let within = started_within(q.since.as_deref(), q.until.as_deref())?;
     let rows = state
         .runtime
         .store()
-        .instance_counts(&tenant, q.process.as_deref())
+        .instance_counts(
+            &tenant,
+            q.process.as_deref(),
+            within.from.as_deref(),
+            within.before.as_deref(),
+        )
         .await?;
     use crate::engine::InstanceState as S;
     let mut counts: BTreeMap<String, i64> = [

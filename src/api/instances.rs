@@ -128,17 +128,11 @@ pub async fn list(
     if let Some(a) = &q.after {
         check_id("instance", a)?;
     }
-    // Ids begin with their start instant (12 hex digits of ms), so `since`
-    // and `until` are keyset bounds too.
-    let since = instant("since", q.since.as_deref())?;
-    let until = instant("until", q.until.as_deref())?.map(|ms| format!("{:012x}", ms.max(0)));
-    let after = match (q.after, since) {
+    let within = started_within(q.since.as_deref(), q.until.as_deref())?;
+    let after = match (q.after, within.from) {
         (a, None) => a,
-        (a, Some(ms)) => {
-            // Every id of a start at `ms` or later sorts after these 12 digits alone.
-            let bound = format!("{:012x}", ms.max(0));
-            Some(a.filter(|a| *a > bound).unwrap_or(bound))
-        }
+        // Every id of a start at `since` or later sorts after these 12 digits alone.
+        (a, Some(bound)) => Some(a.filter(|a| *a > bound).unwrap_or(bound)),
     };
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
@@ -159,14 +153,9 @@ pub async fn list(
         })
         .await?;
     // Ordered by id, so by start: the first row past `until` ends the listing.
-    let before_until = |id: &str| {
-        until
-            .as_deref()
-            .is_none_or(|u| id.get(..12).is_none_or(|p| p <= u))
-    };
     let rows: Vec<_> = rows
         .into_iter()
-        .take_while(|r| before_until(&r.id))
+        .take_while(|r| within.before.as_deref().is_none_or(|b| r.id.as_str() < b))
         .collect();
     let more = rows.len() as i64 > limit;
     let page: Vec<InstanceSummary> = rows.iter().take(limit as usize).map(Into::into).collect();
@@ -179,6 +168,28 @@ pub async fn list(
         instances: page,
         next,
     }))
+}
+
+/// The instances started within `since..=until` as a range of ids.
+///
+/// Ids begin with their start instant (12 hex digits of ms; a child flow's
+/// with its parent's), so a start-time bound is a keyset bound: the listing
+/// pages by it and the counts use the same rule, so both always agree.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct StartedWithin {
+    /// Ids at or after this (the 12 digits of `since`).
+    pub from: Option<String>,
+    /// Ids strictly before this (the 12 digits of `until` + 1 ms).
+    pub before: Option<String>,
+}
+
+/// `since` and `until` (RFC 3339, either optional) as ids; a malformed one is a 400.
+pub(super) fn started_within(since: Option<&str>, until: Option<&str>) -> ApiResult<StartedWithin> {
+    let digits = |ms: i64| format!("{:012x}", ms.clamp(0, 0xffff_ffff_ffff));
+    Ok(StartedWithin {
+        from: instant("since", since)?.map(digits),
+        before: instant("until", until)?.map(|ms| digits(ms.saturating_add(1))),
+    })
 }
 
 /// An optional RFC 3339 query parameter, in ms.

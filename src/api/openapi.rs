@@ -45,7 +45,7 @@ impl Modify for BearerAuth {
         channels::ResponseAnswer, external::FetchBody, external::ExternalTaskBody, external::ExternalTaskList,
         external::CompleteBody, external::FailureBody, external::BpmnErrorBody, external::ExtendLockBody,
         incidents::IncidentBody, incidents::IncidentList, incidents::ResolveAnswer, migrate::MigrateBody,
-        diagram::ModuleBody, diagram::ModuleList, diagram::AttemptBody, diagram::AttemptList, diagram::CountsBody,
+        diagram::ModuleBody, diagram::ModuleList, diagram::AttemptBody, diagram::LogLineBody, diagram::AttemptList, diagram::CountsBody,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -3,6 +3,7 @@
 //! back, until every token waits.
 
 use super::inline::Spec;
+use super::output::Written;
 use super::{Deployed, Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::{self, AttemptRequest, Event, Snapshot, Step, TaskOutcome};
@@ -288,6 +289,17 @@ impl<S: Store> Runtime<S> {
     /// Apply an event, run what it makes runnable to the next wait (within
     /// the commit window), commit, and run what is left.
     pub(crate) fn drive(&self, id: String, event: Event) -> BoxFut<RuntimeResult<Snapshot>> {
+        self.drive_written(id, event, None)
+    }
+
+    /// [`Self::drive`] an attempt's end, with what its guest wrote (kept on
+    /// the attempt's row).
+    fn drive_written(
+        &self,
+        id: String,
+        event: Event,
+        written: Option<((u64, String, u32), Written)>,
+    ) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
         Box::pin(async move {
             let lock = rt.lock_for(&id);
@@ -296,6 +308,7 @@ impl<S: Store> Runtime<S> {
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let step = deployed.apply(snap, event.clone(), &rt.inputs())?;
             let mut spec = rt.spec_of(step, Some(event));
+            spec.outputs.extend(written);
             rt.speculate(&id, &deployed, &mut spec).await;
             let running = std::mem::take(&mut spec.running);
             let mut tries = 0;
@@ -315,7 +328,9 @@ impl<S: Store> Runtime<S> {
                         let (v, snap) = rt.load(&id).await?;
                         version = v;
                         deployed = rt.deployed(&snap.deployment_id).await?;
+                        let outputs = std::mem::take(&mut spec.outputs);
                         spec = rt.replay(&deployed, snap, &spec.events, &spec.inflight);
+                        spec.outputs = outputs;
                     }
                     Err(StoreError::Conflict(_)) => {
                         return Err(RuntimeError::new(
@@ -345,14 +360,15 @@ impl<S: Store> Runtime<S> {
         &self,
         id: String,
         req: AttemptRequest,
-        outcome: TaskOutcome,
+        (outcome, written): (TaskOutcome, Option<Written>),
     ) {
         let event = Event::AttemptEnded {
             token: req.token,
             attempt: req.attempt,
             outcome,
         };
-        if let Err(e) = self.drive(id.clone(), event).await {
+        let written = written.map(|w| ((req.token, req.node.clone(), req.attempt), w));
+        if let Err(e) = self.drive_written(id.clone(), event, written).await {
             tracing::error!(instance = %id, error = %e, "could not commit an attempt outcome; its lease will re-run it");
         }
     }
@@ -392,9 +408,9 @@ impl<S: Store> Runtime<S> {
         tenant: &str,
         id: &str,
         req: &AttemptRequest,
-    ) -> TaskOutcome {
+    ) -> (TaskOutcome, Option<Written>) {
         let Some(component) = deployed.components.get(&req.task) else {
-            return TaskOutcome::Failed {
+            let failed = TaskOutcome::Failed {
                 code: Code::TaskNotRegistered.as_str().into(),
                 class: Code::TaskNotRegistered.class(),
                 retryable: false,
@@ -404,6 +420,7 @@ impl<S: Store> Runtime<S> {
                 ),
                 details: None,
             };
+            return (failed, None);
         };
         let ctx = TaskContext {
             tenant: tenant.to_string(),
@@ -427,7 +444,8 @@ impl<S: Store> Runtime<S> {
             .await;
         drop(entered);
         tracing::debug!(instance = %id, task = %req.node, attempt = req.attempt, outcome = ?report.outcome, "attempt ended");
-        to_outcome(report.outcome)
+        let written = Written::of(&report);
+        (to_outcome(report.outcome), written)
     }
 
     /// Cancel a live instance: TERMINATED, every park withdrawn in the same transaction.

@@ -24,10 +24,11 @@
 //!   run again for it, attempts the replay newly asks for run afterwards.
 
 use super::driver::ms;
+use super::output::Written;
 use super::{Deployed, Runtime};
 use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step};
 use crate::store::channels::NewRequest;
-use crate::store::{AttemptRow, JournalRow, NewPark, ParkClaim, StepWrite, Store};
+use crate::store::{AttemptOutput, AttemptRow, JournalRow, NewPark, ParkClaim, StepWrite, Store};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -35,7 +36,10 @@ use std::time::Instant;
 
 /// One attempt polled by the speculating task: its request and outcome.
 type AttemptFuture = std::pin::Pin<
-    Box<dyn std::future::Future<Output = (AttemptRequest, engine::TaskOutcome)> + Send>,
+    Box<
+        dyn std::future::Future<Output = (AttemptRequest, (engine::TaskOutcome, Option<Written>))>
+            + Send,
+    >,
 >;
 
 /// The most steps merged into one commit (a loop of quick tasks still
@@ -77,6 +81,10 @@ pub(crate) struct Spec {
     /// The push deliveries started after the commit (channel.rs): awaited
     /// on a virtual clock (time must not jump past them), detached otherwise.
     pub(crate) sends: Vec<tokio::task::JoinHandle<()>>,
+    /// What the guests of the attempts applied here wrote, by (token, node,
+    /// attempt) (a token passes several tasks): written on their attempt
+    /// rows by [`Runtime::finish_write`].
+    pub(crate) outputs: HashMap<(u64, String, u32), Written>,
     /// Child flows asked for and not yet prepared (children.rs).
     pub(crate) child_starts: Vec<engine::ChildStart>,
     /// Child flows prepared: created with the commit, carried on after it.
@@ -127,6 +135,7 @@ impl Spec {
             steps: 0,
             running: Vec::new(),
             sends: Vec::new(),
+            outputs: HashMap::new(),
             child_starts: Vec::new(),
             children: Vec::new(),
             cancels: Vec::new(),
@@ -254,6 +263,27 @@ impl<S: Store> Runtime<S> {
         if snap.state.is_terminal() {
             w.ended_at = snap.ended_at.map(ms);
         }
+        // Most attempts write nothing: then nothing to match.
+        let written = (!spec.outputs.is_empty()).then_some(&w.attempts);
+        w.outputs = written
+            .into_iter()
+            .flatten()
+            .filter_map(|a| {
+                let key = (
+                    u64::try_from(a.token).ok()?,
+                    a.node.clone(),
+                    u32::try_from(a.attempt).ok()?,
+                );
+                let o = spec.outputs.get(&key)?;
+                Some(AttemptOutput {
+                    token: a.token,
+                    node: a.node.clone(),
+                    attempt: a.attempt,
+                    stderr: o.stderr.clone(),
+                    logs: o.logs.clone(),
+                })
+            })
+            .collect();
         w.children = super::children::child_rows(spec);
         w.abandoned = spec.abandoned.clone();
         self.child_end(spec, &mut w);
@@ -453,8 +483,12 @@ impl<S: Store> Runtime<S> {
         deployed: &Deployed,
         spec: &mut Spec,
         req: AttemptRequest,
-        outcome: engine::TaskOutcome,
+        (outcome, written): (engine::TaskOutcome, Option<Written>),
     ) {
+        if let Some(w) = written {
+            spec.outputs
+                .insert((req.token, req.node.clone(), req.attempt), w);
+        }
         let event = Event::AttemptEnded {
             token: req.token,
             attempt: req.attempt,

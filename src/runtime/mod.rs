@@ -31,6 +31,8 @@ mod inline;
 mod interrupt;
 mod migrate;
 mod outbox;
+// What a guest wrote in an attempt, bounded for its attempt row (issue 15).
+pub mod output;
 // Schedules, quotas, retirement (the API issue).
 mod lifecycle;
 mod schedule;

@@ -6,9 +6,9 @@
 //! `sqlite:` URL, `sqlite::memory:` or a plain path).
 
 use super::{
-    AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
-    InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, PgStore, SqliteStore,
-    StepWrite, Store, StoreResult,
+    AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
+    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, PgStore,
+    SqliteStore, StepWrite, Store, StoreResult,
 };
 
 /// One of the two backends.
@@ -180,6 +180,10 @@ impl Store for AnyStore {
 
     async fn attempts(&self, instance_id: &str) -> StoreResult<Vec<AttemptRow>> {
         delegate!(self, s => s.attempts(instance_id).await)
+    }
+
+    async fn attempt_outputs(&self, instance_id: &str) -> StoreResult<Vec<AttemptOutput>> {
+        delegate!(self, s => s.attempt_outputs(instance_id).await)
     }
 
     async fn journal(&self, instance_id: &str) -> StoreResult<Vec<JournalRow>> {

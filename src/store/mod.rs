@@ -244,6 +244,21 @@ pub struct AttemptRow {
     pub message: Option<String>,
 }
 
+/// What the guest wrote during one attempt (its stderr's tail, its
+/// `host.log` lines), already bounded by the runtime (`runtime::output`:
+/// a few KiB per attempt, whatever the guest wrote). Kept on the attempt's
+/// row; an attempt that wrote nothing has none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
+pub struct AttemptOutput {
+    pub token: i64,
+    pub node: String,
+    pub attempt: i64,
+    /// The tail of its stderr (lossy UTF-8, a leading marker if cut).
+    pub stderr: Option<String>,
+    /// Its last log lines, a JSON array of `{"level", "message"}`.
+    pub logs: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
 pub struct JournalRow {
     /// Unique within the instance (the engine numbers them).
@@ -269,6 +284,10 @@ pub struct StepWrite {
     /// Remove every park of the instance (the terminal step).
     pub withdraw_all: bool,
     pub attempts: Vec<AttemptRow>,
+    /// What the guest wrote in those of `attempts` that wrote anything,
+    /// written on their rows (matched by token, node and attempt).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<AttemptOutput>,
     /// Appended only when the audit journal is on (the runtime leaves it empty otherwise).
     pub journal: Vec<JournalRow>,
     /// Delete the instance row and everything of it (retention `PT0S` at completion).
@@ -458,6 +477,12 @@ pub trait Store:
         &self,
         instance_id: &str,
     ) -> impl Future<Output = StoreResult<Vec<AttemptRow>>> + Send;
+    /// What the guest wrote in the attempts of an instance that wrote
+    /// anything, in the order of `attempts`.
+    fn attempt_outputs(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = StoreResult<Vec<AttemptOutput>>> + Send;
     fn journal(
         &self,
         instance_id: &str,

@@ -35,9 +35,9 @@ use super::rows::{
     INSTANCE_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
 };
 use super::{
-    AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceFilter,
-    InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite, Store,
-    StoreError, StoreResult,
+    AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
+    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite,
+    Store, StoreError, StoreResult,
 };
 use sqlx::{
     ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type,
@@ -473,6 +473,16 @@ where
         .fetch_all(self.reads())
         .await?;
         Ok(rows)
+    }
+
+    async fn attempt_outputs(&self, instance_id: &str) -> StoreResult<Vec<AttemptOutput>> {
+        Ok(sqlx::query_as(
+            "SELECT token, node, attempt, stderr, logs FROM attempts WHERE instance_id = $1 \
+             AND (stderr IS NOT NULL OR logs IS NOT NULL) ORDER BY id",
+        )
+        .bind(instance_id)
+        .fetch_all(self.reads())
+        .await?)
     }
 
     async fn journal(&self, instance_id: &str) -> StoreResult<Vec<JournalRow>> {

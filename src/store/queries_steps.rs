@@ -16,7 +16,9 @@
 use super::children;
 use super::queries::Column;
 use super::rows::{duplicate_or_db, park_claim_columns};
-use super::{KeyHolder, NewInstance, StepWrite, StoreError, StoreResult};
+use super::{
+    AttemptOutput, AttemptRow, KeyHolder, NewInstance, StepWrite, StoreError, StoreResult,
+};
 use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
 use std::marker::PhantomData;
@@ -65,11 +67,20 @@ pub(super) const INSERT_PARK: &str = "INSERT INTO parks (instance_id, seq, kind,
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
 /// `$1` instance id, `$2` token, `$3` node, `$4` attempt, `$5` started_at,
-/// `$6` ended_at, `$7` outcome, `$8` code, `$9` message; a replay is a no-op.
+/// `$6` ended_at, `$7` outcome, `$8` code, `$9` message, `$10` stderr, `$11`
+/// logs (its [`AttemptOutput`](super::AttemptOutput), if any: [`output_of`]);
+/// a replay is a no-op.
 pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts (instance_id, token, node, \
-     attempt, started_at, ended_at, outcome, code, message) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     attempt, started_at, ended_at, outcome, code, message, stderr, logs) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
      ON CONFLICT (instance_id, token, node, attempt) DO NOTHING";
+
+/// The output of attempt `a` of `step`, if it wrote any.
+pub(super) fn output_of<'s>(step: &'s StepWrite, a: &AttemptRow) -> Option<&'s AttemptOutput> {
+    step.outputs
+        .iter()
+        .find(|o| o.token == a.token && o.attempt == a.attempt && o.node == a.node)
+}
 
 /// `$1` instance id, `$2` seq, `$3` at, `$4` kind, `$5` node, `$6` data; a
 /// replay is a no-op.
@@ -283,6 +294,7 @@ where
                 })?;
         }
         for a in &step.attempts {
+            let out = output_of(step, a);
             sqlx::query(INSERT_ATTEMPT)
                 .bind(id)
                 .bind(a.token)
@@ -293,6 +305,8 @@ where
                 .bind(&a.outcome)
                 .bind(&a.code)
                 .bind(&a.message)
+                .bind(out.and_then(|o| o.stderr.as_deref()))
+                .bind(out.and_then(|o| o.logs.as_deref()))
                 .execute(&mut *conn)
                 .await?;
         }

@@ -190,13 +190,20 @@ where
         &self,
         tenant: &str,
         process: Option<&str>,
+        from: Option<&str>,
+        before: Option<&str>,
     ) -> StoreResult<Vec<(String, i64)>> {
         Ok(sqlx::query_as(
             "SELECT state, COUNT(*) FROM instances WHERE tenant = $1 \
-             AND (CAST($2 AS TEXT) IS NULL OR process_id = CAST($2 AS TEXT)) GROUP BY state ORDER BY state",
+             AND (CAST($2 AS TEXT) IS NULL OR process_id = CAST($2 AS TEXT)) \
+             AND (CAST($3 AS TEXT) IS NULL OR id >= CAST($3 AS TEXT)) \
+             AND (CAST($4 AS TEXT) IS NULL OR id < CAST($4 AS TEXT)) \
+             GROUP BY state ORDER BY state",
         )
         .bind(tenant)
         .bind(process.map(str::to_string))
+        .bind(from.map(str::to_string))
+        .bind(before.map(str::to_string))
         .fetch_all(self.reads())
         .await?)
     }

@@ -525,6 +525,7 @@ fn apply_rows(
     if !step.attempts.is_empty() {
         let mut insert = conn.prepare_cached(sql::INSERT_ATTEMPT)?;
         for a in &step.attempts {
+            let out = sql::output_of(step, a);
             insert.execute(params![
                 id,
                 a.token,
@@ -535,6 +536,8 @@ fn apply_rows(
                 a.outcome,
                 a.code,
                 a.message,
+                out.and_then(|o| o.stderr.as_deref()),
+                out.and_then(|o| o.logs.as_deref()),
             ])?;
         }
     }

@@ -146,11 +146,15 @@ pub trait TenancyStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
     /// Live (RUNNING/WAITING) instances of a tenant.
     fn live_instance_count(&self, tenant: &str) -> impl Future<Output = StoreResult<i64>> + Send;
-    /// A tenant's instances counted by state, optionally of one process (the console's tallies).
+    /// A tenant's instances counted by state, optionally of one process and
+    /// of ids in `from..before` (ids begin with their start instant, so this
+    /// bounds the start time as the listing does) (the console's tallies).
     fn instance_counts(
         &self,
         tenant: &str,
         process: Option<&str>,
+        from: Option<&str>,
+        before: Option<&str>,
     ) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
     /// The instance a (tenant, idempotency key) created, if any.
     fn instance_by_key(
@@ -245,8 +249,10 @@ mod any_impl {
             &self,
             tenant: &str,
             process: Option<&str>,
+            from: Option<&str>,
+            before: Option<&str>,
         ) -> StoreResult<Vec<(String, i64)>> {
-            delegate!(self, s => s.instance_counts(tenant, process).await)
+            delegate!(self, s => s.instance_counts(tenant, process, from, before).await)
         }
         async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
             delegate!(self, s => s.instance_by_key(tenant, key).await)

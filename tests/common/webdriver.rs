@@ -201,8 +201,8 @@ impl Browser {
         .await;
     }
 
-    /// Set an input's value (as typed) by CSS selector.
-    pub async fn type_into(&self, css: &str, text: &str) {
+    /// The WebDriver id of the first element matching `css` (waits for it).
+    async fn element(&self, css: &str) -> String {
         self.wait_css(css).await;
         let el = self
             .session(
@@ -211,18 +211,29 @@ impl Browser {
                 Some(json!({"using": "css selector", "value": css})),
             )
             .await;
-        let id = el
-            .as_object()
+        el.as_object()
             .and_then(|o| o.values().next())
             .and_then(Value::as_str)
             .expect("an element id")
-            .to_string();
+            .to_string()
+    }
+
+    /// Type `text` into an input by CSS selector (after what it holds).
+    pub async fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
         self.session(
             "POST",
             &format!("/element/{id}/value"),
             Some(json!({"text": text})),
         )
         .await;
+    }
+
+    /// Empty an input or textarea by CSS selector.
+    pub async fn clear(&self, css: &str) {
+        let id = self.element(css).await;
+        self.session("POST", &format!("/element/{id}/clear"), None)
+            .await;
     }
 
     /// The text of the first element matching `css` (waits for it).

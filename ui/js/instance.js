@@ -34,6 +34,7 @@ export async function instancePage(page, id) {
   let timer = null;
   let stopped = false;
   let lastVars = null;
+  let lastAttempts = null;
 
   async function refresh(first) {
     const [v, a, hist, inc] = await Promise.all([
@@ -50,13 +51,22 @@ export async function instancePage(page, id) {
     renderWaits(v);
     const varsText = JSON.stringify(v.variables);
     if (varsText !== lastVars) { fill(vars, jsonTree(v.variables, undefined, 2)); lastVars = varsText; }
-    renderAttempts(a.attempts);
+    const attemptsText = JSON.stringify(a.attempts);
+    if (attemptsText !== lastAttempts) { renderAttempts(a.attempts); lastAttempts = attemptsText; }
     renderIncidents(inc.incidents);
     renderHistory(hist);
     if (v.deployment !== drawn) { drawn = v.deployment; diagramReady = loadDiagram(v); } // migrated
     await diagramReady;
-    if (!stopped) diagram.showInstance(v, a.attempts);
+    if (!stopped) {
+      diagram.showInstance(v, a.attempts);
+      // An open incident stops its task until an operator resolves it.
+      for (const i of inc.incidents.filter(i => i.state === 'OPEN')) {
+        diagram.badge(i.task, { top: -12, left: 0 }, 'incident', 'incident', i.message);
+      }
+    }
     page.dataset.state = v.state;
+    // One poll at a time: an action's reload may overlap a poll in flight.
+    clearTimeout(timer);
     if (LIVE.has(v.state)) timer = setTimeout(() => refresh(false).catch(showError), POLL_MS);
   }
 
@@ -103,21 +113,35 @@ export async function instancePage(page, id) {
       { title: 'Started', cell: a => when(a.startedAt) },
       { title: 'Duration', cell: a => ms(a.durationMs) },
       { title: 'Message', cell: a => (a.message ? h('span', { class: 'message' }, a.message) : '') },
+      { title: 'Output', cell: output },
     ];
     cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome } });
     fill(attemptsBox, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
   }
 
+  // What the guest wrote (the tails the server keeps: its last log lines and
+  // the end of its stderr), folded; text only.
+  function output(a) {
+    const logs = a.logs || [];
+    if (logs.length === 0 && !a.stderr) return '';
+    const parts = [logs.length ? `${logs.length} log line(s)` : '', a.stderr ? 'stderr' : ''].filter(Boolean).join(' · ');
+    return h('details', { class: 'output' }, h('summary', {}, parts),
+      logs.length ? h('pre', { class: 'logs' }, logs.map(l => h('span', { class: `log log-${l.level}` }, `${l.level.toUpperCase().padEnd(5)} ${l.message}\n`))) : null,
+      a.stderr ? h('pre', { class: 'stderr' }, a.stderr) : null);
+  }
+
   function renderIncidents(incidents) {
     if (!incidents.length) { fill(incidentsBox, h('p', { class: 'muted' }, 'None.')); return; }
-    fill(incidentsBox, table([
+    const cols = [
       { title: 'Incident', cell: i => h('code', {}, i.id) },
       { title: 'Kind', cell: i => i.kind },
       { title: 'State', cell: i => badge(i.state) },
       { title: 'Task', cell: i => i.task },
       { title: 'Message', cell: i => i.message },
       { title: '', cell: i => (i.state === 'OPEN' ? h('button', { type: 'button', class: 'resolve', onclick: () => resolve(i) }, 'Resolve') : '') },
-    ], incidents));
+    ];
+    cols.rowAttrs = i => ({ dataset: { incident: i.id, state: i.state } });
+    fill(incidentsBox, table(cols, incidents, { id: 'incidents-table' }));
   }
 
   function renderHistory(hist) {
@@ -151,27 +175,11 @@ export async function instancePage(page, id) {
   function renderActions(v, incidents) {
     const buttons = [];
     if (LIVE.has(v.state)) {
-      const reason = h('input', { id: 'cancel-reason', placeholder: 'reason (optional)' });
-      buttons.push(h('button', {
-        type: 'button', id: 'cancel', class: 'danger', onclick: () => act(`Cancel instance ${id}?`,
-          [h('p', {}, 'It ends TERMINATED; everything it waits for is withdrawn.'), h('label', {}, 'Reason ', reason)],
-          () => post(`/v1/instances/${enc}/cancel`, reason.value ? { reason: reason.value } : {}), reload),
-      }, 'Cancel'));
-      const name = h('input', { id: 'message-name', placeholder: 'message name', value: (v.waits.find(w => w.kind === 'message') || {}).message || '' });
-      const key = h('input', { id: 'message-key', placeholder: 'correlation key', value: (v.waits.find(w => w.kind === 'message') || {}).correlationKey || '' });
-      const varsIn = h('textarea', { id: 'message-variables', rows: 4 }, '{}');
-      buttons.push(h('button', {
-        type: 'button', id: 'send-message', onclick: () => act('Send a message',
-          [h('label', {}, 'Name ', name), h('label', {}, 'Correlation key ', key), h('label', {}, 'Variables (JSON) ', varsIn)],
-          () => post('/v1/messages', { name: name.value, correlationKey: key.value || null, variables: JSON.parse(varsIn.value || '{}') }), reload),
-      }, 'Send message…'));
-      const evName = h('input', { id: 'event-name', placeholder: 'event name' });
-      const evData = h('textarea', { id: 'event-data', rows: 3 }, '{}');
-      buttons.push(h('button', {
-        type: 'button', id: 'send-event', onclick: () => act('Resume a wait on an event',
-          [h('label', {}, 'Event ', evName), h('label', {}, 'Data (JSON) ', evData)],
-          () => post(`/v1/instances/${enc}/events/${encodeURIComponent(evName.value)}`, JSON.parse(evData.value || '{}')), reload),
-      }, 'Send event…'));
+      // Each dialog's inputs are made when it opens, filled from the instance
+      // as it is then (not from what an earlier, cancelled dialog held).
+      buttons.push(h('button', { type: 'button', id: 'cancel', class: 'danger', onclick: cancelDialog }, 'Cancel'));
+      buttons.push(h('button', { type: 'button', id: 'send-message', onclick: messageDialog }, 'Send message…'));
+      buttons.push(h('button', { type: 'button', id: 'send-event', onclick: eventDialog }, 'Send event…'));
     } else {
       buttons.push(h('button', {
         type: 'button', id: 'retry-full', onclick: () => act(`Retry ${id} from the start?`,
@@ -190,14 +198,48 @@ export async function instancePage(page, id) {
       buttons.push(h('button', { type: 'button', id: 'migrate', onclick: () => migrate(v) }, 'Migrate…'));
     }
     for (const i of incidents.filter(i => i.state === 'OPEN')) {
-      buttons.push(h('button', { type: 'button', class: 'resolve', onclick: () => resolve(i) }, `Resolve incident ${i.id}`));
+      buttons.push(h('button', { type: 'button', class: 'resolve', dataset: { incident: i.id }, onclick: () => resolve(i) }, `Resolve incident ${i.id}`));
     }
     fill(actions, buttons);
   }
 
+  // What the instance waits for by message (a States-language event wait is
+  // a message wait named after its event).
+  const messageWait = () => (view.waits || []).find(w => w.kind === 'message') || {};
+
+  function cancelDialog() {
+    const reason = h('input', { id: 'cancel-reason', placeholder: 'reason (optional)' });
+    return act(`Cancel instance ${id}?`,
+      [h('p', {}, 'It ends TERMINATED; everything it waits for is withdrawn.'), h('label', {}, 'Reason ', reason)],
+      () => post(`/v1/instances/${enc}/cancel`, reason.value ? { reason: reason.value } : {}), reload);
+  }
+
+  function messageDialog() {
+    const w = messageWait();
+    const name = h('input', { id: 'message-name', placeholder: 'message name', value: w.message || '' });
+    const key = h('input', { id: 'message-key', placeholder: 'correlation key', value: w.correlationKey || '' });
+    const varsIn = h('textarea', { id: 'message-variables', rows: 4 }, '{}');
+    return act('Send a message',
+      [h('label', {}, 'Name ', name), h('label', {}, 'Correlation key ', key), h('label', {}, 'Variables (JSON) ', varsIn)],
+      () => post('/v1/messages', { name: name.value, correlationKey: key.value || null, variables: JSON.parse(varsIn.value || '{}') }), reload);
+  }
+
+  function eventDialog() {
+    const evName = h('input', { id: 'event-name', placeholder: 'event name', value: messageWait().message || '' });
+    const evData = h('textarea', { id: 'event-data', rows: 3 }, '{}');
+    return act('Resume a wait on an event',
+      [h('label', {}, 'Event ', evName), h('label', {}, 'Data (JSON) ', evData)],
+      () => post(`/v1/instances/${enc}/events/${encodeURIComponent(evName.value)}`, JSON.parse(evData.value || '{}')), reload);
+  }
+
   async function resolve(i) {
     await act(`Resolve incident ${i.id}?`, [h('p', {}, `Its ${i.kind.replace(/_/g, ' ')} request (task ${i.task}) is tried again.`)],
-      () => post(`/v1/incidents/${encodeURIComponent(i.id)}/resolve`), reload);
+      () => post(`/v1/incidents/${encodeURIComponent(i.id)}/resolve`), (r) => {
+        fill(feedback, h('p', { class: 'muted', id: 'resolve-outcome', dataset: { outcome: r.outcome } }, r.outcome === 'rearmed'
+          ? `Incident ${i.id} resolved: its request is pending again.`
+          : `Incident ${i.id} resolved: its call no longer waits, nothing to send.`));
+        reload();
+      });
   }
 
   async function migrate(v) {

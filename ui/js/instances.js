@@ -31,8 +31,9 @@ export async function instancesPage(page, params) {
   });
   fill(page, h('h1', {}, 'Instances'), counts, form, list);
 
-  const c = await get(`/v1/instances/counts${query({ process })}`);
-  fill(counts, h('span', { class: 'muted' }, `${c.total} instance(s)${process ? ` of ${process}` : ''}: `),
+  const c = await get(`/v1/instances/counts${query({ process, since, until })}`);
+  const span = [since ? ` since ${when(since)}` : '', until ? ` until ${when(until)}` : ''].join('');
+  fill(counts, h('span', { class: 'muted', id: 'counts-total' }, `${c.total} instance(s)${process ? ` of ${process}` : ''}${span}: `),
     STATES.map(s => h('a', {
       class: `count ${s === state ? 'active' : ''}`, dataset: { state: s },
       href: `#/instances${query({ state: s === state ? '' : s, process, since, until })}`,
