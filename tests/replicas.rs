@@ -807,14 +807,19 @@ async fn an_attempt_abandoned_on_one_store_is_heard_by_another() {
 }
 
 /// Issue 16 item 3 across replicas: an attempt looping on replica A (one
-/// hour deadline) is stopped at once when replica B cancels its instance:
-/// A's start, which answers once the attempt is over, returns TERMINATED.
-/// Before, only a cancel on A itself stopped it.
+/// hour deadline, A's only sandbox slot) is stopped at once when replica B
+/// cancels its instance, so the slot is free for the next attempt on A: an
+/// echo started afterwards completes. Before, only a cancel on A itself
+/// stopped it, and the echo waited the hour for the slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_on_one_replica_stops_the_attempt_running_on_another() {
     with_schema(|db| async move {
         let config = Config {
             deadline: Some(sutra::time::IsoDuration(Duration::from_secs(3600))),
+            // Fuel for the hour: only a stop ends the loop.
+            fuel: Some(u64::MAX >> 2),
+            slots: 1,
+            tenant_slots: Some(1),
             ..Config::default()
         };
         let replica = |owner: &str| {
@@ -879,14 +884,41 @@ async fn a_cancel_on_one_replica_stops_the_attempt_running_on_another() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let cancelled = b.cancel(&id, None).await.expect("cancel on B");
-        assert_eq!(cancelled.state.as_str(), "TERMINATED");
+        assert_eq!(
+            cancelled.state.as_str(),
+            "TERMINATED",
+            "{:?}",
+            cancelled.error
+        );
         // Bounded only so that a regression fails instead of waiting an hour.
-        let started = tokio::time::timeout(Duration::from_secs(300), spinner)
-            .await
-            .expect("the attempt on replica A was not stopped: its start still waits for it")
-            .expect("join");
-        let started = started.expect("start on A");
-        assert_eq!(started, id);
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let echo = tokio::time::timeout_at(
+            deadline.into(),
+            a.start(StartRequest {
+                tenant: TENANT.into(),
+                process_id: "spin".into(),
+                variables: json!({"do": "echo"})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+                ..StartRequest::default()
+            }),
+        )
+        .await
+        .expect("the attempt on replica A was not stopped: the echo waits for its slot")
+        .expect("start the echo on A");
+        loop {
+            let state = a.inspect(&echo).await.expect("inspect").state;
+            if state == "COMPLETED" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline && state != "FAILED",
+                "the attempt on replica A was not stopped: the echo is {state}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        spinner.await.expect("join").expect("start on A");
         assert_eq!(a.inspect(&id).await.expect("inspect").state, "TERMINATED");
         let _ = stop_a.send(());
         serving.await.expect("join").expect("serve");
