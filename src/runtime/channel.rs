@@ -223,6 +223,20 @@ impl<S: Store> Runtime<S> {
         correlation: &str,
         outcome: TaskOutcome,
     ) -> RuntimeResult<Snapshot> {
+        self.answer_call(tenant, channel, correlation, outcome, None)
+            .await
+    }
+
+    /// [`Self::answer`]; through `task`, an external task the worker holds
+    /// (read just before): its step also marks `task` DONE.
+    pub(crate) async fn answer_call(
+        &self,
+        tenant: &str,
+        channel: &str,
+        correlation: &str,
+        outcome: TaskOutcome,
+        task: Option<&RequestRecord>,
+    ) -> RuntimeResult<Snapshot> {
         let not_found = || {
             RuntimeError::new(
                 Code::ChannelCallNotFound,
@@ -243,27 +257,28 @@ impl<S: Store> Runtime<S> {
         let snap = Snapshot::from_json(&rec.snapshot)
             .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
         let call = engine::call_of(&snap, token).ok_or_else(not_found)?;
-        // Whether the call's current request has gone out (RETRY_PENDING otherwise).
-        let sent = match &call.request {
-            Some(r) => self
+        // Whether the call's current request has gone out (RETRY_PENDING
+        // otherwise): the task in hand if it is that request (a fetch sent it).
+        let sent = match (&call.request, task) {
+            (Some(r), Some(t)) if *r == t.id => t.sent_at.map(|_| t.id.clone()),
+            (Some(r), _) => self
                 .inner
                 .store
                 .get_request(r)
                 .await?
                 .filter(|q| q.sent_at.is_some())
                 .map(|q| q.id),
-            None => None,
+            (None, _) => None,
         };
-        self.drive(
-            instance.to_string(),
-            Event::ChannelAnswered {
-                token,
-                channel: channel.to_string(),
-                sent,
-                outcome,
-            },
-        )
-        .await
+        let event = Event::ChannelAnswered {
+            token,
+            channel: channel.to_string(),
+            sent,
+            outcome,
+        };
+        let finished = task.map(|t| vec![t.id.clone()]).unwrap_or_default();
+        self.drive_finishing(instance.to_string(), event, finished)
+            .await
     }
 
     /// Before a step's commit: claim its push requests for this runtime, so

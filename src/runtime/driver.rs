@@ -289,6 +289,17 @@ impl<S: Store> Runtime<S> {
     /// Apply an event, run what it makes runnable to the next wait (within
     /// the commit window), commit, and run what is left.
     pub(crate) fn drive(&self, id: String, event: Event) -> BoxFut<RuntimeResult<Snapshot>> {
+        self.drive_finishing(id, event, Vec::new())
+    }
+
+    /// [`Self::drive`], the step also marking the pull requests `finished`
+    /// DONE (an external task's answer: one commit for both).
+    pub(crate) fn drive_finishing(
+        &self,
+        id: String,
+        event: Event,
+        finished: Vec<String>,
+    ) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
         Box::pin(async move {
             let lock = rt.lock_for(&id);
@@ -303,6 +314,7 @@ impl<S: Store> Runtime<S> {
             loop {
                 rt.start_children(&deployed, &mut spec).await?;
                 let mut write = rt.finish_write(&mut spec);
+                write.finished.clone_from(&finished);
                 let tenant = spec.snapshot.tenant.clone();
                 rt.claim_requests(&tenant, &mut write).await;
                 match rt.inner.store.commit_step(&id, version, &write).await {
