@@ -21,7 +21,7 @@ use crate::engine::{self, Event, InstanceState, Snapshot, TaskOutcome};
 use crate::model::{NodeKind, Process, TaskImpl};
 use crate::store::channels::{ChannelRecord, RequestRecord, Transport};
 use crate::store::{DeploymentState, ParkClaim, StepWrite, Store};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -32,10 +32,15 @@ const CHANNEL_TTL: Duration = Duration::from_secs(1);
 /// (tenant, name) → (read at, settings).
 type ChannelMap = HashMap<(String, String), (Instant, Option<ChannelRecord>)>;
 
-/// Channel settings read recently.
+/// Channel settings read recently, and the push requests this runtime is
+/// delivering right now.
 #[derive(Default)]
 pub(crate) struct ChannelCache {
     map: Mutex<ChannelMap>,
+    /// Ids of the requests being POSTed by [`Runtime::deliver`]: each is
+    /// stored sent (its claim's commit stamped `sent_at`, which nothing
+    /// clears), so an answer needs no read to know it went out.
+    sending: Mutex<HashSet<String>>,
 }
 
 /// A channel's settings as a caller gives them.
@@ -96,6 +101,25 @@ impl<S: Store> Runtime<S> {
             m.insert(key, (Instant::now(), read.clone()));
         }
         Ok(read)
+    }
+
+    /// While `id` is being delivered by this runtime (outbox.rs).
+    pub(crate) fn sending(&self, id: &str, on: bool) {
+        if let Ok(mut s) = self.inner.channels.sending.lock() {
+            if on {
+                s.insert(id.to_string());
+            } else {
+                s.remove(id);
+            }
+        }
+    }
+
+    fn is_sending(&self, id: &str) -> bool {
+        self.inner
+            .channels
+            .sending
+            .lock()
+            .is_ok_and(|s| s.contains(id))
     }
 
     fn forget_channel(&self, tenant: &str, name: &str) {
@@ -258,9 +282,11 @@ impl<S: Store> Runtime<S> {
             .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
         let call = engine::call_of(&snap, token).ok_or_else(not_found)?;
         // Whether the call's current request has gone out (RETRY_PENDING
-        // otherwise): the task in hand if it is that request (a fetch sent it).
+        // otherwise): known without a read when it is the task in hand (a
+        // fetch sent it) or a delivery of this runtime in flight.
         let sent = match (&call.request, task) {
             (Some(r), Some(t)) if *r == t.id => t.sent_at.map(|_| t.id.clone()),
+            (Some(r), None) if self.is_sending(r) => Some(r.clone()),
             (Some(r), _) => self
                 .inner
                 .store

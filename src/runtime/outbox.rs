@@ -120,7 +120,10 @@ impl<S: Store> Runtime<S> {
 
     /// POST one claimed request and record what came of it.
     pub(crate) async fn deliver(&self, req: RequestRecord) {
+        // Claimed, so stored sent: an answer may come before the POST ends.
+        self.sending(&req.id, true);
         let result = self.post(&req).await;
+        self.sending(&req.id, false);
         let now = ms(self.inner.clock.now());
         let failed = req.deliveries + 1;
         let outcome = match result {
