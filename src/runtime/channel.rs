@@ -14,14 +14,14 @@
 //! - an answer reaches only the caller's own instances: another tenant's
 //!   correlation answers like an unknown one.
 
-use super::driver::ms;
+use super::driver::{ms, Finishing};
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::{self, Event, InstanceState, Snapshot, TaskOutcome};
 use crate::model::{NodeKind, Process, TaskImpl};
 use crate::store::channels::{ChannelRecord, RequestRecord, Transport};
 use crate::store::{DeploymentState, ParkClaim, StepWrite, Store};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -37,10 +37,11 @@ type ChannelMap = HashMap<(String, String), (Instant, Option<ChannelRecord>)>;
 #[derive(Default)]
 pub(crate) struct ChannelCache {
     map: Mutex<ChannelMap>,
-    /// Ids of the requests being POSTed by [`Runtime::deliver`]: each is
-    /// stored sent (its claim's commit stamped `sent_at`, which nothing
-    /// clears), so an answer needs no read to know it went out.
-    sending: Mutex<HashSet<String>>,
+    /// The requests being POSTed by [`Runtime::deliver`], and whether an
+    /// answer's step already recorded the delivery. Each is stored sent (its
+    /// claim's commit stamped `sent_at`, which nothing clears), so an answer
+    /// needs no read to know it went out.
+    sending: Mutex<HashMap<String, bool>>,
 }
 
 /// A channel's settings as a caller gives them.
@@ -103,15 +104,23 @@ impl<S: Store> Runtime<S> {
         Ok(read)
     }
 
-    /// While `id` is being delivered by this runtime (outbox.rs).
-    pub(crate) fn sending(&self, id: &str, on: bool) {
+    /// `id` is being delivered by this runtime (outbox.rs).
+    pub(crate) fn sending_begins(&self, id: &str) {
         if let Ok(mut s) = self.inner.channels.sending.lock() {
-            if on {
-                s.insert(id.to_string());
-            } else {
-                s.remove(id);
-            }
+            s.insert(id.to_string(), false);
         }
+    }
+
+    /// The POST of `id` ended: whether an answer's step recorded it DELIVERED
+    /// meanwhile (nothing left to record then).
+    pub(crate) fn sending_ends(&self, id: &str) -> bool {
+        self.inner
+            .channels
+            .sending
+            .lock()
+            .ok()
+            .and_then(|mut s| s.remove(id))
+            .unwrap_or(false)
     }
 
     fn is_sending(&self, id: &str) -> bool {
@@ -119,7 +128,16 @@ impl<S: Store> Runtime<S> {
             .channels
             .sending
             .lock()
-            .is_ok_and(|s| s.contains(id))
+            .is_ok_and(|s| s.contains_key(id))
+    }
+
+    /// An answer's step recorded `id` DELIVERED while its POST runs.
+    fn delivery_answered(&self, id: &str) {
+        if let Ok(mut s) = self.inner.channels.sending.lock() {
+            if let Some(answered) = s.get_mut(id) {
+                *answered = true;
+            }
+        }
     }
 
     fn forget_channel(&self, tenant: &str, name: &str) {
@@ -302,9 +320,23 @@ impl<S: Store> Runtime<S> {
             sent,
             outcome,
         };
-        let finished = task.map(|t| vec![t.id.clone()]).unwrap_or_default();
-        self.drive_finishing(instance.to_string(), event, finished)
-            .await
+        // The answer ends its request in the same step: a pull task DONE; a
+        // push request this runtime is still POSTing DELIVERED (the answer
+        // proves it arrived; the sender then has nothing left to record).
+        let mut finishing = Finishing::default();
+        match (task, &call.request) {
+            (Some(t), _) => finishing.done.push(t.id.clone()),
+            (None, Some(r)) if self.is_sending(r) => finishing.delivered.push(r.clone()),
+            (None, _) => {}
+        }
+        let delivered = finishing.delivered.first().cloned();
+        let snap = self
+            .drive_finishing(instance.to_string(), event, finishing)
+            .await?;
+        if let Some(r) = delivered {
+            self.delivery_answered(&r);
+        }
+        Ok(snap)
     }
 
     /// Before a step's commit: claim its push requests for this runtime, so

@@ -32,6 +32,16 @@ pub struct StartRequest {
     pub retry_of: Option<String>,
 }
 
+/// The requests an answering step ends ([`StepWrite::finished`],
+/// [`StepWrite::delivered`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Finishing {
+    /// Pull requests: DONE.
+    pub done: Vec<String>,
+    /// Push requests answered during their POST: DELIVERED.
+    pub delivered: Vec<String>,
+}
+
 pub(super) fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
     t.timestamp_millis()
 }
@@ -289,16 +299,16 @@ impl<S: Store> Runtime<S> {
     /// Apply an event, run what it makes runnable to the next wait (within
     /// the commit window), commit, and run what is left.
     pub(crate) fn drive(&self, id: String, event: Event) -> BoxFut<RuntimeResult<Snapshot>> {
-        self.drive_finishing(id, event, Vec::new())
+        self.drive_finishing(id, event, Finishing::default())
     }
 
-    /// [`Self::drive`], the step also marking the pull requests `finished`
-    /// DONE (an external task's answer: one commit for both).
+    /// [`Self::drive`], the step also ending the requests it answers (one
+    /// commit for the answer and its request).
     pub(crate) fn drive_finishing(
         &self,
         id: String,
         event: Event,
-        finished: Vec<String>,
+        finishing: Finishing,
     ) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
         Box::pin(async move {
@@ -314,7 +324,8 @@ impl<S: Store> Runtime<S> {
             loop {
                 rt.start_children(&deployed, &mut spec).await?;
                 let mut write = rt.finish_write(&mut spec);
-                write.finished.clone_from(&finished);
+                write.finished.clone_from(&finishing.done);
+                write.delivered.clone_from(&finishing.delivered);
                 let tenant = spec.snapshot.tenant.clone();
                 rt.claim_requests(&tenant, &mut write).await;
                 match rt.inner.store.commit_step(&id, version, &write).await {

@@ -281,6 +281,11 @@ pub struct StepWrite {
     /// error): marked DONE in the same transaction, if still PENDING.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub finished: Vec<String>,
+    /// Push requests this step answers while this runtime is still POSTing
+    /// them (the counterpart answered before its 2xx): marked DELIVERED in
+    /// the same transaction, if still PENDING, as the 2xx would have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delivered: Vec<String>,
     /// Child instances the step starts (process calls), each with its first
     /// step; a grandchild follows its parent in the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

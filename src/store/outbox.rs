@@ -118,6 +118,12 @@ pub(super) fn fetch_and_lock_sql(channels: usize, lock: &str) -> String {
 pub(super) const FINISH_REQUEST: &str = "UPDATE outbox SET state = 'DONE', claimed_by = NULL, \
      claimed_until = NULL, updated_at = $2 WHERE id = $1 AND state = 'PENDING'";
 
+/// `$1` id, `$2` now: a push request answered during its POST (DELIVERED,
+/// as `RECORD_DELIVERED` would have), if still PENDING.
+pub(super) const ANSWERED_DELIVERY: &str = "UPDATE outbox SET state = 'DELIVERED', \
+     claimed_by = NULL, claimed_until = NULL, deliveries = deliveries + 1, last_error = NULL, \
+     updated_at = $2 WHERE id = $1 AND state = 'PENDING'";
+
 /// The lock of `$2` (worker) on `$1` (id) holds at `$3` (now).
 const HELD: &str = "id = $1 AND claimed_by = $2 AND claimed_until > $3 AND state = 'PENDING'";
 
@@ -588,9 +594,10 @@ impl GiveUp<'_> {
     }
 }
 
-/// The pull requests a step answers, marked DONE inside its transaction on
-/// an sqlx connection of either backend ([`StepWrite::finished`];
-/// `StepSql::apply`): the answer and the end of its task commit together.
+/// The requests a step answers, marked DONE (pull, [`StepWrite::finished`])
+/// or DELIVERED (push, [`StepWrite::delivered`]) inside its transaction on an
+/// sqlx connection of either backend (`StepSql::apply`): the answer and the
+/// end of its request commit together.
 pub(super) async fn finish_requests<DB>(
     conn: &mut DB::Connection,
     step: &StepWrite,
@@ -602,8 +609,9 @@ where
     i64: Column<DB>,
     for<'s> &'s str: Type<DB> + Encode<'s, DB>,
 {
-    for id in &step.finished {
-        sqlx::query(FINISH_REQUEST)
+    let answered = step.finished.iter().map(|id| (FINISH_REQUEST, id));
+    for (sql, id) in answered.chain(step.delivered.iter().map(|id| (ANSWERED_DELIVERY, id))) {
+        sqlx::query(sql)
             .bind(id.as_str())
             .bind(step.updated_at)
             .execute(&mut *conn)
@@ -617,8 +625,9 @@ pub(super) fn finish_requests_rusqlite(
     conn: &rusqlite::Connection,
     step: &StepWrite,
 ) -> StoreResult<()> {
-    for id in &step.finished {
-        super::outbox_write::execute(conn, FINISH_REQUEST, &[id, &step.updated_at])?;
+    let answered = step.finished.iter().map(|id| (FINISH_REQUEST, id));
+    for (sql, id) in answered.chain(step.delivered.iter().map(|id| (ANSWERED_DELIVERY, id))) {
+        super::outbox_write::execute(conn, sql, &[id, &step.updated_at])?;
     }
     Ok(())
 }

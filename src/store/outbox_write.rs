@@ -335,6 +335,7 @@ mod tests {
             (INSERT_INCIDENT.to_string(), 5),
             (fetch_and_lock_sql(3, ""), 8),
             (super::super::outbox::FINISH_REQUEST.to_string(), 2),
+            (super::super::outbox::ANSWERED_DELIVERY.to_string(), 2),
         ];
         for (sql, count) in statements {
             let mut statement = conn.prepare(&sql).unwrap();
