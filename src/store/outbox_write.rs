@@ -320,6 +320,25 @@ mod tests {
     use super::super::migrations::{migrations, Dialect};
     use super::*;
 
+    /// An in-memory database runs them on the sqlx group commit.
+    #[tokio::test]
+    async fn the_group_commit_runs_them_too() {
+        use super::super::channels::ChannelStore;
+        let store = super::super::SqliteStore::open("sqlite::memory:")
+            .await
+            .unwrap();
+        assert!(store
+            .claim_deliveries(0, 10, "me", 1000)
+            .await
+            .unwrap()
+            .is_empty());
+        let channels = ["c".to_string()];
+        let fetched = store.fetch_and_lock("t", &channels, "w", 0, 1000, 10);
+        assert!(fetched.await.unwrap().is_empty());
+        let outcome = DeliveryOutcome::Delivered;
+        assert!(!store.record_delivery("x", "me", 0, &outcome).await.unwrap());
+    }
+
     #[test]
     fn every_statement_binds_by_number_on_the_writer_thread() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
