@@ -118,6 +118,25 @@ async fn advance(rt: &Runtime<AnyStore>, vc: &VirtualClock, ms: i64) {
     rt.fire_due().await.unwrap();
 }
 
+/// A counterpart answering each call through the runtime before its 200
+/// (as a service calling back synchronously would).
+async fn answer_inline(
+    axum::extract::State((rt, posts)): axum::extract::State<(
+        Runtime<AnyStore>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    )>,
+    body: axum::body::Bytes,
+) -> axum::http::StatusCode {
+    posts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    let correlation = v["correlation"].as_str().unwrap().to_string();
+    let out = vars(json!({"paid": v["variables"]["amount"]}));
+    match rt.answer(TENANT, "payments", &correlation, out).await {
+        Ok(_) => axum::http::StatusCode::OK,
+        Err(_) => axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 backends::store_tests! {
     /// The request goes out once, after its step committed, signed; the
     /// answer completes the task with its variables.
@@ -346,6 +365,34 @@ backends::store_tests! {
         assert!(cp.received().is_empty());
         let r = db.store.requests_of(&id).await.unwrap().remove(0);
         assert_eq!(r.state, "CANCELLED");
+    }
+
+    /// A counterpart that answers the call while its POST is still open:
+    /// the answer's step records the delivery too (DELIVERED, one delivery,
+    /// as the 2xx would have), and nothing is sent again.
+    async fn an_answer_during_the_post_records_the_delivery(db) {
+        let (rt, _vc) = runtime_with(db.store.clone(), config());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let posts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let app = axum::Router::new()
+            .route("/hook", axum::routing::post(answer_inline))
+            .with_state((rt.clone(), posts.clone()));
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        push_channel(&rt, &url).await;
+        // On the virtual clock the start returns once its delivery ended.
+        let id = start(&rt, &process("", ""), json!({"amount": 7})).await;
+        let view = rt.inspect(&id).await.unwrap();
+        assert_eq!(view.state, "COMPLETED");
+        assert_eq!(view.variables["paid"], json!(7));
+        let r = db.store.requests_of(&id).await.unwrap().remove(0);
+        assert_eq!(r.state, "DELIVERED");
+        assert_eq!(r.deliveries, 1);
+        assert_eq!(r.claimed_by, None);
+        assert_eq!(r.last_error, None);
+        assert!(r.sent_at.is_some());
+        rt.fire_due().await.unwrap();
+        assert_eq!(posts.load(std::sync::atomic::Ordering::SeqCst), 1, "sent once");
     }
 
     /// A FAILED instance migrated onto a fixed version resumes at its

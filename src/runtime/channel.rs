@@ -14,7 +14,7 @@
 //! - an answer reaches only the caller's own instances: another tenant's
 //!   correlation answers like an unknown one.
 
-use super::driver::ms;
+use super::driver::{ms, Finishing};
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::{self, Event, InstanceState, Snapshot, TaskOutcome};
@@ -32,10 +32,16 @@ const CHANNEL_TTL: Duration = Duration::from_secs(1);
 /// (tenant, name) → (read at, settings).
 type ChannelMap = HashMap<(String, String), (Instant, Option<ChannelRecord>)>;
 
-/// Channel settings read recently.
+/// Channel settings read recently, and the push requests this runtime is
+/// delivering right now.
 #[derive(Default)]
 pub(crate) struct ChannelCache {
     map: Mutex<ChannelMap>,
+    /// The requests being POSTed by [`Runtime::deliver`], and whether an
+    /// answer's step already recorded the delivery. Each is stored sent (its
+    /// claim's commit stamped `sent_at`, which nothing clears), so an answer
+    /// needs no read to know it went out.
+    sending: Mutex<HashMap<String, bool>>,
 }
 
 /// A channel's settings as a caller gives them.
@@ -96,6 +102,42 @@ impl<S: Store> Runtime<S> {
             m.insert(key, (Instant::now(), read.clone()));
         }
         Ok(read)
+    }
+
+    /// `id` is being delivered by this runtime (outbox.rs).
+    pub(crate) fn sending_begins(&self, id: &str) {
+        if let Ok(mut s) = self.inner.channels.sending.lock() {
+            s.insert(id.to_string(), false);
+        }
+    }
+
+    /// The POST of `id` ended: whether an answer's step recorded it DELIVERED
+    /// meanwhile (nothing left to record then).
+    pub(crate) fn sending_ends(&self, id: &str) -> bool {
+        self.inner
+            .channels
+            .sending
+            .lock()
+            .ok()
+            .and_then(|mut s| s.remove(id))
+            .unwrap_or(false)
+    }
+
+    fn is_sending(&self, id: &str) -> bool {
+        self.inner
+            .channels
+            .sending
+            .lock()
+            .is_ok_and(|s| s.contains_key(id))
+    }
+
+    /// An answer's step recorded `id` DELIVERED while its POST runs.
+    fn delivery_answered(&self, id: &str) {
+        if let Ok(mut s) = self.inner.channels.sending.lock() {
+            if let Some(answered) = s.get_mut(id) {
+                *answered = true;
+            }
+        }
     }
 
     fn forget_channel(&self, tenant: &str, name: &str) {
@@ -223,6 +265,20 @@ impl<S: Store> Runtime<S> {
         correlation: &str,
         outcome: TaskOutcome,
     ) -> RuntimeResult<Snapshot> {
+        self.answer_call(tenant, channel, correlation, outcome, None)
+            .await
+    }
+
+    /// [`Self::answer`]; through `task`, an external task the worker holds
+    /// (read just before): its step also marks `task` DONE.
+    pub(crate) async fn answer_call(
+        &self,
+        tenant: &str,
+        channel: &str,
+        correlation: &str,
+        outcome: TaskOutcome,
+        task: Option<&RequestRecord>,
+    ) -> RuntimeResult<Snapshot> {
         let not_found = || {
             RuntimeError::new(
                 Code::ChannelCallNotFound,
@@ -243,27 +299,44 @@ impl<S: Store> Runtime<S> {
         let snap = Snapshot::from_json(&rec.snapshot)
             .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
         let call = engine::call_of(&snap, token).ok_or_else(not_found)?;
-        // Whether the call's current request has gone out (RETRY_PENDING otherwise).
-        let sent = match &call.request {
-            Some(r) => self
+        // Whether the call's current request has gone out (RETRY_PENDING
+        // otherwise): known without a read when it is the task in hand (a
+        // fetch sent it) or a delivery of this runtime in flight.
+        let sent = match (&call.request, task) {
+            (Some(r), Some(t)) if *r == t.id => t.sent_at.map(|_| t.id.clone()),
+            (Some(r), None) if self.is_sending(r) => Some(r.clone()),
+            (Some(r), _) => self
                 .inner
                 .store
                 .get_request(r)
                 .await?
                 .filter(|q| q.sent_at.is_some())
                 .map(|q| q.id),
-            None => None,
+            (None, _) => None,
         };
-        self.drive(
-            instance.to_string(),
-            Event::ChannelAnswered {
-                token,
-                channel: channel.to_string(),
-                sent,
-                outcome,
-            },
-        )
-        .await
+        let event = Event::ChannelAnswered {
+            token,
+            channel: channel.to_string(),
+            sent,
+            outcome,
+        };
+        // The answer ends its request in the same step: a pull task DONE; a
+        // push request this runtime is still POSTing DELIVERED (the answer
+        // proves it arrived; the sender then has nothing left to record).
+        let mut finishing = Finishing::default();
+        match (task, &call.request) {
+            (Some(t), _) => finishing.done.push(t.id.clone()),
+            (None, Some(r)) if self.is_sending(r) => finishing.delivered.push(r.clone()),
+            (None, _) => {}
+        }
+        let delivered = finishing.delivered.first().cloned();
+        let snap = self
+            .drive_finishing(instance.to_string(), event, finishing)
+            .await?;
+        if let Some(r) = delivered {
+            self.delivery_answered(&r);
+        }
+        Ok(snap)
     }
 
     /// Before a step's commit: claim its push requests for this runtime, so

@@ -33,6 +33,16 @@ pub struct StartRequest {
     pub retry_of: Option<String>,
 }
 
+/// The requests an answering step ends ([`StepWrite::finished`],
+/// [`StepWrite::delivered`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Finishing {
+    /// Pull requests: DONE.
+    pub done: Vec<String>,
+    /// Push requests answered during their POST: DELIVERED.
+    pub delivered: Vec<String>,
+}
+
 pub(super) fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
     t.timestamp_millis()
 }
@@ -289,7 +299,7 @@ impl<S: Store> Runtime<S> {
     /// Apply an event, run what it makes runnable to the next wait (within
     /// the commit window), commit, and run what is left.
     pub(crate) fn drive(&self, id: String, event: Event) -> BoxFut<RuntimeResult<Snapshot>> {
-        self.drive_written(id, event, None)
+        self.drive_with(id, event, None, Finishing::default())
     }
 
     /// [`Self::drive`] an attempt's end, with what its guest wrote (kept on
@@ -299,6 +309,27 @@ impl<S: Store> Runtime<S> {
         id: String,
         event: Event,
         written: Option<((u64, String, u32), Written)>,
+    ) -> BoxFut<RuntimeResult<Snapshot>> {
+        self.drive_with(id, event, written, Finishing::default())
+    }
+
+    /// [`Self::drive`], the step also ending the requests it answers (one
+    /// commit for the answer and its request).
+    pub(crate) fn drive_finishing(
+        &self,
+        id: String,
+        event: Event,
+        finishing: Finishing,
+    ) -> BoxFut<RuntimeResult<Snapshot>> {
+        self.drive_with(id, event, None, finishing)
+    }
+
+    fn drive_with(
+        &self,
+        id: String,
+        event: Event,
+        written: Option<((u64, String, u32), Written)>,
+        finishing: Finishing,
     ) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
         Box::pin(async move {
@@ -315,6 +346,8 @@ impl<S: Store> Runtime<S> {
             loop {
                 rt.start_children(&deployed, &mut spec).await?;
                 let mut write = rt.finish_write(&mut spec);
+                write.finished.clone_from(&finishing.done);
+                write.delivered.clone_from(&finishing.delivered);
                 let tenant = spec.snapshot.tenant.clone();
                 rt.claim_requests(&tenant, &mut write).await;
                 match rt.inner.store.commit_step(&id, version, &write).await {

@@ -163,26 +163,22 @@ impl<S: Store> Runtime<S> {
         req: &RequestRecord,
         outcome: TaskOutcome,
     ) -> RuntimeResult<()> {
+        // The answer's step marks the task DONE (one commit for both).
         let answered = self
-            .answer(tenant, &req.channel, &req.correlation, outcome)
+            .answer_call(tenant, &req.channel, &req.correlation, outcome, Some(req))
             .await;
         match answered {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             // The call is over (answered otherwise, cancelled): so is this task.
             Err(e) if e.code == Code::ChannelCallNotFound => {
                 self.inner
                     .store
                     .finish_request(&req.id, ms(self.inner.clock.now()))
                     .await?;
-                return Err(e);
+                Err(e)
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
         }
-        self.inner
-            .store
-            .finish_request(&req.id, ms(self.inner.clock.now()))
-            .await?;
-        Ok(())
     }
 
     /// The worker completed the task: its variables are the call's output.

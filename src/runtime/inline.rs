@@ -117,6 +117,8 @@ pub(crate) fn merge(a: &mut StepWrite, b: StepWrite) {
         }
     }
     a.requests.extend(b.requests);
+    a.finished.extend(b.finished);
+    a.delivered.extend(b.delivered);
     a.arm.extend(b.arm);
     a.attempts.extend(b.attempts);
     a.journal.extend(b.journal);

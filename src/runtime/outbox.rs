@@ -15,7 +15,8 @@
 //!
 //! Invariants:
 //! - at least once, de-duplicable: a request is marked DELIVERED only after
-//!   its 2xx; a sender that dies before that leaves its claim to lapse
+//!   its 2xx, or by the step of an answer that came while its POST was open
+//!   (channel.rs: the answer proves it arrived; one commit for both); a sender that dies before that leaves its claim to lapse
 //!   (`delivery_lease_ms`), and the next claim re-sends it with the same
 //!   idempotency key;
 //! - every POST is bounded: connect timeout, whole-response timeout, at
@@ -120,7 +121,14 @@ impl<S: Store> Runtime<S> {
 
     /// POST one claimed request and record what came of it.
     pub(crate) async fn deliver(&self, req: RequestRecord) {
+        // Claimed, so stored sent: an answer may come before the POST ends.
+        self.sending_begins(&req.id);
         let result = self.post(&req).await;
+        if self.sending_ends(&req.id) {
+            // The answer's step recorded it DELIVERED: its call is over.
+            tracing::debug!(request = %req.id, "delivery recorded by its answer");
+            return;
+        }
         let now = ms(self.inner.clock.now());
         let failed = req.deliveries + 1;
         let outcome = match result {

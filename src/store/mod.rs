@@ -30,6 +30,7 @@ pub mod children;
 pub mod failpoint;
 mod migrations;
 mod outbox;
+mod outbox_write;
 pub mod postgres;
 mod queries;
 mod queries_steps;
@@ -295,6 +296,15 @@ pub struct StepWrite {
     /// Channel-call requests issued by the step (the transactional outbox).
     #[serde(default)]
     pub requests: Vec<channels::NewRequest>,
+    /// Pull requests this step answers (an external task's complete or BPMN
+    /// error): marked DONE in the same transaction, if still PENDING.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finished: Vec<String>,
+    /// Push requests this step answers while this runtime is still POSTing
+    /// them (the counterpart answered before its 2xx): marked DELIVERED in
+    /// the same transaction, if still PENDING, as the 2xx would have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delivered: Vec<String>,
     /// Child instances the step starts (process calls), each with its first
     /// step; a grandchild follows its parent in the list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

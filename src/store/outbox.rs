@@ -11,12 +11,12 @@
 
 use super::channels::{
     ChannelRecord, ChannelStore, DeliveryOutcome, IncidentFilter, IncidentRecord, LockedChange,
-    NewRequest, RequestRecord, Transport, INCIDENT_DELIVERY_POISONED,
-    INCIDENT_EXTERNAL_TASK_FAILED,
+    NewRequest, RequestRecord, Transport, INCIDENT_EXTERNAL_TASK_FAILED,
 };
+use super::outbox_write::OutboxOp;
 use super::queries::{Column, Conn, RowsAffected, SqlBackend};
 use super::rows::{effective_limit, paged_select};
-use super::{StoreError, StoreResult};
+use super::{StepWrite, StoreError, StoreResult};
 use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
 
 /// Columns of `outbox` that make a [`RequestRecord`], in its field order.
@@ -49,7 +49,7 @@ const PARK_LIVE: &str =
     "EXISTS (SELECT 1 FROM parks p WHERE p.instance_id = o.instance_id AND p.seq = o.park_seq)";
 
 /// `$1` now. `{lock}`: the backend's row lock.
-fn cancel_orphans_sql(lock: &str) -> String {
+pub(super) fn cancel_orphans_sql(lock: &str) -> String {
     format!(
         "UPDATE outbox SET state = 'CANCELLED', updated_at = $1 WHERE id IN ( \
            SELECT o.id FROM outbox o WHERE o.state = 'PENDING' AND o.due_at <= $1 \
@@ -58,7 +58,7 @@ fn cancel_orphans_sql(lock: &str) -> String {
 }
 
 /// `$1` owner, `$2` claimed_until, `$3` now, `$4` limit.
-fn claim_deliveries_sql(lock: &str) -> String {
+pub(super) fn claim_deliveries_sql(lock: &str) -> String {
     format!(
         "UPDATE outbox SET claimed_by = $1, claimed_until = $2, sent_at = COALESCE(sent_at, $3), \
            updated_at = $3 WHERE id IN ( \
@@ -76,28 +76,30 @@ const NEXT_DELIVERY_DUE: &str = "SELECT MIN(CASE WHEN o.claimed_until IS NOT NUL
      WHERE o.state = 'PENDING' AND c.transport = 'push'";
 
 /// `$1` id, `$2` owner, `$3` now.
-const RECORD_DELIVERED: &str = "UPDATE outbox SET state = 'DELIVERED', claimed_by = NULL, \
+pub(super) const RECORD_DELIVERED: &str =
+    "UPDATE outbox SET state = 'DELIVERED', claimed_by = NULL, \
      claimed_until = NULL, sent_at = COALESCE(sent_at, $3), deliveries = deliveries + 1, \
      last_error = NULL, updated_at = $3 WHERE id = $1 AND claimed_by = $2 AND state = 'PENDING'";
 
 /// `$1` id, `$2` owner, `$3` now, `$4` due_at, `$5` error.
-const RECORD_RETRY: &str = "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, \
+pub(super) const RECORD_RETRY: &str = "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, \
      due_at = $4, deliveries = deliveries + 1, last_error = $5, updated_at = $3 \
      WHERE id = $1 AND claimed_by = $2 AND state = 'PENDING'";
 
 /// `$1` id, `$2` owner, `$3` now, `$4` error.
-const RECORD_POISONED: &str = "UPDATE outbox SET state = 'POISONED', claimed_by = NULL, \
+pub(super) const RECORD_POISONED: &str =
+    "UPDATE outbox SET state = 'POISONED', claimed_by = NULL, \
      claimed_until = NULL, deliveries = deliveries + 1, last_error = $4, updated_at = $3 \
      WHERE id = $1 AND claimed_by = $2 AND state = 'PENDING'";
 
 /// `$1` incident id, `$2` kind, `$3` message, `$4` now, `$5` request id.
-const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, tenant, instance_id, kind, \
+pub(super) const INSERT_INCIDENT: &str = "INSERT INTO incidents (id, tenant, instance_id, kind, \
      request_id, channel, node, message, state, created_at) \
      SELECT $1, tenant, instance_id, $2, id, channel, node, $3, 'OPEN', $4 FROM outbox WHERE id = $5";
 
 /// `$1` worker, `$2` lock_until, `$3` now, `$4` tenant, `$5` limit, then
 /// the channel names from `$6`.
-fn fetch_and_lock_sql(channels: usize, lock: &str) -> String {
+pub(super) fn fetch_and_lock_sql(channels: usize, lock: &str) -> String {
     let names: Vec<String> = (0..channels).map(|i| format!("${}", i + 6)).collect();
     format!(
         "UPDATE outbox SET claimed_by = $1, claimed_until = $2, sent_at = COALESCE(sent_at, $3), \
@@ -111,6 +113,16 @@ fn fetch_and_lock_sql(channels: usize, lock: &str) -> String {
         names.join(", ")
     )
 }
+
+/// `$1` id, `$2` now: a pull request answered (DONE), if still PENDING.
+pub(super) const FINISH_REQUEST: &str = "UPDATE outbox SET state = 'DONE', claimed_by = NULL, \
+     claimed_until = NULL, updated_at = $2 WHERE id = $1 AND state = 'PENDING'";
+
+/// `$1` id, `$2` now: a push request answered during its POST (DELIVERED,
+/// as `RECORD_DELIVERED` would have), if still PENDING.
+pub(super) const ANSWERED_DELIVERY: &str = "UPDATE outbox SET state = 'DELIVERED', \
+     claimed_by = NULL, claimed_until = NULL, deliveries = deliveries + 1, last_error = NULL, \
+     updated_at = $2 WHERE id = $1 AND state = 'PENDING'";
 
 /// The lock of `$2` (worker) on `$1` (id) holds at `$3` (now).
 const HELD: &str = "id = $1 AND claimed_by = $2 AND claimed_until > $3 AND state = 'PENDING'";
@@ -203,19 +215,13 @@ where
         if limit <= 0 {
             return Ok(Vec::new());
         }
-        let mut tx = self.begin_write().await?;
-        sqlx::query(&cancel_orphans_sql(B::SKIP_LOCKED_O))
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-        let mut rows: Vec<RequestRecord> = sqlx::query_as(&claim_deliveries_sql(B::SKIP_LOCKED_O))
-            .bind(owner)
-            .bind(now.saturating_add(lease_ms.max(0)))
-            .bind(now)
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
+        let op = OutboxOp::ClaimDeliveries {
+            now,
+            limit,
+            owner: owner.to_string(),
+            until: now.saturating_add(lease_ms.max(0)),
+        };
+        let mut rows = self.outbox(op).await?.requests();
         rows.sort_by(|a, b| (a.due_at, &a.id).cmp(&(b.due_at, &b.id)));
         Ok(rows)
     }
@@ -233,41 +239,13 @@ where
         now: i64,
         outcome: &DeliveryOutcome,
     ) -> StoreResult<bool> {
-        let mut tx = self.begin_write().await?;
-        let done = match outcome {
-            DeliveryOutcome::Delivered => {
-                sqlx::query(RECORD_DELIVERED)
-                    .bind(id)
-                    .bind(owner)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?
-            }
-            DeliveryOutcome::Retry { due_at, error } => {
-                sqlx::query(RECORD_RETRY)
-                    .bind(id)
-                    .bind(owner)
-                    .bind(now)
-                    .bind(due_at)
-                    .bind(error)
-                    .execute(&mut *tx)
-                    .await?
-            }
-            DeliveryOutcome::Poisoned { error, incident_id } => {
-                let given_up = GiveUp {
-                    id,
-                    holder: owner,
-                    now,
-                    error,
-                    incident_id,
-                };
-                return given_up
-                    .apply::<B::Db>(tx, RECORD_POISONED, INCIDENT_DELIVERY_POISONED)
-                    .await;
-            }
+        let op = OutboxOp::RecordDelivery {
+            id: id.to_string(),
+            owner: owner.to_string(),
+            now,
+            outcome: outcome.clone(),
         };
-        tx.commit().await?;
-        Ok(done.rows_affected() > 0)
+        Ok(self.outbox(op).await?.recorded())
     }
 
     async fn fetch_and_lock(
@@ -282,17 +260,15 @@ where
         if limit <= 0 || channels.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = fetch_and_lock_sql(channels.len(), B::SKIP_LOCKED_O);
-        let mut q = sqlx::query_as::<_, RequestRecord>(&sql)
-            .bind(worker)
-            .bind(lock_until)
-            .bind(now)
-            .bind(tenant)
-            .bind(limit);
-        for c in channels {
-            q = q.bind(c);
-        }
-        let mut rows = q.fetch_all(self.writer()).await?;
+        let op = OutboxOp::FetchAndLock {
+            tenant: tenant.to_string(),
+            channels: channels.to_vec(),
+            worker: worker.to_string(),
+            now,
+            lock_until,
+            limit,
+        };
+        let mut rows = self.outbox(op).await?.requests();
         rows.sort_by(|a, b| (a.due_at, &a.id).cmp(&(b.due_at, &b.id)));
         Ok(rows)
     }
@@ -371,14 +347,11 @@ where
     }
 
     async fn finish_request(&self, id: &str, now: i64) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE outbox SET state = 'DONE', claimed_by = NULL, claimed_until = NULL, \
-                 updated_at = $2 WHERE id = $1 AND state = 'PENDING'",
-        )
-        .bind(id)
-        .bind(now)
-        .execute(self.writer())
-        .await?;
+        sqlx::query(FINISH_REQUEST)
+            .bind(id)
+            .bind(now)
+            .execute(self.writer())
+            .await?;
         Ok(())
     }
 
@@ -619,6 +592,44 @@ impl GiveUp<'_> {
         tx.commit().await?;
         Ok(done)
     }
+}
+
+/// The requests a step answers, marked DONE (pull, [`StepWrite::finished`])
+/// or DELIVERED (push, [`StepWrite::delivered`]) inside its transaction on an
+/// sqlx connection of either backend (`StepSql::apply`): the answer and the
+/// end of its request commit together.
+pub(super) async fn finish_requests<DB>(
+    conn: &mut DB::Connection,
+    step: &StepWrite,
+) -> StoreResult<()>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    i64: Column<DB>,
+    for<'s> &'s str: Type<DB> + Encode<'s, DB>,
+{
+    let answered = step.finished.iter().map(|id| (FINISH_REQUEST, id));
+    for (sql, id) in answered.chain(step.delivered.iter().map(|id| (ANSWERED_DELIVERY, id))) {
+        sqlx::query(sql)
+            .bind(id.as_str())
+            .bind(step.updated_at)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// [`finish_requests`] on the SQLite writer thread's connection.
+pub(super) fn finish_requests_rusqlite(
+    conn: &rusqlite::Connection,
+    step: &StepWrite,
+) -> StoreResult<()> {
+    let answered = step.finished.iter().map(|id| (FINISH_REQUEST, id));
+    for (sql, id) in answered.chain(step.delivered.iter().map(|id| (ANSWERED_DELIVERY, id))) {
+        super::outbox_write::execute(conn, sql, &[id, &step.updated_at])?;
+    }
+    Ok(())
 }
 
 /// The insert of a step's requests on an sqlx connection of either backend

@@ -25,6 +25,7 @@
 //! lock order of a group commit and the notifications.
 
 use super::migrations::{migrator, Dialect};
+use super::outbox_write::{self, OutboxDone, OutboxOp, OutboxPath};
 use super::queries::{Claim, SqlBackend};
 use super::queries_steps::{StepSql, INSERT_INSTANCE};
 use super::rows::{duplicate_or_db, sort_claimed, ParkRow, PARK_COLUMNS};
@@ -169,6 +170,22 @@ static CLAIM_DUE: LazyLock<String> = LazyLock::new(|| {
         returning.join(", ")
     )
 });
+
+/// The outbox's frequent writes: in a pooled transaction (a fetch, one
+/// statement, on a pooled connection).
+impl OutboxPath for PgStore {
+    async fn outbox(&self, op: OutboxOp) -> StoreResult<OutboxDone> {
+        let lock = Self::SKIP_LOCKED_O;
+        if matches!(op, OutboxOp::FetchAndLock { .. }) {
+            let mut conn = self.pool.acquire().await?;
+            return outbox_write::run_sqlx::<Postgres>(&mut conn, &op, lock).await;
+        }
+        let mut tx = self.pool.begin().await?;
+        let done = outbox_write::run_sqlx::<Postgres>(&mut tx, &op, lock).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+}
 
 impl SqlBackend for PgStore {
     type Db = Postgres;

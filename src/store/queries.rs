@@ -94,7 +94,8 @@ pub struct Claim {
 }
 
 /// What a backend brings to the shared queries.
-pub trait SqlBackend: Clone + Send + Sync + 'static {
+/// (Its outbox writes, `outbox_write.rs`, go where its instance writes go.)
+pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 'static {
     type Db: Database<QueryResult: RowsAffected>;
     /// [`Store::backend`]: `sqlite` or `postgres`.
     const NAME: &'static str;

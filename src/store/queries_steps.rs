@@ -190,6 +190,7 @@ where
         deployment_id: &str,
         step: &StepWrite,
     ) -> StoreResult<()> {
+        super::outbox::finish_requests::<DB>(conn, step).await?;
         Self::apply_rows(conn, id, tenant, deployment_id, step).await?;
         if let Some(w) = &step.wake_parent {
             Self::wake_parent(conn, w).await?;

@@ -31,6 +31,7 @@
 //! `BEGIN IMMEDIATE`, and the claim statement (`sqlite_writer.rs`).
 
 use super::migrations::{migrator, Dialect};
+use super::outbox_write::{OutboxDone, OutboxOp, OutboxPath};
 use super::queries::{Claim, SqlBackend};
 use super::sqlite_group::GroupCommit;
 use super::sqlite_writer::{Done, Op, Writer};
@@ -211,6 +212,14 @@ impl SqliteStore {
             WritePath::Thread(writer) => writer.submit(op).await,
             WritePath::Group(group) => group.submit(op).await,
         }
+    }
+}
+
+/// The outbox's frequent writes go where the instance writes go (the writer
+/// thread or the group commit): never racing them for the file lock.
+impl OutboxPath for SqliteStore {
+    async fn outbox(&self, op: OutboxOp) -> StoreResult<OutboxDone> {
+        self.submit(Op::Outbox(op)).await?.outbox()
     }
 }
 

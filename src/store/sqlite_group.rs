@@ -2,8 +2,8 @@
 //! `mode=memory`), whose data lives in the one sqlx connection of the store
 //! and so cannot be written by the writer thread of `sqlite_writer.rs` (a
 //! second connection would see another, empty database), and for a file
-//! database opened with `SqliteOptions::writer_thread` off. Instance writes and
-//! claims ([`Op`]) from concurrent callers are queued to one writer task,
+//! database opened with `SqliteOptions::writer_thread` off. Instance writes,
+//! claims and the outbox's frequent writes ([`Op`]) from concurrent callers are queued to one writer task,
 //! which runs everything queued in ONE transaction on that connection, each
 //! request inside its own savepoint.
 //!
@@ -94,6 +94,9 @@ async fn apply(conn: &mut SqliteConnection, op: &Op) -> StoreResult<Done> {
             Ok(Done::Written)
         }
         Op::Claim(claim) => claim_one(conn, claim).await.map(Done::Claimed),
+        Op::Outbox(op) => super::outbox_write::run_sqlx::<Sqlite>(conn, op, "")
+            .await
+            .map(Done::Outbox),
         Op::Release {
             instance_id,
             seq,

@@ -1,6 +1,7 @@
 //! The SQLite writer thread (file databases): instance writes
-//! (`create_instance`, `commit_step`, `commit_steps`) and park claims
-//! (`claim_due`, `release_claim`) run on one dedicated `std::thread` that owns
+//! (`create_instance`, `commit_step`, `commit_steps`), park claims
+//! (`claim_due`, `release_claim`) and the outbox's frequent writes
+//! (`outbox_write.rs`) run on one dedicated `std::thread` that owns
 //! a `rusqlite` connection to the store's file and calls SQLite synchronously
 //! with cached prepared statements.
 //!
@@ -44,6 +45,7 @@
 //!   goes on.
 
 use super::children;
+use super::outbox_write::{OutboxDone, OutboxOp};
 use super::queries::Claim;
 use super::queries_steps as sql;
 use super::rows::{park_claim_columns, sort_claimed};
@@ -93,6 +95,8 @@ pub(super) enum Op {
     /// Several steps, all or nothing (one savepoint for them all).
     CommitAll(Vec<(String, i64, StepWrite)>),
     Claim(Claim),
+    /// One of the outbox's frequent writes (outbox_write.rs).
+    Outbox(OutboxOp),
     Release {
         instance_id: String,
         seq: i64,
@@ -105,6 +109,7 @@ pub(super) enum Op {
 pub(super) enum Done {
     Created(Created),
     Claimed(Vec<ParkRecord>),
+    Outbox(OutboxDone),
     Written,
 }
 
@@ -118,6 +123,12 @@ impl Done {
     pub(super) fn claimed(self) -> StoreResult<Vec<ParkRecord>> {
         match self {
             Done::Claimed(p) => Ok(p),
+            other => Err(unexpected(other)),
+        }
+    }
+    pub(super) fn outbox(self) -> StoreResult<OutboxDone> {
+        match self {
+            Done::Outbox(o) => Ok(o),
             other => Err(unexpected(other)),
         }
     }
@@ -322,6 +333,7 @@ fn apply(conn: &Connection, op: &Op) -> StoreResult<Done> {
             Ok(Done::Written)
         }
         Op::Claim(claim) => claim_due(conn, claim).map(Done::Claimed),
+        Op::Outbox(op) => super::outbox_write::run_rusqlite(conn, op).map(Done::Outbox),
         Op::Release {
             instance_id,
             seq,
@@ -434,6 +446,7 @@ fn apply_step(
     deployment_id: &str,
     step: &StepWrite,
 ) -> StoreResult<()> {
+    super::outbox::finish_requests_rusqlite(conn, step)?;
     apply_rows(conn, id, tenant, deployment_id, step)?;
     if let Some(w) = &step.wake_parent {
         wake_parent(conn, w)?;
