@@ -6,10 +6,10 @@
 //! the shared test helper runs once). The big guests (`py-task`, `js-task`)
 //! are compiled once and cached under `target/bench-sandbox-cache/`.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
 #[path = "sandbox/bare.rs"]
 mod bare;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use divan::counter::ItemsCount;
 use divan::Bencher;
@@ -245,14 +245,36 @@ fn bare_echo(bencher: Bencher, name: &str, flavour: bare::Flavour) {
     bencher.bench_local(|| rt.block_on(floor.attempt(ECHO)));
 }
 
-#[divan::bench(args = [bare::Flavour::Sutra, bare::Flavour::Defaults])]
+#[divan::bench(args = [bare::Flavour::Sutra, bare::Flavour::SutraTicking, bare::Flavour::Defaults])]
 fn bare_py_echo(bencher: Bencher, flavour: bare::Flavour) {
     bare_echo(bencher, "py-task", flavour);
 }
 
-#[divan::bench(args = [bare::Flavour::Sutra, bare::Flavour::Defaults])]
+#[divan::bench(args = [bare::Flavour::Sutra, bare::Flavour::SutraTicking, bare::Flavour::Defaults])]
 fn bare_js_echo(bencher: Bencher, flavour: bare::Flavour) {
     bare_echo(bencher, "js-task", flavour);
+}
+
+/// What instantiating a big guest alone costs on the sandbox's engine
+/// settings: a fresh store, instantiate, drop, with no call (`bare.rs`).
+fn bare_instantiate(bencher: Bencher, name: &str) {
+    let rt = current_thread();
+    let floor = bare::Floor::new(
+        &common::guest_bytes(name),
+        bare::Flavour::Sutra,
+        &bench_cache_dir(),
+    );
+    bencher.bench_local(|| rt.block_on(floor.instantiate()));
+}
+
+#[divan::bench]
+fn bare_py_instantiate(bencher: Bencher) {
+    bare_instantiate(bencher, "py-task");
+}
+
+#[divan::bench]
+fn bare_js_instantiate(bencher: Bencher) {
+    bare_instantiate(bencher, "js-task");
 }
 
 /// The guest's own work per call: `run` called again and again on one
@@ -280,4 +302,23 @@ fn call_only_py_echo(bencher: Bencher) {
 #[divan::bench]
 fn call_only_js_echo(bencher: Bencher) {
     call_only(bencher, "js-task");
+}
+
+/// Slot reuse for a big guest: `py-task` echo with (memory keep-resident
+/// bytes, table keep-resident bytes, PAGEMAP_SCAN). The third is the default.
+#[divan::bench(args = [(0, 0, false), (4 << 20, 64 << 10, false), (4 << 20, 64 << 10, true), (64 << 20, 1 << 20, true)])]
+fn slot_reuse_py_echo(bencher: Bencher, (mem, table, scan): (usize, usize, bool)) {
+    let rt = current_thread();
+    let sb = Sandbox::new(SandboxConfig {
+        pool_size: 8,
+        keep_resident_bytes: mem,
+        table_keep_resident_bytes: table,
+        pagemap_scan: scan,
+        cache_dir: Some(bench_cache_dir()),
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let c = sb.load(&common::guest_bytes("py-task")).unwrap();
+    let (ctx, limits) = (ctx(), Limits::default());
+    bencher.bench_local(|| rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits)));
 }

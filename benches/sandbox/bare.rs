@@ -6,6 +6,9 @@
 //!   images, lazy tables, the pooling allocator as `SandboxConfig::default()`
 //!   sizes it, with 8 slots as in `sandbox()`), copied from
 //!   `src/sandbox/engine.rs`;
+//! - `sutra_ticking`: the same, plus what the sandbox adds to every store
+//!   of its own: an epoch ticker thread advancing the epoch every 2 ms and an
+//!   epoch deadline of one tick whose callback yields to tokio;
 //! - `defaults`: wasmtime's defaults (on-demand allocation, no fuel, no
 //!   epochs), component model and async on.
 //!
@@ -18,6 +21,7 @@ use std::path::Path;
 use wasmtime::component::{Component, HasSelf, Linker, ResourceTable};
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store,
+    UpdateDeadline,
 };
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -35,6 +39,9 @@ use self::sutra::task::host::Level;
 pub enum Flavour {
     /// The sandbox's engine settings.
     Sutra,
+    /// The sandbox's engine settings, an epoch ticker thread (2 ms) and a
+    /// one-tick epoch deadline that yields.
+    SutraTicking,
     /// wasmtime's defaults.
     Defaults,
 }
@@ -44,7 +51,7 @@ const POOL: u32 = 8;
 fn config(flavour: Flavour) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
-    if let Flavour::Sutra = flavour {
+    if let Flavour::Sutra | Flavour::SutraTicking = flavour {
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(POOL)
             .total_core_instances(POOL * 64)
@@ -81,7 +88,9 @@ pub struct Bare {
 impl WasiView for Bare {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
-            ctx: self.wasi.get_or_insert_with(|| WasiCtxBuilder::new().build()),
+            ctx: self
+                .wasi
+                .get_or_insert_with(|| WasiCtxBuilder::new().build()),
             table: &mut self.table,
         }
     }
@@ -126,6 +135,16 @@ impl Floor {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).unwrap();
         Task::add_to_linker::<Bare, HasSelf<Bare>>(&mut linker, |s| s).unwrap();
         let pre = TaskPre::new(linker.instantiate_pre(&component).unwrap()).unwrap();
+        if let Flavour::SutraTicking = flavour {
+            let weak = engine.weak();
+            std::thread::spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
+                }
+            });
+        }
         Floor { pre, flavour }
     }
 
@@ -137,9 +156,17 @@ impl Floor {
                 table: ResourceTable::new(),
             },
         );
-        if let Flavour::Sutra = self.flavour {
-            store.set_fuel(u64::MAX).unwrap();
-            store.set_epoch_deadline(u64::MAX);
+        match self.flavour {
+            Flavour::Sutra => {
+                store.set_fuel(u64::MAX).unwrap();
+                store.set_epoch_deadline(u64::MAX / 2);
+            }
+            Flavour::SutraTicking => {
+                store.set_fuel(u64::MAX).unwrap();
+                store.set_epoch_deadline(1);
+                store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+            }
+            Flavour::Defaults => {}
         }
         store
     }
@@ -151,6 +178,13 @@ impl Floor {
         let task = self.pre.instantiate_async(&mut store).await.unwrap();
         let r = task.call_run(&mut store, &context(), input).await.unwrap();
         r.is_ok()
+    }
+
+    /// A fresh store, instantiate, drop, never calling `run`: what
+    /// instantiation alone costs (start functions included).
+    pub async fn instantiate(&self) {
+        let mut store = self.store();
+        self.pre.instantiate_async(&mut store).await.unwrap();
     }
 
     /// An instance to call `run` on again and again (the guest's own work
