@@ -3,8 +3,11 @@
 //! results and what was tried are in `benches/README.md` ("Sandbox").
 //!
 //! Needs `target/guests/chaos.wasm` (built by `guest-examples/build.sh`, which
-//! the shared test helper runs once).
+//! the shared test helper runs once). The big guests (`py-task`, `js-task`)
+//! are compiled once and cached under `target/bench-sandbox-cache/`.
 
+#[path = "sandbox/bare.rs"]
+mod bare;
 #[path = "../tests/common/mod.rs"]
 mod common;
 
@@ -40,11 +43,18 @@ fn chaos_bytes() -> &'static [u8] {
     })
 }
 
+/// Where the compiled big guests are kept between bench runs (a fresh
+/// Cranelift compile of `py-task` costs ~20 s of CPU).
+fn bench_cache_dir() -> std::path::PathBuf {
+    common::root().join("target/bench-sandbox-cache")
+}
+
 fn sandbox() -> &'static Sandbox {
     static SB: OnceLock<Sandbox> = OnceLock::new();
     SB.get_or_init(|| {
         Sandbox::new(SandboxConfig {
             pool_size: 8,
+            cache_dir: Some(bench_cache_dir()),
             ..SandboxConfig::default()
         })
         .unwrap()
@@ -70,6 +80,33 @@ fn attempt_chaos_echo(bencher: Bencher) {
     let r = rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits));
     assert!(r.outcome.is_completed(), "{:?}", r.outcome);
     bencher.bench_local(|| rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits)));
+}
+
+/// A language guest (`py-task`, `js-task`) built as the tests build it.
+fn big_guest(name: &str) -> LoadedComponent {
+    sandbox().load(&common::guest_bytes(name)).unwrap()
+}
+
+fn attempt_big_echo(bencher: Bencher, name: &str) {
+    let rt = current_thread();
+    let (sb, c, ctx, limits) = (sandbox(), big_guest(name), ctx(), Limits::default());
+    let r = rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits));
+    assert!(r.outcome.is_completed(), "{name}: {:?}", r.outcome);
+    bencher.bench_local(|| rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits)));
+}
+
+/// One `py-task` (componentize-py) echo attempt, same harness as
+/// `attempt_chaos_echo`.
+#[divan::bench]
+fn attempt_py_echo(bencher: Bencher) {
+    attempt_big_echo(bencher, "py-task");
+}
+
+/// One `js-task` (componentize-js) echo attempt, same harness as
+/// `attempt_chaos_echo`.
+#[divan::bench]
+fn attempt_js_echo(bencher: Bencher) {
+    attempt_big_echo(bencher, "js-task");
 }
 
 /// The floor: a WAT echo with no WASI imports at all.
@@ -194,6 +231,94 @@ fn slot_reuse_chaos_echo(bencher: Bencher, (mem, table, scan): (usize, usize, bo
     })
     .unwrap();
     let c = sb.load(chaos_bytes()).unwrap();
+    let (ctx, limits) = (ctx(), Limits::default());
+    bencher.bench_local(|| rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits)));
+}
+
+/// The floor of wasmtime for a big guest's echo attempt: a fresh store,
+/// instantiate, call, drop, with no Sutra code around it (`bare.rs`), on the
+/// sandbox's engine settings and on wasmtime's defaults.
+fn bare_echo(bencher: Bencher, name: &str, flavour: bare::Flavour) {
+    let rt = current_thread();
+    let floor = bare::Floor::new(&common::guest_bytes(name), flavour, &bench_cache_dir());
+    assert!(rt.block_on(floor.attempt(ECHO)), "{name}: not ok");
+    bencher.bench_local(|| rt.block_on(floor.attempt(ECHO)));
+}
+
+#[divan::bench(args = [bare::Flavour::Sutra, bare::Flavour::SutraTicking, bare::Flavour::Defaults])]
+fn bare_py_echo(bencher: Bencher, flavour: bare::Flavour) {
+    bare_echo(bencher, "py-task", flavour);
+}
+
+#[divan::bench(args = [bare::Flavour::Sutra, bare::Flavour::SutraTicking, bare::Flavour::Defaults])]
+fn bare_js_echo(bencher: Bencher, flavour: bare::Flavour) {
+    bare_echo(bencher, "js-task", flavour);
+}
+
+/// What instantiating a big guest alone costs on the sandbox's engine
+/// settings: a fresh store, instantiate, drop, with no call (`bare.rs`).
+fn bare_instantiate(bencher: Bencher, name: &str) {
+    let rt = current_thread();
+    let floor = bare::Floor::new(
+        &common::guest_bytes(name),
+        bare::Flavour::Sutra,
+        &bench_cache_dir(),
+    );
+    bencher.bench_local(|| rt.block_on(floor.instantiate()));
+}
+
+#[divan::bench]
+fn bare_py_instantiate(bencher: Bencher) {
+    bare_instantiate(bencher, "py-task");
+}
+
+#[divan::bench]
+fn bare_js_instantiate(bencher: Bencher) {
+    bare_instantiate(bencher, "js-task");
+}
+
+/// The guest's own work per call: `run` called again and again on one
+/// instance (never done by the sandbox, which instantiates per attempt).
+fn call_only(bencher: Bencher, name: &str) {
+    let rt = current_thread();
+    let floor = bare::Floor::new(
+        &common::guest_bytes(name),
+        bare::Flavour::Sutra,
+        &bench_cache_dir(),
+    );
+    let (mut store, task) = rt.block_on(floor.instance());
+    let ctx = bare::context();
+    bencher.bench_local(|| {
+        let r = rt.block_on(task.call_run(&mut store, &ctx, ECHO)).unwrap();
+        assert!(r.is_ok());
+    });
+}
+
+#[divan::bench]
+fn call_only_py_echo(bencher: Bencher) {
+    call_only(bencher, "py-task");
+}
+
+#[divan::bench]
+fn call_only_js_echo(bencher: Bencher) {
+    call_only(bencher, "js-task");
+}
+
+/// Slot reuse for a big guest: `py-task` echo with (memory keep-resident
+/// bytes, table keep-resident bytes, PAGEMAP_SCAN). The third is the default.
+#[divan::bench(args = [(0, 0, false), (4 << 20, 64 << 10, false), (4 << 20, 64 << 10, true), (64 << 20, 1 << 20, true)])]
+fn slot_reuse_py_echo(bencher: Bencher, (mem, table, scan): (usize, usize, bool)) {
+    let rt = current_thread();
+    let sb = Sandbox::new(SandboxConfig {
+        pool_size: 8,
+        keep_resident_bytes: mem,
+        table_keep_resident_bytes: table,
+        pagemap_scan: scan,
+        cache_dir: Some(bench_cache_dir()),
+        ..SandboxConfig::default()
+    })
+    .unwrap();
+    let c = sb.load(&common::guest_bytes("py-task")).unwrap();
     let (ctx, limits) = (ctx(), Limits::default());
     bencher.bench_local(|| rt.block_on(sb.attempt(&c, &ctx, ECHO, &limits)));
 }
