@@ -38,6 +38,10 @@ const SHARED: &[(&str, &str)] = &[
         "0007_compile_limits.sql",
         include_str!("../../migrations/shared/0007_compile_limits.sql"),
     ),
+    (
+        "0008_live_children.sql",
+        include_str!("../../migrations/shared/0008_live_children.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.
