@@ -179,8 +179,9 @@ fn copy_sql(backend: &str) -> [String; 3] {
     let series = "WITH RECURSIVE n(i) AS (SELECT CAST(1 AS BIGINT) UNION ALL \
                   SELECT i + 1 FROM n WHERE i < $2)";
     let counter = "CAST(($6 + n.i) AS TEXT)";
-    let new_id =
-        format!("substr($1, 1, 12) || substr('0000000000000000' || {counter}, length({counter}) + 1, 16)");
+    let new_id = format!(
+        "substr($1, 1, 12) || substr('0000000000000000' || {counter}, length({counter}) + 1, 16)"
+    );
     let due = due_text(backend);
     [
         format!(
@@ -279,6 +280,25 @@ impl Raw {
             Raw::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await?,
             Raw::Pg(pool) => sqlx::query_scalar(sql).fetch_one(pool).await?,
         })
+    }
+
+    async fn text(&self, sql: &str) -> Result<String> {
+        Ok(match self {
+            Raw::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await?,
+            Raw::Pg(pool) => sqlx::query_scalar(sql).fetch_one(pool).await?,
+        })
+    }
+
+    async fn exec_bind(&self, sql: &str, a: i64, b: &str) -> Result<()> {
+        match self {
+            Raw::Sqlite(pool) => {
+                sqlx::query(sql).bind(a).bind(b).execute(pool).await?;
+            }
+            Raw::Pg(pool) => {
+                sqlx::query(sql).bind(a).bind(b).execute(pool).await?;
+            }
+        }
+        Ok(())
     }
 
     async fn close(&self) {
@@ -468,7 +488,7 @@ fn spawn_serve(url: &str) -> Result<Server> {
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sutra").to_string());
     let spawned_ms = now_ms();
     let spawned = Instant::now();
-    let mut child = Command::new(exe)
+    let mut child = Command::new(&exe)
         .args(["serve", "--listen", "127.0.0.1:0", "--db", url])
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -551,9 +571,10 @@ async fn run_one(t: Target, n: usize) -> Result<()> {
         rt.deploy(TENANT, &bpmn(process, duration), &BTreeMap::new())
             .await?;
     }
-    let (_, key) = sutra::api::auth::create_tenant(&store, TENANT, TenantLimits::default(), now_ms())
-        .await
-        .map_err(|e| anyhow!("tenant: {e}"))?;
+    let (_, key) =
+        sutra::api::auth::create_tenant(&store, TENANT, TenantLimits::default(), now_ms())
+            .await
+            .map_err(|e| anyhow!("tenant: {e}"))?;
     make_parked(&rt, &t, n).await?;
     if let Raw::Sqlite(_) = t.raw {
         let file = std::fs::metadata(t.url.trim_start_matches("sqlite://"))?.len();
@@ -676,6 +697,20 @@ async fn run_one(t: Target, n: usize) -> Result<()> {
         late.push((end - due) as f64);
     }
     row("fire one due park: due_at → ended_at", pct(late));
+    // A copied row fires like one the engine wrote: the latest-due park
+    // (a copy when N > 1,000) made due now, then fired by the server.
+    let copy = t
+        .raw
+        .text("SELECT instance_id FROM parks WHERE kind = 'timer' ORDER BY due_at DESC, instance_id LIMIT 1")
+        .await?;
+    t.raw
+        .exec_bind(
+            "UPDATE parks SET due_at = $1 WHERE instance_id = $2",
+            now_ms(),
+            &copy,
+        )
+        .await?;
+    ended_at(&store, &copy, Duration::from_secs(60)).await?;
     let after = rss_kib(pid).ok_or_else(|| anyhow!("no /proc/{pid}/status"))?;
     row(
         "`sutra serve` RSS (VmRSS)",
@@ -738,7 +773,9 @@ async fn run(selected: &[String]) -> Result<()> {
     );
     row(
         "load (/proc/loadavg)",
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim(),
     );
     for &n in &sizes {
         if pick(&backends, "sqlite") {
@@ -754,7 +791,9 @@ async fn run(selected: &[String]) -> Result<()> {
     }
     row(
         "load at the end (/proc/loadavg)",
-        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim(),
     );
     Ok(())
 }
