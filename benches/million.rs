@@ -380,7 +380,7 @@ fn template_due(snapshot: &str) -> Result<String> {
 /// Parks `n` instances of `parked` (PT1H) in `t`: through `start`, then by copy.
 async fn make_parked(rt: &Runtime<AnyStore>, t: &Target, n: usize) -> Result<()> {
     let templates = n.min(TEMPLATES);
-    if n % templates != 0 {
+    if !n.is_multiple_of(templates) {
         bail!("{n} is not a multiple of {templates}");
     }
     let replicas = (n / templates - 1) as i64;
