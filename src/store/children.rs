@@ -16,8 +16,10 @@
 //! - a live child whose parent's park is gone is an orphan
 //!   (`Store::orphaned_children`): the runtime cancels it.
 
+use super::queries::LIVE;
 use super::{NewInstance, ParkClaim, StepWrite};
 use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
 
 /// A child instance created with a step: its row, its first step, and the
 /// park of its parent that awaits it.
@@ -59,10 +61,51 @@ pub(super) const WAKE_PARENT: &str = "UPDATE parks SET due_at = $1, payload = $2
 pub(super) const CHILD_OUTCOME: &str =
     "SELECT payload FROM parks WHERE instance_id = $1 AND seq = $2";
 
+/// `$1` limit → live children whose parent's park is gone, by id. It reads
+/// `instances_live_children` (migration 0009: child flows only), never the
+/// live instances (a million parked ones would be read at every boot).
+pub(super) static ORPHANED: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT c.id FROM instances c \
+         WHERE c.parent_id IS NOT NULL AND c.state IN ({LIVE}) \
+           AND NOT EXISTS (SELECT 1 FROM parks p \
+                           WHERE p.instance_id = c.parent_id AND p.seq = c.parent_park) \
+         ORDER BY c.id LIMIT $1"
+    )
+});
+
 /// The claim columns of a wake-up: a claim never lapses before its park is due.
 pub(super) fn wake_claim(w: &ChildEnd) -> (Option<&str>, Option<i64>) {
     match &w.claim {
         Some(c) => (Some(c.owner.as_str()), Some(c.until.max(w.due_at))),
         None => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::SqliteStore;
+
+    /// SQLite's planner (no statistics) took the state index and walked
+    /// every live instance; the pass must read the children's index only.
+    #[tokio::test]
+    async fn the_orphan_pass_reads_only_the_index_of_live_children_on_sqlite() {
+        let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(&format!("EXPLAIN QUERY PLAN {}", *super::ORPHANED))
+                .bind(256_i64)
+                .fetch_all(&store.read)
+                .await
+                .unwrap();
+        let outer: Vec<&str> = plan
+            .iter()
+            .filter(|r| r.3.contains(" c "))
+            .map(|r| r.3.as_str())
+            .collect();
+        assert!(
+            outer.len() == 1 && outer[0].contains("instances_live_children"),
+            "{plan:?}"
+        );
+        store.close().await;
     }
 }

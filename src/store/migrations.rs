@@ -42,6 +42,10 @@ const SHARED: &[(&str, &str)] = &[
         "0008_attempt_output.sql",
         include_str!("../../migrations/shared/0008_attempt_output.sql"),
     ),
+    (
+        "0009_live_children.sql",
+        include_str!("../../migrations/shared/0009_live_children.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

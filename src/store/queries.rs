@@ -446,16 +446,10 @@ where
     }
 
     async fn orphaned_children(&self, limit: i64) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(&format!(
-            "SELECT c.id FROM instances c \
-             WHERE c.parent_id IS NOT NULL AND c.state IN ({LIVE}) \
-               AND NOT EXISTS (SELECT 1 FROM parks p \
-                               WHERE p.instance_id = c.parent_id AND p.seq = c.parent_park) \
-             ORDER BY c.id LIMIT $1"
-        ))
-        .bind(limit.max(0))
-        .fetch_all(self.reads())
-        .await?)
+        Ok(sqlx::query_scalar(&super::children::ORPHANED)
+            .bind(limit.max(0))
+            .fetch_all(self.reads())
+            .await?)
     }
 
     async fn park_counts(&self) -> StoreResult<Vec<(String, i64)>> {
