@@ -71,11 +71,13 @@ impl Deployed {
     /// place (a step is microseconds). On a current-thread runtime (tests,
     /// the CLI's one-shot `run`) there is no other thread to hand work to.
     fn offload<T>(&self, step: impl FnOnce() -> T) -> T {
-        let multi_thread = matches!(
-            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread)
-        );
-        if self.iterating && multi_thread {
+        let multi_thread = || {
+            matches!(
+                tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+                Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+            )
+        };
+        if self.iterating && multi_thread() {
             tokio::task::block_in_place(step)
         } else {
             step()

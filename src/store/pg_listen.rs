@@ -11,7 +11,9 @@
 //! [`watch_stops`] task hands it to the runtime, which stops the attempt if
 //! it runs there (`runtime/interrupt.rs`). A lost stop notification (the
 //! listener reconnecting) lets that attempt run to its deadline, as on a
-//! replica that never heard of it; its result is discarded either way.
+//! replica that never heard of it; its result is discarded either way. As
+//! for parks the channel is per database: a stop committed in another
+//! schema names an attempt that does not run here and is ignored.
 //!
 //! Invariants:
 //! - a notification is only a hint: the store stays the truth, a lost or
