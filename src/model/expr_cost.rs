@@ -94,7 +94,7 @@ pub fn bound(expr: &IdedExpr, vars: &Map<String, Value>) -> u64 {
 /// `map`, `filter`...) or a regular expression. Such an expression can use
 /// its whole budget (tens of milliseconds); one without is linear in the
 /// variables it reads. The runtime steps a process holding one off the async
-/// executor (`runtime::offload`).
+/// executor (`runtime::deployed`, `Deployed::offload`).
 pub fn may_iterate(expr: &IdedExpr) -> bool {
     match &expr.expr {
         Expr::Unspecified | Expr::Literal(_) | Expr::Ident(_) => false,
