@@ -632,25 +632,9 @@ async fn run_one(t: Target, n: usize) -> Result<()> {
     // One more start, through the server's API, one at a time.
     let http = reqwest::Client::new();
     let url = format!("http://{}/v1/processes/parked/instances", server.addr);
-    let mut starts = Vec::new();
-    for i in 0..STARTS + 5 {
-        let t0 = Instant::now();
-        let res = http
-            .post(&url)
-            .bearer_auth(&key)
-            .json(&serde_json::json!({ "variables": {} }))
-            .send()
-            .await?;
-        let status = res.status();
-        let body = res.text().await?;
-        if status.as_u16() != 201 {
-            bail!("start answered {status}: {body}");
-        }
-        // The first few warm the connection and the caches.
-        if i >= 5 {
-            starts.push(ms(t0.elapsed()));
-        }
-    }
+    // The first few warm the connection and the caches.
+    timed_starts(&http, &url, &key, 5).await?;
+    let starts = timed_starts(&http, &url, &key, STARTS).await?;
     row("start one more (HTTP POST → 201, sequential)", pct(starts));
     // The same with a live-instance quota on the tenant: each start counts
     // the tenant's live instances (runtime/tenancy.rs). The server caches
@@ -661,22 +645,7 @@ async fn run_one(t: Target, n: usize) -> Result<()> {
     };
     store.set_tenant_limits(TENANT, &quota).await?;
     tokio::time::sleep(Duration::from_millis(5_500)).await;
-    let mut quota_starts = Vec::new();
-    for _ in 0..20 {
-        let t0 = Instant::now();
-        let res = http
-            .post(&url)
-            .bearer_auth(&key)
-            .json(&serde_json::json!({ "variables": {} }))
-            .send()
-            .await?;
-        let status = res.status();
-        let body = res.text().await?;
-        if status.as_u16() != 201 {
-            bail!("start answered {status}: {body}");
-        }
-        quota_starts.push(ms(t0.elapsed()));
-    }
+    let quota_starts = timed_starts(&http, &url, &key, 20).await?;
     row("the same, the tenant under a quota", pct(quota_starts));
     store
         .set_tenant_limits(TENANT, &TenantLimits::default())
@@ -821,4 +790,26 @@ fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `n` starts through the server's API, one after another: each one's
+/// latency (POST → 201), in ms.
+async fn timed_starts(http: &reqwest::Client, url: &str, key: &str, n: usize) -> Result<Vec<f64>> {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let res = http
+            .post(url)
+            .bearer_auth(key)
+            .json(&serde_json::json!({ "variables": {} }))
+            .send()
+            .await?;
+        let status = res.status();
+        let body = res.text().await?;
+        if status.as_u16() != 201 {
+            bail!("start answered {status}: {body}");
+        }
+        times.push(ms(t0.elapsed()));
+    }
+    Ok(times)
 }
