@@ -699,8 +699,12 @@ async fn console_routes_answer_on_both_backends() {
         let other = srv.tenant("other", json!({})).await;
         let dep = deploy(&api, &one_task("order"), &["chaos"]).await;
         let (_, ok) = api.start("order", json!({"do": "echo"})).await;
+        // A guest's own code with its own class (in its details).
         let (_, bad) = api
-            .start("order", json!({"do": "fail", "code": "BROKEN"}))
+            .start(
+                "order",
+                json!({"do": "fail", "code": "BROKEN", "class": "rate_limit"}),
+            )
             .await;
         assert_eq!(
             (ok["state"].as_str(), bad["state"].as_str()),
@@ -737,6 +741,7 @@ async fn console_routes_answer_on_both_backends() {
             ),
             (Some("T"), Some("failed"), Some("BROKEN"))
         );
+        assert_eq!(first["class"], "rate_limit", "the guest's class is kept: {a}");
         assert!(first["durationMs"].as_i64().unwrap() >= 0);
         let (status, _) = other.get(&format!("/v1/instances/{bad_id}/attempts")).await;
         assert_eq!(status, StatusCode::NOT_FOUND);

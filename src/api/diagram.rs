@@ -142,7 +142,8 @@ pub struct AttemptBody {
     /// `completed`, `business_error` or `failed`.
     pub outcome: String,
     pub code: Option<String>,
-    /// The error class of a Sutra code (a guest's own code has none here).
+    /// The error class of a failure: the one stored with it (a guest's own
+    /// class for its own code), else its Sutra code's.
     pub class: Option<String>,
     pub message: Option<String>,
     /// The end of what the guest wrote to stderr (at most 4 KiB, a leading
@@ -194,11 +195,13 @@ pub async fn attempts(
             (a, stderr, logs)
         })
         .map(|(a, stderr, logs)| AttemptBody {
-            class: a
-                .code
-                .as_deref()
-                .and_then(Code::parse)
-                .map(|c| c.class().as_str().to_string()),
+            // Rows written before migration 0010 have no class: their code's.
+            class: a.class.or_else(|| {
+                a.code
+                    .as_deref()
+                    .and_then(Code::parse)
+                    .map(|c| c.class().as_str().to_string())
+            }),
             task: a.node,
             token: a.token,
             attempt: a.attempt,
