@@ -425,10 +425,11 @@ async fn timeline(api: &server::Api, instance: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Each worker failure is an attempts row, in time order, also once the
-/// retries are spent (an incident). On both backends.
+/// A pull call's wait names its channel and request; each worker failure is
+/// an attempts row, in time order, also once the retries are spent (an
+/// incident). On both backends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn worker_failures_are_listed_among_the_attempts_on_both_backends() {
+async fn worker_failures_and_the_channel_wait_are_shown_on_both_backends() {
     for db in [server::Db::Sqlite, server::Db::Postgres] {
         let Some(srv) = Server::start_on(db, &[]).await else {
             continue;
@@ -448,7 +449,15 @@ async fn worker_failures_are_listed_among_the_attempts_on_both_backends() {
         // Fails twice (a second apart), then completes.
         let (_, started) = acme.start("pay", json!({"doc": 1})).await;
         let id = started["instance"].as_str().unwrap().to_string();
-        fail_once(&acme, "scanner offline").await;
+        let wait = &started["waits"][0];
+        assert_eq!(
+            (wait["kind"].as_str(), wait["node"].as_str(), wait["channel"].as_str()),
+            (Some("channel"), Some("Charge"), Some("reviews")),
+            "{started}"
+        );
+        let request = wait["request"].as_str().expect("the request").to_string();
+        let task = fail_once(&acme, "scanner offline").await;
+        assert_eq!(task, request, "the wait names the external task it waits for");
         srv.advance("PT1S").await;
         fail_once(&acme, "scanner <b>still</b> offline").await;
         srv.advance("PT1S").await;
@@ -494,7 +503,11 @@ async fn worker_failures_are_listed_among_the_attempts_on_both_backends() {
             "{db:?}"
         );
         let (_, view) = acme.get(&format!("/v1/instances/{id}")).await;
-        assert_eq!(view["state"], "WAITING", "the call still waits: {view}");
+        assert_eq!(
+            (view["state"].as_str(), view["waits"][0]["channel"].as_str()),
+            (Some("WAITING"), Some("reviews")),
+            "the call still waits: {view}"
+        );
         let other = srv.tenant("other", json!({})).await;
         let (status, _) = other.get(&format!("/v1/instances/{id}/attempts")).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
