@@ -419,8 +419,16 @@ async fn timeline(api: &server::Api, instance: &str) -> Vec<Value> {
         .unwrap()
         .iter()
         .map(|a| {
-            json!([a["task"], a["outcome"], a["code"], a["class"], a["message"], a["worker"],
-                a["retriesLeft"], a["attempt"]])
+            json!([
+                a["task"],
+                a["outcome"],
+                a["code"],
+                a["class"],
+                a["message"],
+                a["worker"],
+                a["retriesLeft"],
+                a["attempt"]
+            ])
         })
         .collect()
 }
@@ -451,13 +459,20 @@ async fn worker_failures_and_the_channel_wait_are_shown_on_both_backends() {
         let id = started["instance"].as_str().unwrap().to_string();
         let wait = &started["waits"][0];
         assert_eq!(
-            (wait["kind"].as_str(), wait["node"].as_str(), wait["channel"].as_str()),
+            (
+                wait["kind"].as_str(),
+                wait["node"].as_str(),
+                wait["channel"].as_str()
+            ),
             (Some("channel"), Some("Charge"), Some("reviews")),
             "{started}"
         );
         let request = wait["request"].as_str().expect("the request").to_string();
         let task = fail_once(&acme, "scanner offline").await;
-        assert_eq!(task, request, "the wait names the external task it waits for");
+        assert_eq!(
+            task, request,
+            "the wait names the external task it waits for"
+        );
         srv.advance("PT1S").await;
         fail_once(&acme, "scanner <b>still</b> offline").await;
         srv.advance("PT1S").await;
@@ -465,14 +480,25 @@ async fn worker_failures_and_the_channel_wait_are_shown_on_both_backends() {
         let (_, body) = acme.post("/v1/external-tasks/fetch-and-lock", fetch).await;
         let (status, body) = acme
             .post(
-                &format!("/v1/external-tasks/{}/complete", body["tasks"][0]["id"].as_str().unwrap()),
+                &format!(
+                    "/v1/external-tasks/{}/complete",
+                    body["tasks"][0]["id"].as_str().unwrap()
+                ),
                 json!({"workerId": "w2", "variables": {"ok": true}}),
             )
             .await;
         assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
         let failed = |message: &str, left: i64| {
-            json!(["Charge", "worker_failed", "SUTRA.RUNTIME.EXTERNAL_TASK.FAILED", "transient",
-                message, "w1", left, 1])
+            json!([
+                "Charge",
+                "worker_failed",
+                "SUTRA.RUNTIME.EXTERNAL_TASK.FAILED",
+                "transient",
+                message,
+                "w1",
+                left,
+                1
+            ])
         };
         let completed = json!(["Charge", "completed", null, null, null, null, null, 1]);
         assert_eq!(
@@ -499,7 +525,11 @@ async fn worker_failures_and_the_channel_wait_are_shown_on_both_backends() {
         assert_eq!(incidents["incidents"][0]["state"], "OPEN", "{incidents}");
         assert_eq!(
             timeline(&acme, &id).await,
-            vec![failed("failure 1", 2), failed("failure 2", 1), failed("failure 3", 0)],
+            vec![
+                failed("failure 1", 2),
+                failed("failure 2", 1),
+                failed("failure 3", 0)
+            ],
             "{db:?}"
         );
         let (_, view) = acme.get(&format!("/v1/instances/{id}")).await;

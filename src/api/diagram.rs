@@ -1,8 +1,8 @@
 //! What the web console reads beyond the other routes, all public `/v1`
 //! routes: a deployment's diagram (BPMN XML with DI, for every dialect —
 //! see [`crate::diagram`]) and its modules with their sizes; an instance's
-//! attempts in full (durations, messages, error classes); a tenant's
-//! instance counts by state.
+//! attempts in full (durations, messages, error classes) with the failures
+//! its external-task workers reported; a tenant's instance counts by state.
 //!
 //! Invariant: a tenant sees only its own deployments and instances (another
 //! tenant's id answers 404, as everywhere).
@@ -345,4 +345,78 @@ pub async fn counts(
     }
     let total = counts.values().sum();
     Ok(Json(CountsBody { counts, total }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(attempt: i64, outcome: &str, ended_ms: i64) -> AttemptBody {
+        AttemptBody {
+            task: "Charge".into(),
+            token: 1,
+            attempt,
+            started_at: from_millis(0),
+            ended_at: from_millis(ended_ms),
+            duration_ms: ended_ms,
+            outcome: outcome.into(),
+            code: None,
+            class: None,
+            message: None,
+            worker: None,
+            retries_left: None,
+            stderr: None,
+            logs: Vec::new(),
+        }
+    }
+
+    fn failure(call_attempt: i64, at: i64, message: &str) -> WorkerFailureRecord {
+        WorkerFailureRecord {
+            request_id: format!("i.{call_attempt}"),
+            token: 1,
+            node: "Charge".into(),
+            call_attempt,
+            at,
+            worker: "w1".into(),
+            message: message.into(),
+            retries_left: 2,
+        }
+    }
+
+    fn shape(rows: &[AttemptBody]) -> Vec<(i64, &str, Option<&str>)> {
+        rows.iter()
+            .map(|a| (a.attempt, a.outcome.as_str(), a.message.as_deref()))
+            .collect()
+    }
+
+    #[test]
+    fn worker_failures_go_in_time_before_the_answer_of_their_call_attempt() {
+        // Call attempt 1 timed out at 10; attempt 2's worker failed at 10
+        // (the same instant) and at 15, then its answer came at 15.
+        let rows = vec![row(1, "failed", 10), row(2, "completed", 15)];
+        let merged = with_worker_failures(
+            rows,
+            vec![failure(2, 10, "first"), failure(2, 15, "second")],
+        );
+        assert_eq!(
+            shape(&merged),
+            vec![
+                (1, "failed", None),
+                (2, WORKER_FAILED, Some("first")),
+                (2, WORKER_FAILED, Some("second")),
+                (2, "completed", None),
+            ]
+        );
+        // No answer yet (an incident): after everything that ended before.
+        let merged = with_worker_failures(vec![row(1, "failed", 10)], vec![failure(2, 12, "x")]);
+        assert_eq!(
+            shape(&merged),
+            vec![(1, "failed", None), (2, WORKER_FAILED, Some("x"))]
+        );
+        assert_eq!(
+            merged[1].code.as_deref(),
+            Some("SUTRA.RUNTIME.EXTERNAL_TASK.FAILED")
+        );
+        assert_eq!(merged[1].class.as_deref(), Some("transient"));
+    }
 }

@@ -300,10 +300,12 @@ impl<S: Store> Runtime<S> {
     /// runtime has it, else parsed from the stored definition (no module is
     /// loaded); `None` if the deployment is gone or no longer loads.
     pub(crate) async fn process_of(&self, deployment_id: &str) -> Option<Arc<Process>> {
-        let cached = self.inner.deployed.lock().ok().and_then(|m| {
-            m.get(deployment_id)
-                .map(|d| Arc::clone(&d.process))
-        });
+        let cached = self
+            .inner
+            .deployed
+            .lock()
+            .ok()
+            .and_then(|m| m.get(deployment_id).map(|d| Arc::clone(&d.process)));
         if cached.is_some() {
             return cached;
         }

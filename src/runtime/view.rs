@@ -39,8 +39,10 @@ pub struct AttemptView {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitView {
-    /// `message`, `timer`, `retry` (a backoff before `attempt`), or `attempt`
-    /// (an attempt in flight, re-run if its runner is lost by `due`).
+    /// `message`, `timer`, `retry` (a backoff before `attempt`), `attempt`
+    /// (an attempt in flight, re-run if its runner is lost by `due`),
+    /// `channel` (a channel call awaiting its answer, timing out at `due`),
+    /// or `child` (a process call awaiting its child flow).
     pub kind: String,
     /// The node it waits at (the task, the catch event or the boundary event).
     pub node: String,
