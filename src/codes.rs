@@ -171,6 +171,12 @@ codes! {
     ExternalTaskNotFound => "SUTRA.RUNTIME.EXTERNAL_TASK.NOT_FOUND", InvalidInput, false;
     /// The worker does not hold the external task's lock (it expired, another worker has it, or the task is over).
     ExternalTaskLockLost => "SUTRA.RUNTIME.EXTERNAL_TASK.LOCK_LOST", InvalidInput, false;
+    /// An external-task worker reported a failure of the task it held (the
+    /// code of its `worker_failed` row in an instance's attempts). Transient:
+    /// the task is fetchable again after the worker's retry timeout while
+    /// worker retries are left, then an incident; the call's `q:retry`
+    /// budget is never spent.
+    ExternalTaskFailed => "SUTRA.RUNTIME.EXTERNAL_TASK.FAILED", Transient, true;
     /// No incident with that id (or not visible to the caller).
     IncidentNotFound => "SUTRA.RUNTIME.INCIDENT.NOT_FOUND", InvalidInput, false;
     /// The incident is resolved already.

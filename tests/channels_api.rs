@@ -390,3 +390,164 @@ fn sutra_run_configures_its_channels() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("SUTRA.RUNTIME.CHANNEL.NOT_CONFIGURED"));
 }
+
+/// Fetches `channel`'s one task for worker `w1` and reports a failure with
+/// `message`; the task's id.
+async fn fail_once(api: &server::Api, message: &str) -> String {
+    let fetch =
+        json!({"workerId": "w1", "channels": ["reviews"], "maxTasks": 1, "lockDuration": 60000});
+    let (status, body) = api.post("/v1/external-tasks/fetch-and-lock", fetch).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let id = body["tasks"][0]["id"].as_str().expect("a task").to_string();
+    let (status, body) = api
+        .post(
+            &format!("/v1/external-tasks/{id}/failure"),
+            json!({"workerId": "w1", "errorMessage": message}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    id
+}
+
+/// What the attempts of `instance` say: (outcome, code, class, message,
+/// worker, retriesLeft, attempt) per row, in order.
+async fn timeline(api: &server::Api, instance: &str) -> Vec<Value> {
+    let (status, body) = api.get(&format!("/v1/instances/{instance}/attempts")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            json!([
+                a["task"],
+                a["outcome"],
+                a["code"],
+                a["class"],
+                a["message"],
+                a["worker"],
+                a["retriesLeft"],
+                a["attempt"]
+            ])
+        })
+        .collect()
+}
+
+/// A pull call's wait names its channel and request; each worker failure is
+/// an attempts row, in time order, also once the retries are spent (an
+/// incident). On both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_failures_and_the_channel_wait_are_shown_on_both_backends() {
+    for db in [server::Db::Sqlite, server::Db::Postgres] {
+        let Some(srv) = Server::start_on(db, &[]).await else {
+            continue;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let (status, body) = acme
+            .call(
+                Method::PUT,
+                "/v1/channels/reviews",
+                Some(json!({"transport": "pull"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (status, body) = acme.deploy(&definition("reviews", ""), &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+
+        // Fails twice (a second apart), then completes.
+        let (_, started) = acme.start("pay", json!({"doc": 1})).await;
+        let id = started["instance"].as_str().unwrap().to_string();
+        let wait = &started["waits"][0];
+        assert_eq!(
+            (
+                wait["kind"].as_str(),
+                wait["node"].as_str(),
+                wait["channel"].as_str()
+            ),
+            (Some("channel"), Some("Charge"), Some("reviews")),
+            "{started}"
+        );
+        let request = wait["request"].as_str().expect("the request").to_string();
+        let task = fail_once(&acme, "scanner offline").await;
+        assert_eq!(
+            task, request,
+            "the wait names the external task it waits for"
+        );
+        srv.advance("PT1S").await;
+        fail_once(&acme, "scanner <b>still</b> offline").await;
+        srv.advance("PT1S").await;
+        let fetch = json!({"workerId": "w2", "channels": ["reviews"], "lockDuration": 60000});
+        let (_, body) = acme.post("/v1/external-tasks/fetch-and-lock", fetch).await;
+        let (status, body) = acme
+            .post(
+                &format!(
+                    "/v1/external-tasks/{}/complete",
+                    body["tasks"][0]["id"].as_str().unwrap()
+                ),
+                json!({"workerId": "w2", "variables": {"ok": true}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+        let failed = |message: &str, left: i64| {
+            json!([
+                "Charge",
+                "worker_failed",
+                "SUTRA.RUNTIME.EXTERNAL_TASK.FAILED",
+                "transient",
+                message,
+                "w1",
+                left,
+                1
+            ])
+        };
+        let completed = json!(["Charge", "completed", null, null, null, null, null, 1]);
+        assert_eq!(
+            timeline(&acme, &id).await,
+            vec![
+                failed("scanner offline", 2),
+                failed("scanner <b>still</b> offline", 1),
+                completed
+            ],
+            "{db:?}"
+        );
+        let (_, view) = acme.get(&format!("/v1/instances/{id}")).await;
+        assert_eq!(view["state"], "COMPLETED", "{view}");
+        assert_eq!(view["waits"], json!([]), "{view}");
+
+        // Fails until the retries are spent, all at one instant: an incident,
+        // and every failure listed, in the order reported.
+        let (_, started) = acme.start("pay", json!({"doc": 2})).await;
+        let id = started["instance"].as_str().unwrap().to_string();
+        for n in 1..=3 {
+            fail_once(&acme, &format!("failure {n}")).await;
+        }
+        let (_, incidents) = acme.get(&format!("/v1/incidents?instance={id}")).await;
+        assert_eq!(incidents["incidents"][0]["state"], "OPEN", "{incidents}");
+        assert_eq!(
+            timeline(&acme, &id).await,
+            vec![
+                failed("failure 1", 2),
+                failed("failure 2", 1),
+                failed("failure 3", 0)
+            ],
+            "{db:?}"
+        );
+        let (_, view) = acme.get(&format!("/v1/instances/{id}")).await;
+        assert_eq!(
+            (view["state"].as_str(), view["waits"][0]["channel"].as_str()),
+            (Some("WAITING"), Some("reviews")),
+            "the call still waits: {view}"
+        );
+        let other = srv.tenant("other", json!({})).await;
+        let (status, _) = other.get(&format!("/v1/instances/{id}/attempts")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+
+        // The OpenAPI document shows the worker fields.
+        let (_, doc) = srv.anonymous().get("/v1/openapi.json").await;
+        let props = &doc["components"]["schemas"]["AttemptBody"]["properties"];
+        assert!(
+            props["worker"].is_object() && props["retriesLeft"].is_object(),
+            "{props}"
+        );
+    }
+}

@@ -688,6 +688,98 @@ async fn an_event_is_sent_from_the_page_and_attempt_output_shown_as_text() {
     no_csp_violations(&b).await;
 }
 
+/// A guest's own failure class, a pull call's wait with its channel, and
+/// its worker's failure (who, what, the retries left) on the instance page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guest_classes_channel_waits_and_worker_failures_are_shown() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let (status, body) = api
+        .call(
+            Method::PUT,
+            "/v1/channels/reviews",
+            Some(json!({"transport": "pull"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    deploy(&api, &one_task("order"), &["chaos"]).await;
+    deploy(&api, &channel_call("review"), &[]).await;
+    let (_, failed) = api
+        .start(
+            "order",
+            json!({"do": "fail", "code": "PAYMENT.DECLINED", "class": "rate_limit", "message": "card declined"}),
+        )
+        .await;
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    let failed = failed["instance"].as_str().unwrap().to_string();
+    let (_, waiting) = api.start("review", json!({"doc": 1})).await;
+    assert_eq!(waiting["state"], "WAITING", "{waiting}");
+    let waiting = waiting["instance"].as_str().unwrap().to_string();
+    let fetch = json!({"workerId": "w1", "channels": ["reviews"], "lockDuration": 60000});
+    let (_, body) = api.post("/v1/external-tasks/fetch-and-lock", fetch).await;
+    let task = body["tasks"][0]["id"].as_str().unwrap().to_string();
+    let (status, body) = api
+        .post(
+            &format!("/v1/external-tasks/{task}/failure"),
+            json!({"workerId": "w1", "errorMessage": "<i>scanner</i> offline"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{failed}", srv.url))
+        .await;
+    let row = b
+        .text("#attempts-table tr[data-task=\"T\"][data-outcome=\"failed\"]")
+        .await;
+    assert!(
+        row.contains("PAYMENT.DECLINED") && row.contains("rate_limit"),
+        "the guest's code with its own class: {row}"
+    );
+
+    b.goto(&format!("{}/ui/#/instances/{waiting}", srv.url))
+        .await;
+    let wait = "#waits-table tr[data-kind=\"channel\"][data-node=\"Charge\"]";
+    assert_eq!(b.text(&format!("{wait} code.channel")).await, "reviews");
+    assert_eq!(b.text(&format!("{wait} code.request")).await, task);
+    let row = b
+        .text("#attempts-table tr[data-task=\"Charge\"][data-outcome=\"worker_failed\"][data-worker=\"w1\"]")
+        .await;
+    for part in [
+        "worker_failed",
+        "SUTRA.RUNTIME.EXTERNAL_TASK.FAILED",
+        "worker w1 · 2 retries left",
+        "<i>scanner</i> offline",
+    ] {
+        assert!(row.contains(part), "{part} in {row}");
+    }
+    // On the diagram: what the task waits for; a worker's failure is no attempt.
+    assert_eq!(
+        b.text(".overlay.wait").await,
+        "channel reviews",
+        "the wait's badge"
+    );
+    let counted = b
+        .js(
+            "return [document.querySelectorAll('.overlay.attempts').length, document.querySelectorAll('#main i').length];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(counted, json!([0, 0]), "no attempt count, no markup");
+    b.js(
+        "document.querySelector('#attempts').scrollIntoView(); return true;",
+        json!([]),
+    )
+    .await;
+    b.screenshot(&screenshots().join("instance-worker-failure.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
+
 /// The routes the console reads, over HTTP, on both backends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_routes_answer_on_both_backends() {
@@ -699,8 +791,12 @@ async fn console_routes_answer_on_both_backends() {
         let other = srv.tenant("other", json!({})).await;
         let dep = deploy(&api, &one_task("order"), &["chaos"]).await;
         let (_, ok) = api.start("order", json!({"do": "echo"})).await;
+        // A guest's own code with its own class (in its details).
         let (_, bad) = api
-            .start("order", json!({"do": "fail", "code": "BROKEN"}))
+            .start(
+                "order",
+                json!({"do": "fail", "code": "BROKEN", "class": "rate_limit"}),
+            )
             .await;
         assert_eq!(
             (ok["state"].as_str(), bad["state"].as_str()),
@@ -736,6 +832,10 @@ async fn console_routes_answer_on_both_backends() {
                 first["code"].as_str()
             ),
             (Some("T"), Some("failed"), Some("BROKEN"))
+        );
+        assert_eq!(
+            first["class"], "rate_limit",
+            "the guest's class is kept: {a}"
         );
         assert!(first["durationMs"].as_i64().unwrap() >= 0);
         let (status, _) = other.get(&format!("/v1/instances/{bad_id}/attempts")).await;

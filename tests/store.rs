@@ -97,6 +97,7 @@ fn attempt(node: &str, n: i64) -> AttemptRow {
         ended_at: 10 * n + 5,
         outcome: "failed".to_string(),
         code: Some("SUTRA.TASK.TRAP".to_string()),
+        class: Some("transient".to_string()),
         message: Some(format!("attempt {n}")),
     }
 }

@@ -95,6 +95,7 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
                 ended_at: now_ms(),
                 outcome: "completed".into(),
                 code: None,
+                class: None,
                 message: None,
             }],
             ..StepWrite::default()

@@ -1,8 +1,8 @@
 //! What the web console reads beyond the other routes, all public `/v1`
 //! routes: a deployment's diagram (BPMN XML with DI, for every dialect —
 //! see [`crate::diagram`]) and its modules with their sizes; an instance's
-//! attempts in full (durations, messages, error classes); a tenant's
-//! instance counts by state.
+//! attempts in full (durations, messages, error classes) with the failures
+//! its external-task workers reported; a tenant's instance counts by state.
 //!
 //! Invariant: a tenant sees only its own deployments and instances (another
 //! tenant's id answers 404, as everywhere).
@@ -15,6 +15,7 @@ use super::instances::{own_instance, started_within};
 use super::types::ErrorBody;
 use super::AppState;
 use crate::codes::Code;
+use crate::store::channels::{ChannelStore, WorkerFailureRecord};
 use crate::store::tenancy::TenancyStore;
 use crate::store::{AttemptOutput, Store};
 use crate::time::from_millis;
@@ -139,12 +140,23 @@ pub struct AttemptBody {
     pub started_at: DateTime<Utc>,
     pub ended_at: DateTime<Utc>,
     pub duration_ms: i64,
-    /// `completed`, `business_error` or `failed`.
+    /// `completed`, `business_error`, `failed`, `skipped`,
+    /// `compensation_failed`, or `worker_failed` (an external-task worker
+    /// reported a failure of the call's task: the worker's message, code
+    /// `SUTRA.RUNTIME.EXTERNAL_TASK.FAILED`, an instant: it starts and ends
+    /// when reported).
     pub outcome: String,
     pub code: Option<String>,
-    /// The error class of a Sutra code (a guest's own code has none here).
+    /// The error class of a failure: the one stored with it (a guest's own
+    /// class for its own code), else its Sutra code's.
     pub class: Option<String>,
     pub message: Option<String>,
+    /// The worker that reported a `worker_failed` row.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The worker retries a `worker_failed` row left (0: an incident was opened).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries_left: Option<i64>,
     /// The end of what the guest wrote to stderr (at most 4 KiB, a leading
     /// marker when cut); absent when it wrote nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -169,7 +181,9 @@ pub struct AttemptList {
 }
 
 /// Every attempt of an instance, oldest first, with durations, messages and
-/// the tails of what its guest wrote (stderr, log lines).
+/// the tails of what its guest wrote (stderr, log lines); the failures its
+/// external-task workers reported are among them (`worker_failed`), in time
+/// order.
 #[utoipa::path(get, path = "/v1/instances/{id}/attempts", tag = "instances",
     responses((status = 200, body = AttemptList), (status = 404, body = ErrorBody)))]
 pub async fn attempts(
@@ -194,11 +208,13 @@ pub async fn attempts(
             (a, stderr, logs)
         })
         .map(|(a, stderr, logs)| AttemptBody {
-            class: a
-                .code
-                .as_deref()
-                .and_then(Code::parse)
-                .map(|c| c.class().as_str().to_string()),
+            // Rows written before migration 0010 have no class: their code's.
+            class: a.class.or_else(|| {
+                a.code
+                    .as_deref()
+                    .and_then(Code::parse)
+                    .map(|c| c.class().as_str().to_string())
+            }),
             task: a.node,
             token: a.token,
             attempt: a.attempt,
@@ -208,17 +224,67 @@ pub async fn attempts(
             outcome: a.outcome,
             code: a.code,
             message: a.message,
+            worker: None,
+            retries_left: None,
             stderr,
             logs: logs
                 .and_then(|l| serde_json::from_str(&l).ok())
                 .unwrap_or_default(),
         })
         .collect();
+    let failures = store.worker_failures(&id).await?;
     Ok(Json(AttemptList {
         instance: id,
-        attempts,
+        attempts: with_worker_failures(attempts, failures),
     }))
 }
+
+/// `attempts` (in the order they were recorded, which is the order they
+/// ended) with each worker failure placed in time: before the first row that
+/// ended after it, or that ended at the same instant and is its own call
+/// attempt's record (the answer that ended the call), else last.
+fn with_worker_failures(
+    mut attempts: Vec<AttemptBody>,
+    failures: Vec<WorkerFailureRecord>,
+) -> Vec<AttemptBody> {
+    for f in failures {
+        let at = from_millis(f.at);
+        let own = |a: &AttemptBody| {
+            a.outcome != WORKER_FAILED
+                && a.token == f.token
+                && a.task == f.node
+                && a.attempt == f.call_attempt
+        };
+        let ix = attempts
+            .iter()
+            .position(|a| a.ended_at > at || (a.ended_at == at && own(a)))
+            .unwrap_or(attempts.len());
+        let code = Code::ExternalTaskFailed;
+        attempts.insert(
+            ix,
+            AttemptBody {
+                task: f.node,
+                token: f.token,
+                attempt: f.call_attempt,
+                started_at: at,
+                ended_at: at,
+                duration_ms: 0,
+                outcome: WORKER_FAILED.to_string(),
+                code: Some(code.as_str().to_string()),
+                class: Some(code.class().as_str().to_string()),
+                message: Some(f.message),
+                worker: Some(f.worker),
+                retries_left: Some(f.retries_left),
+                stderr: None,
+                logs: Vec::new(),
+            },
+        );
+    }
+    attempts
+}
+
+/// The outcome of a worker's failure among the attempts.
+const WORKER_FAILED: &str = "worker_failed";
 
 /// `GET /v1/instances/counts` query.
 #[derive(Debug, Default, Deserialize)]
@@ -279,4 +345,78 @@ pub async fn counts(
     }
     let total = counts.values().sum();
     Ok(Json(CountsBody { counts, total }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(attempt: i64, outcome: &str, ended_ms: i64) -> AttemptBody {
+        AttemptBody {
+            task: "Charge".into(),
+            token: 1,
+            attempt,
+            started_at: from_millis(0),
+            ended_at: from_millis(ended_ms),
+            duration_ms: ended_ms,
+            outcome: outcome.into(),
+            code: None,
+            class: None,
+            message: None,
+            worker: None,
+            retries_left: None,
+            stderr: None,
+            logs: Vec::new(),
+        }
+    }
+
+    fn failure(call_attempt: i64, at: i64, message: &str) -> WorkerFailureRecord {
+        WorkerFailureRecord {
+            request_id: format!("i.{call_attempt}"),
+            token: 1,
+            node: "Charge".into(),
+            call_attempt,
+            at,
+            worker: "w1".into(),
+            message: message.into(),
+            retries_left: 2,
+        }
+    }
+
+    fn shape(rows: &[AttemptBody]) -> Vec<(i64, &str, Option<&str>)> {
+        rows.iter()
+            .map(|a| (a.attempt, a.outcome.as_str(), a.message.as_deref()))
+            .collect()
+    }
+
+    #[test]
+    fn worker_failures_go_in_time_before_the_answer_of_their_call_attempt() {
+        // Call attempt 1 timed out at 10; attempt 2's worker failed at 10
+        // (the same instant) and at 15, then its answer came at 15.
+        let rows = vec![row(1, "failed", 10), row(2, "completed", 15)];
+        let merged = with_worker_failures(
+            rows,
+            vec![failure(2, 10, "first"), failure(2, 15, "second")],
+        );
+        assert_eq!(
+            shape(&merged),
+            vec![
+                (1, "failed", None),
+                (2, WORKER_FAILED, Some("first")),
+                (2, WORKER_FAILED, Some("second")),
+                (2, "completed", None),
+            ]
+        );
+        // No answer yet (an incident): after everything that ended before.
+        let merged = with_worker_failures(vec![row(1, "failed", 10)], vec![failure(2, 12, "x")]);
+        assert_eq!(
+            shape(&merged),
+            vec![(1, "failed", None), (2, WORKER_FAILED, Some("x"))]
+        );
+        assert_eq!(
+            merged[1].code.as_deref(),
+            Some("SUTRA.RUNTIME.EXTERNAL_TASK.FAILED")
+        );
+        assert_eq!(merged[1].class.as_deref(), Some("transient"));
+    }
 }

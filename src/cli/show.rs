@@ -127,6 +127,17 @@ fn wait_text(w: &Value) -> String {
             };
             format!("waits at {node} for child flow {}{until}", s(&w["child"]))
         }
+        "channel" => {
+            let on = match w.get("channel").filter(|c| !c.is_null()) {
+                Some(c) => format!(" on channel `{}`", s(c)),
+                None => String::new(),
+            };
+            let until = match w.get("due").filter(|d| !d.is_null()) {
+                Some(_) => format!(" (timeout {due})"),
+                None => String::new(),
+            };
+            format!("waits at {node} for an answer{on}{until}")
+        }
         other => format!("waits at {node} for {other} due {due}"),
     }
 }
@@ -145,6 +156,7 @@ mod tests {
                 { "kind": "retry", "node": "T", "due": "2030-01-01T00:00:03Z", "attempt": 2 },
                 { "kind": "message", "node": "wait", "due": null, "message": "go", "correlationKey": "k1" },
                 { "kind": "child", "node": "Invoke", "due": null, "child": "i.4" },
+                { "kind": "channel", "node": "Charge", "due": null, "channel": "payments", "request": "i.5" },
             ],
         });
         let text = instance_text(&v);
@@ -162,6 +174,10 @@ mod tests {
         );
         assert!(
             text.contains("waits at Invoke for child flow i.4\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("waits at Charge for an answer on channel `payments`\n"),
             "{text}"
         );
     }

@@ -282,6 +282,7 @@ impl<'a> Machine<'a> {
                     ended_at: self.inputs.now,
                     outcome: "skipped".into(),
                     code: Some(code.as_str().to_string()),
+                    class: Some(code.class()),
                     message: Some(message),
                 }));
                 self.journal(

@@ -320,6 +320,9 @@ impl<'a> Machine<'a> {
             None => ("completed", None, None),
             Some((name, message, _)) => ("failed", Some(name.clone()), Some(message.clone())),
         };
+        // The class the call's retriers judge: the code's own, else internal.
+        let known = code.as_deref().and_then(Code::parse);
+        let class = known.map_or(ErrorClass::Internal, Code::class);
         self.effects.push(Effect::RecordAttempt(AttemptRecord {
             token,
             node: node.id.clone(),
@@ -328,6 +331,7 @@ impl<'a> Machine<'a> {
             ended_at: self.inputs.now,
             outcome: label.to_string(),
             code: code.clone(),
+            class: failure.is_some().then_some(class),
             message: message.clone(),
         }));
         self.journal(
@@ -352,8 +356,6 @@ impl<'a> Machine<'a> {
             self.complete_task(token, &node.id);
             return;
         };
-        let known = Code::parse(&name);
-        let class = known.map_or(ErrorClass::Internal, Code::class);
         let retryable = !known.is_some_and(|c| REFUSALS.contains(&c));
         // A node may raise engine codes under names of its own (States.Timeout, ...).
         let name = match &node.data {

@@ -159,6 +159,11 @@ pub struct AttemptRecord {
     pub ended_at: DateTime<Utc>,
     pub outcome: String,
     pub code: Option<String>,
+    /// The error class of a failed attempt (a guest's own class for its own
+    /// code); none for a completion or a business error. Absent in records
+    /// written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<ErrorClass>,
     pub message: Option<String>,
 }
 

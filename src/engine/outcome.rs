@@ -65,12 +65,17 @@ impl Machine<'_> {
         if let Some(t) = self.snap.token_mut(token) {
             t.status = TokenStatus::Ready;
         }
-        let (code, message) = match &outcome {
-            TaskOutcome::Completed { .. } => (None, None),
-            TaskOutcome::BusinessError { code, message, .. }
-            | TaskOutcome::Failed { code, message, .. } => {
-                (Some(code.clone()), Some(message.clone()))
+        let (code, class, message) = match &outcome {
+            TaskOutcome::Completed { .. } => (None, None, None),
+            TaskOutcome::BusinessError { code, message, .. } => {
+                (Some(code.clone()), None, Some(message.clone()))
             }
+            TaskOutcome::Failed {
+                code,
+                class,
+                message,
+                ..
+            } => (Some(code.clone()), Some(*class), Some(message.clone())),
         };
         self.effects.push(Effect::RecordAttempt(AttemptRecord {
             token,
@@ -80,6 +85,7 @@ impl Machine<'_> {
             ended_at: self.inputs.now,
             outcome: outcome.label().to_string(),
             code: code.clone(),
+            class,
             message: message.clone(),
         }));
         self.journal(

@@ -205,12 +205,14 @@ impl Machine<'_> {
         if let Some(AttemptRecord {
             outcome,
             code,
+            class,
             message,
             ..
         }) = last
         {
             *outcome = "compensation_failed".into();
             *code = Some(failure.code.clone());
+            *class = Some(Code::CompensationFailed.class());
             *message = Some(format!("{}: {}", cause.code, cause.message));
         }
         self.journal(

@@ -11,6 +11,8 @@
 //! - worker failures spend `sutra.external-task.retries` (or the count the
 //!   worker reports); when none is left the request is INCIDENT and an
 //!   incident is opened in the same transaction; the call keeps waiting;
+//!   each failure is recorded in that transaction too (the instance's
+//!   attempts list it as `worker_failed`);
 //! - a long poll wakes as soon as a step of this runtime issues a pull
 //!   request (or a channel, a retry timeout or an unlock makes one
 //!   fetchable), and at least every 500 ms otherwise (another replica);
@@ -242,16 +244,21 @@ impl<S: Store> Runtime<S> {
             .unwrap_or(i64::from(self.inner.config.outbox.external_task_retries));
         let left = failure.retries.unwrap_or(current - 1).max(0);
         let message: String = failure.message.chars().take(4096).collect();
+        // The call's token, recorded with the failure (the attempts timeline).
+        let token = crate::engine::parse_correlation(&req.correlation)
+            .map_or(0, |(_, t)| i64::try_from(t).unwrap_or(i64::MAX));
         let change = if left == 0 {
             LockedChange::Incident {
                 error: message,
                 incident_id: super::new_id(now),
+                token,
             }
         } else {
             LockedChange::Retry {
                 retries: left,
                 due_at: now.saturating_add(millis(failure.retry_timeout)),
                 error: message,
+                token,
             }
         };
         if !self

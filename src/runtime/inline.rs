@@ -191,6 +191,7 @@ impl<S: Store> Runtime<S> {
                     ended_at: ms(a.ended_at),
                     outcome: a.outcome.clone(),
                     code: a.code.clone(),
+                    class: a.class.map(|c| c.as_str().to_string()),
                     message: a.message.clone(),
                 }),
                 Effect::Journal(j) if self.inner.config.audit_sql => w.journal.push(JournalRow {

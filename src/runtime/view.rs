@@ -3,7 +3,8 @@
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::snapshot::TaskPhase;
-use crate::engine::{Snapshot, TokenStatus};
+use crate::engine::{ParkKind, Snapshot, TokenStatus};
+use crate::model::{NodeKind, Process, TaskImpl};
 use crate::store::{AttemptRow, Store};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -38,8 +39,10 @@ pub struct AttemptView {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitView {
-    /// `message`, `timer`, `retry` (a backoff before `attempt`), or `attempt`
-    /// (an attempt in flight, re-run if its runner is lost by `due`).
+    /// `message`, `timer`, `retry` (a backoff before `attempt`), `attempt`
+    /// (an attempt in flight, re-run if its runner is lost by `due`),
+    /// `channel` (a channel call awaiting its answer, timing out at `due`),
+    /// or `child` (a process call awaiting its child flow).
     pub kind: String,
     /// The node it waits at (the task, the catch event or the boundary event).
     pub node: String,
@@ -57,6 +60,13 @@ pub struct WaitView {
     /// The child instance a `child` wait awaits (a process call).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub child: Option<String>,
+    /// The channel a `channel` wait's call went to (`channel:<name>`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
+    /// The request of a `channel` wait's current call attempt (its
+    /// idempotency key on the wire; the external task's id on a pull channel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
 }
 
 /// The shape of `sutra run` / `sutra inspect` (and the API's instance view).
@@ -109,8 +119,20 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
     }
 }
 
-/// The pending waits of a snapshot, earliest due first, message waits last.
-fn waits(snap: &Snapshot) -> Vec<WaitView> {
+/// The channel the task `node` of `process` calls, if it is a channel call.
+fn channel_of(process: Option<&Process>, node: &str) -> Option<String> {
+    match &process?.find(node)?.kind {
+        NodeKind::ServiceTask(t) => match &t.implementation {
+            TaskImpl::Channel(name) => Some(name.clone()),
+            TaskImpl::Registered(_) => None,
+        },
+        _ => None,
+    }
+}
+
+/// The pending waits of a snapshot, earliest due first, message waits last;
+/// `process` (the instance's) names the channel of a channel wait.
+fn waits(snap: &Snapshot, process: Option<&Process>) -> Vec<WaitView> {
     // The attempt a task's own park (attempt or retry) stands for.
     let attempt_of = |seq: u64| {
         snap.tokens.iter().find_map(|t| match &t.status {
@@ -127,6 +149,16 @@ fn waits(snap: &Snapshot) -> Vec<WaitView> {
             _ => None,
         })
     };
+    // The request a channel park's call attempt sent.
+    let request_of = |seq: u64| {
+        snap.tokens.iter().find_map(|t| match &t.status {
+            TokenStatus::Task(task) => match &task.phase {
+                TaskPhase::Calling { park, request } if *park == seq => Some(request.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+    };
     let mut waits: Vec<WaitView> = snap
         .parks
         .iter()
@@ -137,8 +169,14 @@ fn waits(snap: &Snapshot) -> Vec<WaitView> {
             message: p.message.as_ref().map(|m| m.name.clone()),
             correlation_key: p.message.as_ref().and_then(|m| m.key.clone()),
             attempt: attempt_of(*seq),
-            child: (p.kind == crate::engine::ParkKind::Child)
+            child: (p.kind == ParkKind::Child)
                 .then(|| crate::engine::child_id(&snap.instance_id, *seq)),
+            channel: (p.kind == ParkKind::Channel)
+                .then(|| channel_of(process, &p.node))
+                .flatten(),
+            request: (p.kind == ParkKind::Channel)
+                .then(|| request_of(*seq))
+                .flatten(),
         })
         .collect();
     waits.sort_by_key(|w| (w.due.is_none(), w.due));
@@ -154,7 +192,13 @@ impl<S: Store> Runtime<S> {
         let snap = Snapshot::from_json(&rec.snapshot)
             .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
         let attempts = self.inner.store.attempts(id).await?;
-        let waits = waits(&snap);
+        // A channel wait names its channel: the process is read only then.
+        let calling = snap.parks.values().any(|p| p.kind == ParkKind::Channel);
+        let process = match calling {
+            true => self.process_of(&rec.deployment_id).await,
+            false => None,
+        };
+        let waits = waits(&snap, process.as_deref());
         Ok(InstanceView {
             instance: rec.id,
             process: rec.process_id,

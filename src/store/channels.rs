@@ -19,7 +19,10 @@
 //! - a POISONED or INCIDENT row is retained with its last error and never
 //!   retried until an operator resolves its incident;
 //! - an incident is inserted in the same transaction as the state change
-//!   that raised it: a give-up is never silent.
+//!   that raised it: a give-up is never silent;
+//! - every worker failure ([`LockedChange::Retry`], [`LockedChange::Incident`])
+//!   is recorded (`worker_failures`, [`WorkerFailureRecord`]) in the same
+//!   transaction as the change it causes, while its instance exists.
 
 use super::{ParkClaim, StoreResult};
 use serde::{Deserialize, Serialize};
@@ -164,7 +167,9 @@ pub enum DeliveryOutcome {
     Poisoned { error: String, incident_id: String },
 }
 
-/// A change a worker makes to a request it holds locked.
+/// A change a worker makes to a request it holds locked. Both failures are
+/// recorded as a [`WorkerFailureRecord`] of the call at `token` (the token
+/// of the request's correlation) in the change's transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockedChange {
     /// The lock now lapses at `until`.
@@ -174,9 +179,31 @@ pub enum LockedChange {
         retries: i64,
         due_at: i64,
         error: String,
+        token: i64,
     },
     /// A worker-side failure with no retry left: INCIDENT, and this incident opened.
-    Incident { error: String, incident_id: String },
+    Incident {
+        error: String,
+        incident_id: String,
+        token: i64,
+    },
+}
+
+/// One failure an external-task worker reported, as stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
+pub struct WorkerFailureRecord {
+    /// The request (external task) it failed.
+    pub request_id: String,
+    /// The call's token, task node and attempt.
+    pub token: i64,
+    pub node: String,
+    pub call_attempt: i64,
+    /// When it was reported (ms).
+    pub at: i64,
+    pub worker: String,
+    pub message: String,
+    /// Worker retries left after it (0: an incident was opened).
+    pub retries_left: i64,
 }
 
 /// Which incidents to list.
@@ -275,6 +302,11 @@ pub trait ChannelStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<u64>> + Send;
     /// Counts of requests by state.
     fn request_counts(&self) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
+    /// The worker failures of an instance's external tasks, oldest first.
+    fn worker_failures(
+        &self,
+        instance_id: &str,
+    ) -> impl Future<Output = StoreResult<Vec<WorkerFailureRecord>>> + Send;
 
     // ---- incidents ----
     fn list_incidents(
@@ -393,6 +425,9 @@ impl ChannelStore for super::AnyStore {
     }
     async fn request_counts(&self) -> StoreResult<Vec<(String, i64)>> {
         delegate!(self, s => s.request_counts().await)
+    }
+    async fn worker_failures(&self, instance_id: &str) -> StoreResult<Vec<WorkerFailureRecord>> {
+        delegate!(self, s => s.worker_failures(instance_id).await)
     }
     async fn list_incidents(&self, filter: &IncidentFilter) -> StoreResult<Vec<IncidentRecord>> {
         delegate!(self, s => s.list_incidents(filter).await)

@@ -46,6 +46,10 @@ const SHARED: &[(&str, &str)] = &[
         "0009_live_children.sql",
         include_str!("../../migrations/shared/0009_live_children.sql"),
     ),
+    (
+        "0010_attempt_class.sql",
+        include_str!("../../migrations/shared/0010_attempt_class.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

@@ -242,6 +242,11 @@ pub struct AttemptRow {
     /// `completed`, `business_error`, `failed`.
     pub outcome: String,
     pub code: Option<String>,
+    /// The error class of a failed attempt (`transient`, `rate_limit`, ...):
+    /// a guest's own class for its own code. NULL for a completion, a
+    /// business error, and rows written before migration 0010.
+    #[serde(default)]
+    pub class: Option<String>,
     pub message: Option<String>,
 }
 

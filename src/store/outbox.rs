@@ -11,7 +11,7 @@
 
 use super::channels::{
     ChannelRecord, ChannelStore, DeliveryOutcome, IncidentFilter, IncidentRecord, LockedChange,
-    NewRequest, RequestRecord, Transport, INCIDENT_EXTERNAL_TASK_FAILED,
+    NewRequest, RequestRecord, Transport, WorkerFailureRecord, INCIDENT_EXTERNAL_TASK_FAILED,
 };
 use super::outbox_write::OutboxOp;
 use super::queries::{Column, Conn, RowsAffected, SqlBackend};
@@ -126,6 +126,25 @@ pub(super) const ANSWERED_DELIVERY: &str = "UPDATE outbox SET state = 'DELIVERED
 
 /// The lock of `$2` (worker) on `$1` (id) holds at `$3` (now).
 const HELD: &str = "id = $1 AND claimed_by = $2 AND claimed_until > $3 AND state = 'PENDING'";
+
+/// `$1` request id, `$2` worker, `$3` now, `$4` message, `$5` retries left,
+/// `$6` token: a worker's failure, written beside the outbox change it
+/// caused, while the request's instance exists (a cancelled one may be gone
+/// already: nothing is recorded then). `{lock}`: the backend's lock on that
+/// instance row (PostgreSQL: `FOR KEY SHARE OF i`, so a concurrent delete
+/// of the instance is waited for and seen, never a foreign-key error).
+fn insert_worker_failure_sql(lock: &str) -> String {
+    format!(
+        "INSERT INTO worker_failures (instance_id, request_id, token, node, call_attempt, at, \
+           worker, message, retries_left) \
+         SELECT o.instance_id, o.id, $6, o.node, o.call_attempt, $3, $2, $4, $5 \
+         FROM outbox o JOIN instances i ON i.id = o.instance_id WHERE o.id = $1 {lock}"
+    )
+}
+
+/// Columns of `worker_failures` that make a [`WorkerFailureRecord`].
+const WORKER_FAILURE_COLUMNS: &str =
+    "request_id, token, node, call_attempt, at, worker, message, retries_left";
 
 // The sqlx traits that make `B::Db` a database the shared SQL runs on (as
 // for the Store impl in queries.rs).
@@ -281,9 +300,10 @@ where
         change: &LockedChange,
     ) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
-        let done = match change {
+        // A failure: (its message, the retries it leaves, the call's token).
+        let (done, failure) = match change {
             LockedChange::Extend { until } => {
-                sqlx::query(&format!(
+                let done = sqlx::query(&format!(
                     "UPDATE outbox SET claimed_until = $4, updated_at = $3 WHERE {HELD}"
                 ))
                 .bind(id)
@@ -291,14 +311,16 @@ where
                 .bind(now)
                 .bind(until)
                 .execute(&mut *tx)
-                .await?
+                .await?;
+                (done.rows_affected() > 0, None)
             }
             LockedChange::Retry {
                 retries,
                 due_at,
                 error,
+                token,
             } => {
-                sqlx::query(&format!(
+                let done = sqlx::query(&format!(
                     "UPDATE outbox SET claimed_by = NULL, claimed_until = NULL, \
                          retries = $4, due_at = $5, last_error = $6, updated_at = $3 \
                          WHERE {HELD}"
@@ -310,28 +332,54 @@ where
                 .bind(due_at)
                 .bind(error)
                 .execute(&mut *tx)
-                .await?
+                .await?;
+                (done.rows_affected() > 0, Some((error, *retries, *token)))
             }
-            LockedChange::Incident { error, incident_id } => {
-                let update = format!(
+            LockedChange::Incident {
+                error,
+                incident_id,
+                token,
+            } => {
+                // Set aside for an operator, and its incident, together.
+                let done = sqlx::query(&format!(
                     "UPDATE outbox SET state = 'INCIDENT', claimed_by = NULL, \
                      claimed_until = NULL, retries = 0, last_error = $4, \
                      updated_at = $3 WHERE {HELD}"
-                );
-                let given_up = GiveUp {
-                    id,
-                    holder: worker,
-                    now,
-                    error,
-                    incident_id,
-                };
-                return given_up
-                    .apply::<B::Db>(tx, &update, INCIDENT_EXTERNAL_TASK_FAILED)
-                    .await;
+                ))
+                .bind(id)
+                .bind(worker)
+                .bind(now)
+                .bind(error.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    > 0;
+                if done {
+                    sqlx::query(INSERT_INCIDENT)
+                        .bind(incident_id.as_str())
+                        .bind(INCIDENT_EXTERNAL_TASK_FAILED)
+                        .bind(error.as_str())
+                        .bind(now)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                (done, Some((error, 0, *token)))
             }
         };
+        if let (true, Some((message, retries_left, token))) = (done, failure) {
+            sqlx::query(&insert_worker_failure_sql(B::KEY_SHARE_I))
+                .bind(id)
+                .bind(worker)
+                .bind(now)
+                .bind(message.as_str())
+                .bind(retries_left)
+                .bind(token)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
-        Ok(done.rows_affected() > 0)
+        Ok(done)
     }
 
     async fn unlock_request(&self, id: &str, now: i64) -> StoreResult<bool> {
@@ -377,6 +425,16 @@ where
                 .fetch_all(self.reads())
                 .await?,
         )
+    }
+
+    async fn worker_failures(&self, instance_id: &str) -> StoreResult<Vec<WorkerFailureRecord>> {
+        Ok(sqlx::query_as(&format!(
+            "SELECT {WORKER_FAILURE_COLUMNS} FROM worker_failures WHERE instance_id = $1 \
+                 ORDER BY id"
+        ))
+        .bind(instance_id)
+        .fetch_all(self.reads())
+        .await?)
     }
 
     async fn list_incidents(&self, filter: &IncidentFilter) -> StoreResult<Vec<IncidentRecord>> {
@@ -542,56 +600,6 @@ fn claim_columns(r: &NewRequest) -> (i64, Option<&str>, Option<i64>, Option<i64>
 
 fn duplicate(id: &str) -> String {
     format!("request {id} exists already")
-}
-
-/// A request set aside for an operator (a poisoned delivery, an external
-/// task out of retries): `update` (`$1` id, `$2` holder, `$3` now, `$4`
-/// error) and, if it changed the row, its incident, in one transaction.
-struct GiveUp<'a> {
-    id: &'a str,
-    holder: &'a str,
-    now: i64,
-    error: &'a str,
-    incident_id: &'a str,
-}
-
-impl GiveUp<'_> {
-    /// Runs in `tx` and commits it; true if the request was set aside.
-    async fn apply<DB>(
-        &self,
-        mut tx: sqlx::Transaction<'static, DB>,
-        update: &str,
-        kind: &str,
-    ) -> StoreResult<bool>
-    where
-        DB: Database<QueryResult: RowsAffected>,
-        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-        for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
-        i64: Column<DB>,
-        for<'s> &'s str: Type<DB> + Encode<'s, DB>,
-    {
-        let done = sqlx::query(update)
-            .bind(self.id)
-            .bind(self.holder)
-            .bind(self.now)
-            .bind(self.error)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-            > 0;
-        if done {
-            sqlx::query(INSERT_INCIDENT)
-                .bind(self.incident_id)
-                .bind(kind)
-                .bind(self.error)
-                .bind(self.now)
-                .bind(self.id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(done)
-    }
 }
 
 /// The requests a step answers, marked DONE (pull, [`StepWrite::finished`])

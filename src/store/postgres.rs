@@ -192,6 +192,7 @@ impl SqlBackend for PgStore {
     const NAME: &'static str = "postgres";
     const SKIP_LOCKED: &'static str = "FOR UPDATE SKIP LOCKED";
     const SKIP_LOCKED_O: &'static str = "FOR UPDATE OF o SKIP LOCKED";
+    const KEY_SHARE_I: &'static str = "FOR KEY SHARE OF i";
 
     fn reads(&self) -> &PgPool {
         &self.pool

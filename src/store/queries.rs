@@ -107,6 +107,12 @@ pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 's
     /// rows of the table aliased `o` are locked (the outbox's claims,
     /// outbox.rs), so claimers never skip each other's channel rows.
     const SKIP_LOCKED_O: &'static str;
+    /// Appended to a read of the instance row (aliased `i`) that a new row
+    /// will reference: PostgreSQL `FOR KEY SHARE OF i`, so a concurrent
+    /// delete of the instance is waited for (the row is then not read)
+    /// instead of failing the insert's foreign key; SQLite: nothing (one
+    /// writer at a time).
+    const KEY_SHARE_I: &'static str;
 
     /// The pool reads run on.
     fn reads(&self) -> &Pool<Self::Db>;

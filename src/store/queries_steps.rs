@@ -68,11 +68,11 @@ pub(super) const INSERT_PARK: &str = "INSERT INTO parks (instance_id, seq, kind,
 
 /// `$1` instance id, `$2` token, `$3` node, `$4` attempt, `$5` started_at,
 /// `$6` ended_at, `$7` outcome, `$8` code, `$9` message, `$10` stderr, `$11`
-/// logs (its [`AttemptOutput`](super::AttemptOutput), if any: [`output_of`]);
-/// a replay is a no-op.
+/// logs (its [`AttemptOutput`](super::AttemptOutput), if any: [`output_of`]),
+/// `$12` class (migration 0010); a replay is a no-op.
 pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts (instance_id, token, node, \
-     attempt, started_at, ended_at, outcome, code, message, stderr, logs) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+     attempt, started_at, ended_at, outcome, code, message, stderr, logs, class) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
      ON CONFLICT (instance_id, token, node, attempt) DO NOTHING";
 
 /// The output of attempt `a` of `step`, if it wrote any.
@@ -308,6 +308,7 @@ where
                 .bind(&a.message)
                 .bind(out.and_then(|o| o.stderr.as_deref()))
                 .bind(out.and_then(|o| o.logs.as_deref()))
+                .bind(&a.class)
                 .execute(&mut *conn)
                 .await?;
         }

@@ -228,6 +228,7 @@ impl SqlBackend for SqliteStore {
     const NAME: &'static str = "sqlite";
     const SKIP_LOCKED: &'static str = "";
     const SKIP_LOCKED_O: &'static str = "";
+    const KEY_SHARE_I: &'static str = "";
 
     fn reads(&self) -> &SqlitePool {
         &self.read

@@ -551,6 +551,7 @@ fn apply_rows(
                 a.message,
                 out.and_then(|o| o.stderr.as_deref()),
                 out.and_then(|o| o.logs.as_deref()),
+                a.class,
             ])?;
         }
     }

@@ -91,7 +91,8 @@ export class Diagram {
   showInstance(view, attempts) {
     this.clear();
     const perNode = new Map();
-    for (const a of attempts) {
+    // A worker's failure is not an attempt of the task (its call goes on).
+    for (const a of attempts.filter(a => a.outcome !== 'worker_failed')) {
       const c = perNode.get(a.task) || { n: 0, last: null };
       c.n += 1;
       c.last = a;
@@ -116,6 +117,7 @@ export class Diagram {
       else if (w.kind === 'message') text = `message ${w.message}${w.correlationKey ? ` (${w.correlationKey})` : ''}`;
       else if (w.kind === 'attempt') text = `attempt #${w.attempt} running`;
       else if (w.kind === 'child') text = `child ${w.child}`;
+      else if (w.kind === 'channel' && w.channel) text = `channel ${w.channel}`;
       this.mark(w.node, 'sutra-token');
       this.badge(w.node, { bottom: -6, left: 0 }, 'wait', text);
     }

@@ -94,12 +94,15 @@ export async function instancePage(page, id) {
 
   function renderWaits(v) {
     if (!v.waits || v.waits.length === 0) { fill(waits, h('p', { class: 'muted' }, LIVE.has(v.state) ? 'Nothing parked.' : 'Nothing: the instance has ended.')); return; }
-    fill(waits, table([
+    const cols = [
       { title: 'Kind', cell: w => w.kind },
       { title: 'Node', cell: w => w.node },
       { title: 'Due', cell: w => when(w.due) },
-      { title: 'Detail', cell: w => [w.message ? `message ${w.message}` : '', w.correlationKey ? ` key ${w.correlationKey}` : '', w.attempt ? `attempt #${w.attempt}` : '', w.child ? [' child ', link(`/instances/${encodeURIComponent(w.child)}`, w.child)] : ''] },
-    ], v.waits, { id: 'waits-table' }));
+      { title: 'Detail', cell: w => [w.message ? `message ${w.message}` : '', w.correlationKey ? ` key ${w.correlationKey}` : '', w.attempt ? `attempt #${w.attempt}` : '', w.child ? [' child ', link(`/instances/${encodeURIComponent(w.child)}`, w.child)] : '',
+        w.channel ? ['channel ', h('code', { class: 'channel' }, w.channel)] : '', w.request ? [' request ', h('code', { class: 'request' }, w.request)] : ''] },
+    ];
+    cols.rowAttrs = w => ({ dataset: { kind: w.kind, node: w.node } });
+    fill(waits, table(cols, v.waits, { id: 'waits-table' }));
   }
 
   function renderAttempts(attempts) {
@@ -112,11 +115,19 @@ export async function instancePage(page, id) {
       { title: 'Class', cell: a => a.class || '' },
       { title: 'Started', cell: a => when(a.startedAt) },
       { title: 'Duration', cell: a => ms(a.durationMs) },
-      { title: 'Message', cell: a => (a.message ? h('span', { class: 'message' }, a.message) : '') },
+      { title: 'Message', cell: a => [reporter(a), a.message ? h('span', { class: 'message' }, a.message) : ''] },
       { title: 'Output', cell: output },
     ];
-    cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome } });
+    cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome, ...(a.worker ? { worker: a.worker } : {}) } });
     fill(attemptsBox, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
+  }
+
+  // Who reported a worker failure (an external task's worker) and the
+  // worker retries it left (0: it opened an incident).
+  function reporter(a) {
+    if (!a.worker) return '';
+    const left = a.retriesLeft === undefined ? '' : ` · ${a.retriesLeft} ${a.retriesLeft === 1 ? 'retry' : 'retries'} left`;
+    return h('span', { class: 'worker' }, 'worker ', h('code', {}, a.worker), `${left}: `);
   }
 
   // What the guest wrote (the tails the server keeps: its last log lines and
