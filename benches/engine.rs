@@ -343,6 +343,27 @@ async fn expect_state(store: &AnyStore, ids: &[String], state: &str) -> Result<(
     Ok(())
 }
 
+/// `perf record --control=fifo:<path> --delay=-1` profiles only the
+/// at-once parts (every [`start_all`]) when `SUTRA_BENCH_PERF_CTL=<path>`
+/// names its control fifo.
+fn perf_ctl(cmd: &str) -> Result<()> {
+    static FIFO: std::sync::OnceLock<Option<std::sync::Mutex<std::fs::File>>> =
+        std::sync::OnceLock::new();
+    let fifo = FIFO.get_or_init(|| {
+        let path = std::env::var_os("SUTRA_BENCH_PERF_CTL")?;
+        let f = std::fs::OpenOptions::new().write(true).open(&path);
+        Some(std::sync::Mutex::new(f.unwrap_or_else(|e| {
+            panic!("open the perf control fifo {path:?}: {e}")
+        })))
+    });
+    if let Some(f) = fifo {
+        let mut f = f.lock().map_err(|_| anyhow!("perf fifo poisoned"))?;
+        f.write_all(cmd.as_bytes())?;
+        f.flush()?;
+    }
+    Ok(())
+}
+
 /// Starts `n` instances at once (each a tokio task); returns each id with the
 /// time its `start` took, and the time until the last one returned.
 async fn start_all(
@@ -350,6 +371,7 @@ async fn start_all(
     n: usize,
     variables: &Map<String, Value>,
 ) -> Result<(Vec<(String, Duration)>, Duration)> {
+    perf_ctl("enable\n")?;
     let t0 = Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..n {
@@ -365,7 +387,9 @@ async fn start_all(
     while let Some(r) = set.join_next().await {
         out.push(r??);
     }
-    Ok((out, t0.elapsed()))
+    let took = t0.elapsed();
+    perf_ctl("disable\n")?;
+    Ok((out, took))
 }
 
 // ---------------------------------------------------------------- (a)
@@ -470,32 +494,12 @@ async fn workload_burst(b: &Bench) -> Result<()> {
         rt.start(request(&input)).await?;
     }
     start_all(&rt, n, &input).await?;
-    // `perf record --control=fifo:<path> --delay=-1` profiles the rounds
-    // only when `SUTRA_BENCH_PERF_CTL=<path>` names its control fifo.
-    let mut perf = match std::env::var_os("SUTRA_BENCH_PERF_CTL") {
-        Some(path) => Some(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .with_context(|| format!("open the perf control fifo {path:?}"))?,
-        ),
-        None => None,
-    };
-    let mut perf_ctl = |cmd: &str| -> Result<()> {
-        if let Some(f) = perf.as_mut() {
-            f.write_all(cmd.as_bytes())?;
-            f.flush()?;
-        }
-        Ok(())
-    };
     let mut rates = Vec::with_capacity(rounds);
     let mut ids = Vec::with_capacity(n * rounds);
     let (mut ns, mut switches) = (0u64, 0u64);
     for _ in 0..rounds {
         let before = cpu_now();
-        perf_ctl("enable\n")?;
         let (all, elapsed) = start_all(&rt, n, &input).await?;
-        perf_ctl("disable\n")?;
         let after = cpu_now();
         ns += after.ns.saturating_sub(before.ns);
         switches += after.switches.saturating_sub(before.switches);

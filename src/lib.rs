@@ -16,3 +16,11 @@ pub mod store;
 pub mod time;
 
 pub use codes::{Code, ErrorClass};
+
+/// Every binary built on this library (`sutra`, its tests and benches)
+/// allocates with mimalloc: steps allocate on tokio's workers and are freed
+/// on SQLite's writer thread, the cross-thread pattern glibc's malloc is
+/// slowest at (benches/README "Session 8"). Feature `mimalloc` (default).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
