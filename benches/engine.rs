@@ -521,7 +521,11 @@ async fn workload_burst(b: &Bench) -> Result<()> {
     );
     row(
         "median / best",
-        format!("{:.0} / {:.0} instances/s", rates[rounds / 2], rates[rounds - 1]),
+        format!(
+            "{:.0} / {:.0} instances/s",
+            rates[rounds / 2],
+            rates[rounds - 1]
+        ),
     );
     row("cost (the rounds' starts only)", cost);
     println!("  target (issue 18): ≥ 40,000 instances/s");

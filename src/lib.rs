@@ -1,6 +1,7 @@
 //! Sutra: a durable workflow engine whose registered tasks are WebAssembly
 //! components. See ARCHITECTURE.md for the bird's-eye view and the code map.
 
+pub mod alloc;
 pub mod api;
 pub mod cli;
 pub mod codes;
@@ -18,9 +19,7 @@ pub mod time;
 pub use codes::{Code, ErrorClass};
 
 /// Every binary built on this library (`sutra`, its tests and benches)
-/// allocates with mimalloc: steps allocate on tokio's workers and are freed
-/// on SQLite's writer thread, the cross-thread pattern glibc's malloc is
-/// slowest at (benches/README "Session 8"). Feature `mimalloc` (default).
-#[cfg(feature = "mimalloc")]
+/// allocates through [`alloc::SutraAlloc`]: mimalloc (feature `mimalloc`,
+/// default), or the system's allocator under `SUTRA_ALLOCATOR=system`.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: alloc::SutraAlloc = alloc::SutraAlloc;

@@ -115,6 +115,19 @@ pub async fn deploy(
     TenantCaller(tenant): TenantCaller,
     ApiMultipart(form): ApiMultipart,
 ) -> ApiResult<(StatusCode, Json<DeploymentList>)> {
+    let answer = deploy_bundle(&state, &tenant, form).await;
+    // The bundle (megabytes of modules, refused or not) and what loading
+    // them allocated are freed by now: hand that memory back at once, so a
+    // hostile upload leaves the server as it found it (src/alloc.rs).
+    crate::alloc::release_free_memory();
+    answer
+}
+
+async fn deploy_bundle(
+    state: &AppState,
+    tenant: &str,
+    form: Multipart,
+) -> ApiResult<(StatusCode, Json<DeploymentList>)> {
     let (source, modules) = read_bundle(form).await?;
     if let Some(called) = called_tasks(&source) {
         if let Some(missing) = called.iter().find(|n| !modules.contains_key(*n)) {
@@ -133,7 +146,7 @@ pub async fn deploy(
     }
     let records = state
         .runtime
-        .deploy(&tenant, &source, &modules)
+        .deploy(tenant, &source, &modules)
         .await
         .map_err(|e| {
             let module = module_named(&e.message).map(str::to_string);

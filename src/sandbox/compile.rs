@@ -217,6 +217,9 @@ impl Worker {
             .arg("--max-bytes")
             .arg(limits.max_module_bytes.to_string())
             .env_remove("SUTRA_LOG")
+            // Its RLIMIT_AS holds with the system allocator only: mimalloc
+            // reserves address space in 32 MiB segments (src/alloc.rs).
+            .env(crate::alloc::ALLOCATOR_ENV, crate::alloc::SYSTEM)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
