@@ -838,6 +838,11 @@ async fn console_routes_answer_on_both_backends() {
             "the guest's class is kept: {a}"
         );
         assert!(first["durationMs"].as_i64().unwrap() >= 0);
+        let (_, view) = api.get(&format!("/v1/instances/{bad_id}")).await;
+        assert_eq!(
+            view["attempts"][0]["class"], "rate_limit",
+            "the instance view (and `sutra inspect`) shows the class too: {view}"
+        );
         let (status, _) = other.get(&format!("/v1/instances/{bad_id}/attempts")).await;
         assert_eq!(status, StatusCode::NOT_FOUND);
 

@@ -208,13 +208,7 @@ pub async fn attempts(
             (a, stderr, logs)
         })
         .map(|(a, stderr, logs)| AttemptBody {
-            // Rows written before migration 0010 have no class: their code's.
-            class: a.class.or_else(|| {
-                a.code
-                    .as_deref()
-                    .and_then(Code::parse)
-                    .map(|c| c.class().as_str().to_string())
-            }),
+            class: a.shown_class(),
             task: a.node,
             token: a.token,
             attempt: a.attempt,

@@ -33,6 +33,10 @@ pub struct AttemptView {
     pub at: DateTime<Utc>,
     pub outcome: String,
     pub code: Option<String>,
+    /// The error class of a failure (a guest's own class for its own code),
+    /// as the attempts route gives it (`AttemptRow::shown_class`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
 }
 
 /// One thing an instance waits for: a park of its snapshot.
@@ -116,6 +120,7 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
         at: at(a.started_at),
         outcome: a.outcome.clone(),
         code: a.code.clone(),
+        class: a.shown_class(),
     }
 }
 

@@ -250,6 +250,19 @@ pub struct AttemptRow {
     pub message: Option<String>,
 }
 
+impl AttemptRow {
+    /// The class to show: the stored one, else (rows written before
+    /// migration 0010) the class of its Sutra code, if its code is one.
+    pub fn shown_class(&self) -> Option<String> {
+        self.class.clone().or_else(|| {
+            self.code
+                .as_deref()
+                .and_then(crate::codes::Code::parse)
+                .map(|c| c.class().as_str().to_string())
+        })
+    }
+}
+
 /// What the guest wrote during one attempt (its stderr's tail, its
 /// `host.log` lines), already bounded by the runtime (`runtime::output`:
 /// a few KiB per attempt, whatever the guest wrote). Kept on the attempt's
