@@ -121,14 +121,7 @@ async fn a_push_channel_round_trip_over_http() {
 async fn external_tasks_and_incidents_over_http() {
     let srv = server().await;
     let acme = srv.tenant("acme", json!({})).await;
-    let (status, body) = acme
-        .call(
-            Method::PUT,
-            "/v1/channels/reviews",
-            Some(json!({"transport": "pull"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    acme.pull_channel("reviews").await;
     let (status, body) = acme.deploy(&definition("reviews", ""), &[]).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (_, started) = acme.start("pay", json!({"doc": 1})).await;
@@ -443,14 +436,7 @@ async fn worker_failures_and_the_channel_wait_are_shown_on_both_backends() {
             continue;
         };
         let acme = srv.tenant("acme", json!({})).await;
-        let (status, body) = acme
-            .call(
-                Method::PUT,
-                "/v1/channels/reviews",
-                Some(json!({"transport": "pull"})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::CREATED, "{body}");
+        acme.pull_channel("reviews").await;
         let (status, body) = acme.deploy(&definition("reviews", ""), &[]).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
 

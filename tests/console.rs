@@ -505,14 +505,7 @@ async fn an_incident_is_resolved_from_the_page() {
     };
     let srv = Server::start().await;
     let api = srv.tenant("acme", json!({})).await;
-    let (status, body) = api
-        .call(
-            Method::PUT,
-            "/v1/channels/reviews",
-            Some(json!({"transport": "pull"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    api.pull_channel("reviews").await;
     deploy(&api, &channel_call("review"), &[]).await;
     let (status, started) = api.start("review", json!({"doc": 1})).await;
     assert_eq!(status, StatusCode::CREATED, "{started}");
@@ -697,14 +690,7 @@ async fn guest_classes_channel_waits_and_worker_failures_are_shown() {
     };
     let srv = Server::start().await;
     let api = srv.tenant("acme", json!({})).await;
-    let (status, body) = api
-        .call(
-            Method::PUT,
-            "/v1/channels/reviews",
-            Some(json!({"transport": "pull"})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
+    api.pull_channel("reviews").await;
     deploy(&api, &one_task("order"), &["chaos"]).await;
     deploy(&api, &channel_call("review"), &[]).await;
     let (_, failed) = api

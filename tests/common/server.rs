@@ -345,6 +345,19 @@ impl Api {
         self.call(Method::GET, path, None).await
     }
 
+    /// Configures pull channel `name` for this tenant (workers fetch its
+    /// requests); panics unless it is created.
+    pub async fn pull_channel(&self, name: &str) {
+        let (status, body) = self
+            .call(
+                Method::PUT,
+                &format!("/v1/channels/{name}"),
+                Some(serde_json::json!({"transport": "pull"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
     pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.call(Method::POST, path, Some(body)).await
     }
