@@ -298,8 +298,12 @@ impl<S: Store> Runtime<S> {
 
     /// The process of a deployment, for a view: the loaded one when this
     /// runtime has it, else parsed from the stored definition (no module is
-    /// loaded); `None` if the deployment is gone or no longer loads.
-    pub(crate) async fn process_of(&self, deployment_id: &str) -> Option<Arc<Process>> {
+    /// loaded); `None` if the deployment is gone or no longer loads. A store
+    /// error is the caller's.
+    pub(crate) async fn process_of(
+        &self,
+        deployment_id: &str,
+    ) -> RuntimeResult<Option<Arc<Process>>> {
         let cached = self
             .inner
             .deployed
@@ -307,20 +311,17 @@ impl<S: Store> Runtime<S> {
             .ok()
             .and_then(|m| m.get(deployment_id).map(|d| Arc::clone(&d.process)));
         if cached.is_some() {
-            return cached;
+            return Ok(cached);
         }
-        let record = self
-            .inner
-            .store
-            .get_deployment(deployment_id)
-            .await
-            .ok()??;
-        load_definition(&record.source)
-            .ok()?
-            .processes
-            .into_iter()
-            .find(|p| p.id == record.process_id)
-            .map(Arc::new)
+        let Some(record) = self.inner.store.get_deployment(deployment_id).await? else {
+            return Ok(None);
+        };
+        Ok(load_definition(&record.source).ok().and_then(|d| {
+            d.processes
+                .into_iter()
+                .find(|p| p.id == record.process_id)
+                .map(Arc::new)
+        }))
     }
 
     /// The loaded deployment (from the cache, else rebuilt from the store).

@@ -200,7 +200,7 @@ impl<S: Store> Runtime<S> {
         // A channel wait names its channel: the process is read only then.
         let calling = snap.parks.values().any(|p| p.kind == ParkKind::Channel);
         let process = match calling {
-            true => self.process_of(&rec.deployment_id).await,
+            true => self.process_of(&rec.deployment_id).await?,
             false => None,
         };
         let waits = waits(&snap, process.as_deref());
