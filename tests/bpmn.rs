@@ -20,7 +20,7 @@ use sutra::time::{IsoDuration, TimerSpec};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bpmn");
 const MIWG: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/corpora/bpmn-miwg-reference"
+    "/tests/corpora/bpmn-miwg-reference"
 );
 
 fn files(dir: &str) -> Vec<PathBuf> {

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bpmn");
 const MIWG: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/corpora/bpmn-miwg-reference"
+    "/tests/corpora/bpmn-miwg-reference"
 );
 
 fn sutra(args: &[&str]) -> Output {
