@@ -704,7 +704,7 @@ async fn workload_c(b: &Bench) -> Result<()> {
 fn serve_rss(db: &Path) -> Result<(u64, u64)> {
     let exe = env!("CARGO_BIN_EXE_sutra");
     let mut child = std::process::Command::new(exe)
-        .args(["serve", "--db"])
+        .args(["serve", "--no-listen", "--db"])
         .arg(db)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())

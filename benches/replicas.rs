@@ -151,7 +151,7 @@ struct Replica {
 impl Replica {
     fn spawn(db_url: &str) -> Result<Replica> {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sutra"))
-            .args(["serve", "--db", db_url])
+            .args(["serve", "--no-listen", "--db", db_url])
             .env_remove("SUTRA_DATASOURCE_URL")
             .env("SUTRA_LOG", "warn")
             .stdout(Stdio::null())

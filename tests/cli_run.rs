@@ -109,7 +109,7 @@ async fn a_run_killed_during_a_backoff_is_completed_by_serve_with_every_attempt_
     assert_eq!(store.attempts(&id).await.unwrap().len(), 1);
 
     let mut serve = sutra()
-        .args(["serve", "--db", &db])
+        .args(["serve", "--no-listen", "--db", &db])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -109,7 +109,7 @@ async fn a_kill_during_an_unwind_is_finished_by_serve_with_each_compensator_once
     assert_eq!(rec.state, "WAITING", "the unwind is committed mid-way");
 
     let mut serve = sutra()
-        .args(["serve", "--db", &db])
+        .args(["serve", "--no-listen", "--db", &db])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -161,7 +161,7 @@ struct Replica {
 impl Replica {
     fn spawn(db: &TestSchema, name: &'static str) -> Replica {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sutra"))
-            .args(["serve", "--db", &db.replica_url()])
+            .args(["serve", "--no-listen", "--db", &db.replica_url()])
             .env_remove("SUTRA_DATASOURCE_URL")
             .env("SUTRA_AUDIT_SQL", "true")
             // A lost claim (deadline + 5 s) comes back after ~6 s.

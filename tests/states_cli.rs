@@ -258,7 +258,7 @@ async fn a_run_killed_while_parked_in_a_wait_is_finished_by_serve() {
     assert_eq!(rec.state, "WAITING", "the committed wait survived the kill");
 
     let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
-        .args(["serve", "--db", &db])
+        .args(["serve", "--no-listen", "--db", &db])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -4,7 +4,8 @@
 //!
 //! Invariant: every malformed input is a 4xx with a code — bad JSON or an
 //! unknown field → 400 `SUTRA.API.MALFORMED_REQUEST`, a non-JSON content type
-//! → 415, a body over its cap → 413 — never a 5xx, never a plain-text answer.
+//! → 415 (a JSON body sent as `application/x-www-form-urlencoded`, curl's
+//! default for `-d`, is read as JSON), a body over its cap → 413 — never a 5xx, never a plain-text answer.
 
 use super::error::ApiError;
 use crate::codes::Code;
@@ -48,7 +49,12 @@ where
                     .unwrap_or_default()
                     .trim()
                     .to_ascii_lowercase();
-                essence == "application/json" || essence.ends_with("+json")
+                // curl's `-d` sends a JSON body as a form unless told otherwise:
+                // such a body is taken when it is JSON (docs' curl lines work as
+                // written); any other declared type is refused.
+                essence == "application/json"
+                    || essence.ends_with("+json")
+                    || essence == "application/x-www-form-urlencoded"
             });
         let bytes = Bytes::from_request(req, state).await.map_err(body_error)?;
         if bytes.iter().all(u8::is_ascii_whitespace) {

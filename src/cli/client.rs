@@ -1,6 +1,6 @@
 //! The client verbs: `sutra deploy`, `start`, `instances`, `inspect`,
 //! `history`, `cancel`, `retry`, `send`, `deployments`, `undeploy` against a
-//! running `sutra serve --listen` (`--server`/`SUTRA_SERVER`,
+//! running `sutra serve` (`--server`/`SUTRA_SERVER`,
 //! `--token`/`SUTRA_TOKEN`); `sutra tenant` is in `tenant.rs`.
 //!
 //! Invariant: human-readable tables by default, the server's JSON untouched
@@ -20,7 +20,7 @@ use std::process::ExitCode;
 /// Where the server is and who we are.
 #[derive(Debug, Clone, Args)]
 pub struct ServerOpts {
-    /// The server's base URL (`sutra serve --listen` prints it).
+    /// The server's base URL (`sutra serve` prints it; it listens on 127.0.0.1:8080 by default).
     #[arg(long, env = "SUTRA_SERVER", default_value = "http://127.0.0.1:8080")]
     pub server: String,
     /// A tenant's API key (`sutra tenant create` prints one; the admin key for admin verbs).
@@ -33,9 +33,9 @@ pub struct ServerOpts {
 
 #[derive(Debug, Args)]
 pub struct DeployArgs {
-    /// The process definition (BPMN).
+    /// The process definition: BPMN (with `q:` extensions), HX XML, or States-language JSON.
     pub definition: PathBuf,
-    /// A task module: `name=component.wasm` for each `registered:<name>` the process calls.
+    /// A task module: `NAME=component.wasm` for each task the process calls (BPMN `registered:NAME`, HX `impl="NAME"`, States `"Resource": "NAME"`).
     #[arg(long = "task", value_name = "NAME=FILE")]
     pub tasks: Vec<String>,
     #[command(flatten)]
@@ -65,6 +65,7 @@ pub enum StateArg {
     Completed,
     Terminated,
     Failed,
+    Compensated,
 }
 
 impl StateArg {
@@ -75,6 +76,7 @@ impl StateArg {
             StateArg::Completed => "COMPLETED",
             StateArg::Terminated => "TERMINATED",
             StateArg::Failed => "FAILED",
+            StateArg::Compensated => "COMPENSATED",
         }
     }
 }
@@ -212,7 +214,7 @@ fn unreachable(base: &str, url: &str, e: &reqwest::Error) -> String {
             _ => innermost,
         };
         format!(
-            "cannot connect to {base}: {why} — is `sutra serve --listen` running there? \
+            "cannot connect to {base}: {why} — is `sutra serve` running there? \
              (--server or SUTRA_SERVER says where)"
         )
     } else if e.is_timeout() {
@@ -248,11 +250,31 @@ pub(crate) async fn call(
         .await
         .map_err(|e| fail_exit(&unreachable(&base, &url, &e)))?;
     let status = resp.status();
+    let json_answer = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
     let text = resp
         .text()
         .await
         .map_err(|e| fail_exit(&format!("cannot read the answer of {url}: {e}")))?;
-    let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    if status.is_success() && text.is_empty() {
+        return Ok(Value::Null); // 204 No Content
+    }
+    let parsed = serde_json::from_str::<Value>(&text)
+        .ok()
+        .filter(|_| json_answer);
+    let Some(value) = parsed else {
+        // Every answer of the Sutra API is JSON, errors included (`{code, message}`).
+        let excerpt: String = text.chars().take(80).collect();
+        return Err(fail_exit(&format!(
+            "{url} answered HTTP {} with something that is not the Sutra API (no JSON: {:?}): \
+             is --server (or SUTRA_SERVER) the address `sutra serve` listens on?",
+            status.as_u16(),
+            excerpt.trim()
+        )));
+    };
     if status.is_success() {
         return Ok(value);
     }

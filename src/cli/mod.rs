@@ -14,8 +14,10 @@ mod demo;
 pub mod demo_hx;
 /// The States-language flow of the demo (the demo calls `demo_states::run`).
 pub mod demo_states;
+mod new;
 mod resume;
 mod run;
+mod run_watch;
 mod serve;
 mod show;
 mod task;
@@ -37,6 +39,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Start a project: `new task NAME --lang rust|python|js`, `new flow NAME --dialect bpmn|hx|states`.
+    #[command(subcommand)]
+    New(new::NewCommand),
     /// Work with task components directly.
     #[command(subcommand)]
     Task(task::TaskCommand),
@@ -96,6 +101,7 @@ pub fn main() -> ExitCode {
     };
     init_tracing();
     match cli.command {
+        Command::New(cmd) => new::exec(cmd),
         Command::Task(cmd) => task::exec(cmd),
         Command::Check(args) => check::exec(args),
         Command::Run(args) => run::exec_run(args),

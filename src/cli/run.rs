@@ -1,4 +1,5 @@
 //! `sutra run`, `sutra inspect`: deploy and drive one instance locally; show one.
+use super::run_watch::Watched;
 use super::show;
 use super::usage_error;
 use crate::codes::Code;
@@ -15,9 +16,9 @@ pub const LOCAL_TENANT: &str = "default";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The process definition (BPMN).
+    /// The process definition: BPMN (with `q:` extensions), HX XML, or States-language JSON.
     pub definition: PathBuf,
-    /// A task module: `name=component.wasm` for each `registered:<name>` the process calls.
+    /// A task module: `NAME=component.wasm` for each task the process calls (BPMN `registered:NAME`, HX `impl="NAME"`, States `"Resource": "NAME"`).
     #[arg(long = "task", value_name = "NAME=FILE")]
     pub tasks: Vec<String>,
     /// The start variables, a JSON object.
@@ -179,7 +180,7 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
     };
     rt.block_on(async move {
         let db = args.db.clone().or(config.datasource_url.clone());
-        let (store, durable, _guard) = match open_store(db.as_deref()).await {
+        let (store, durable, guard) = match open_store(db.as_deref()).await {
             Ok(s) => s,
             Err(e) => return fail_exit(&e),
         };
@@ -214,6 +215,10 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         };
         let id = crate::runtime::new_id(runtime.clock().now().timestamp_millis());
         eprintln!("instance {id}");
+        // After the id line: scripts read the id from the first line.
+        if let Some(url) = db.as_deref().filter(|_| durable) {
+            local_tenant_key(runtime.store(), url).await;
+        }
         let started = runtime
             .start(StartRequest {
                 id: Some(id.clone()),
@@ -226,9 +231,13 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         if let Err(e) = started {
             return fail_exit(&e.to_string());
         }
-        match runtime.settle(&id).await {
+        match super::run_watch::settle_watched(&runtime, &id, !args.virtual_clock).await {
             Err(e) => return fail_exit(&e.to_string()),
-            Ok(Settled::Gone) => {
+            Ok(Watched::Interrupted) => {
+                eprintln!("{}", super::run_watch::kept_note(&id, db.as_deref(), guard));
+                return ExitCode::from(130);
+            }
+            Ok(Watched::Settled(Settled::Gone)) => {
                 let note = "deleted at completion (sutra.instance.retention = PT0S)";
                 match args.format {
                     Format::Json => println!(
@@ -284,5 +293,22 @@ pub(crate) fn print_view(view: &InstanceView, format: Format) -> ExitCode {
     match serde_json::to_value(view) {
         Ok(v) => show::print_instance(&v, format),
         Err(e) => fail_exit(&e.to_string()),
+    }
+}
+
+/// The local tenant's row and first API key, made the first time `sutra run`
+/// writes to a database someone named, so that `sutra serve` on the same
+/// database shows these runs to the console and the client verbs at once. The
+/// key is printed once, on stderr; later runs say nothing.
+async fn local_tenant_key(store: &AnyStore, url: &str) {
+    let now = chrono::Utc::now().timestamp_millis();
+    let limits = crate::store::tenancy::TenantLimits::default();
+    match crate::api::auth::create_tenant(store, LOCAL_TENANT, limits, now).await {
+        Ok((_, key)) => eprintln!(
+            "tenant `{LOCAL_TENANT}` (the tenant of local runs) created in {url}; its API key for \
+             `sutra serve --db {url}` (the console, --token), shown once:\n  {key}"
+        ),
+        Err(crate::store::StoreError::Duplicate(_)) => {}
+        Err(e) => eprintln!("warning: could not create tenant `{LOCAL_TENANT}`: {e}"),
     }
 }

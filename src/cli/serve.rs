@@ -1,6 +1,7 @@
 //! `sutra serve`: drive every parked instance in a store (the poller, the
-//! retention sweeper, schedules) until SIGINT/SIGTERM and, with `--listen`,
-//! answer the HTTP API there.
+//! retention sweeper, schedules) until SIGINT/SIGTERM, and answer the HTTP API
+//! and the console on `--listen` (default `127.0.0.1:8080`, the address the
+//! client verbs assume); `--no-listen` drives the store without an API.
 //!
 //! Clocks: the system clock by default; `--virtual-clock` jumps virtual
 //! time to the next due park whenever nothing is runnable; `--manual-clock`
@@ -18,6 +19,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// Where `serve` answers unless told otherwise: the client verbs' default `--server`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// The datasource (`sqlite://file.db` or `postgres://...`).
@@ -26,9 +30,12 @@ pub struct ServeArgs {
     /// A TOML configuration file (environment variables override it).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Answer the HTTP API on this address (e.g. 127.0.0.1:8080; port 0 picks a free one).
+    /// Answer the HTTP API and the console on this address (port 0 picks a free one).
+    #[arg(long, default_value = DEFAULT_LISTEN, conflicts_with = "no_listen")]
+    pub listen: String,
+    /// Serve no API: only drive the parked instances of the store (a headless replica).
     #[arg(long)]
-    pub listen: Option<String>,
+    pub no_listen: bool,
     /// The admin key (manages tenants over the API), at least 16 characters. Unset: no admin routes.
     #[arg(long, env = "SUTRA_ADMIN_KEY", hide_env_values = true)]
     pub admin_key: Option<String>,
@@ -106,7 +113,7 @@ pub fn exec(args: ServeArgs) -> ExitCode {
             Err(e) => return usage_error(format!("--clock-start: {e}")),
         },
     };
-    if args.manual_clock && args.listen.is_none() {
+    if args.manual_clock && args.no_listen {
         return usage_error("--manual-clock needs --listen (the clock moves through the API)");
     }
     if args.admin_key.as_deref().is_some_and(|k| k.len() < 16) {
@@ -146,18 +153,23 @@ pub fn exec(args: ServeArgs) -> ExitCode {
             shutdown_signal().await;
             let _ = stop_tx.send(true);
         });
-        let Some(listen) = args.listen.clone() else {
-            eprintln!("sutra serve: driving parked instances in {db}");
+        let listen = args.listen.clone();
+        if args.no_listen {
+            eprintln!("sutra serve: driving parked instances in {db} (no API: --no-listen)");
             return finish(
                 runtime
                     .serve(stopped(stop_rx))
                     .await
                     .map_err(|e| e.to_string()),
             );
-        };
+        }
         let listener = match tokio::net::TcpListener::bind(&listen).await {
             Ok(l) => l,
-            Err(e) => return fail_exit(&format!("cannot listen on {listen}: {e}")),
+            Err(e) => {
+                return fail_exit(&format!(
+                    "cannot listen on {listen}: {e} (choose another address with --listen, or --no-listen to serve no API)"
+                ))
+            }
         };
         let state = Arc::new(AppState {
             runtime: runtime.clone(),

@@ -100,7 +100,7 @@ pub fn instance_text(v: &Value) -> String {
 }
 
 /// One pending wait: what it waits for, where, and until when.
-fn wait_text(w: &Value) -> String {
+pub(crate) fn wait_text(w: &Value) -> String {
     let node = s(&w["node"]);
     let due = s(&w["due"]);
     match w["kind"].as_str().unwrap_or("") {

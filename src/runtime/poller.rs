@@ -77,6 +77,19 @@ impl<S: Store> Runtime<S> {
     /// the outside world. On a virtual clock this jumps time; on the system
     /// clock it sleeps until the next due park (a wait, not a busy loop).
     pub async fn settle(&self, id: &str) -> RuntimeResult<Settled> {
+        self.settle_until(id, true).await
+    }
+
+    /// [`Runtime::settle`], except that a channel call's window is the outside
+    /// world's to end (its answer comes from a counterpart or a worker): an
+    /// instance whose only timed waits are channel windows is `Waiting` once
+    /// its requests went out (`sutra run` prints it WAITING and returns
+    /// rather than sit until the call's timeout).
+    pub async fn settle_local(&self, id: &str) -> RuntimeResult<Settled> {
+        self.settle_until(id, false).await
+    }
+
+    async fn settle_until(&self, id: &str, channel_windows: bool) -> RuntimeResult<Settled> {
         loop {
             // Registered before looking, so a commit in between is not missed.
             let stepped = self.inner.stepped.notified();
@@ -97,7 +110,7 @@ impl<S: Store> Runtime<S> {
             // alarm here, another replica) shows in the instance, never as an
             // instance that waits with no park.
             // A child flow's waits count as the instance's own.
-            let own_due = self.due_with_children(id).await?;
+            let own_due = self.due_with_children(id, channel_windows).await?;
             // A delivery retry due before the instance's next timed wait is
             // work to wait for too (a delivery alone is the outside world's);
             // a delivery this runtime is making is waited for.
@@ -152,12 +165,18 @@ impl<S: Store> Runtime<S> {
 
     /// The earliest due instant of the parks of instance `id` and of the
     /// child flows it awaits (and theirs).
-    async fn due_with_children(&self, id: &str) -> RuntimeResult<Option<i64>> {
+    /// Without `channel_windows`, a channel call's window does not count.
+    async fn due_with_children(
+        &self,
+        id: &str,
+        channel_windows: bool,
+    ) -> RuntimeResult<Option<i64>> {
         let mut due: Option<i64> = None;
         let mut work = vec![(id.to_string(), 0)];
         while let Some((instance, depth)) = work.pop() {
             for p in self.inner.store.parks_of(&instance).await? {
-                if let Some(d) = p.due_at {
+                let counted = channel_windows || p.kind != ParkKind::Channel.as_str();
+                if let Some(d) = p.due_at.filter(|_| counted) {
                     due = Some(due.map_or(d, |x| x.min(d)));
                 }
                 if p.kind == ParkKind::Child.as_str() && depth < super::children::MAX_DEPTH {

@@ -79,8 +79,11 @@ impl Tiers {
         let scratch = match (&worker, &cfg.cache_dir) {
             (Some(_), None) => Some(
                 tempfile::Builder::new()
-                    .prefix("sutra-compile-")
-                    .tempdir()
+                    .prefix(&format!("{SCRATCH_PREFIX}{}-", std::process::id()))
+                    .tempdir_in({
+                        remove_stale_scratch(&std::env::temp_dir());
+                        std::env::temp_dir()
+                    })
                     .map_err(|source| SandboxError::CacheDir {
                         dir: std::env::temp_dir(),
                         source,
@@ -95,6 +98,31 @@ impl Tiers {
             background: CompileQueue::new(1),
             scratch,
         })
+    }
+}
+
+/// The scratch directories' names: `sutra-compile-<pid>-<random>`.
+const SCRATCH_PREFIX: &str = "sutra-compile-";
+
+/// Removes the scratch directories in `tmp` of processes that no longer run
+/// (a run killed before it could clean up after itself). A directory whose
+/// process is alive, or whose name carries no pid, is left alone.
+fn remove_stale_scratch(tmp: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(SCRATCH_PREFIX)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -320,5 +348,29 @@ impl Sandbox {
             }
             loaded.settle();
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scratch_left_by_a_dead_process_is_removed_and_a_live_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        // No process has this pid (above any pid_max).
+        let dead = tmp.path().join(format!("{SCRATCH_PREFIX}999999999-abc"));
+        let live = tmp
+            .path()
+            .join(format!("{SCRATCH_PREFIX}{}-def", std::process::id()));
+        let other = tmp.path().join("sutra-compile-x");
+        for d in [&dead, &live, &other] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("artifact"), b"x").unwrap();
+        }
+        remove_stale_scratch(tmp.path());
+        assert!(!dead.exists());
+        assert!(live.exists());
+        assert!(other.exists(), "a name without a pid is not ours to judge");
     }
 }
