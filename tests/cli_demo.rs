@@ -50,6 +50,33 @@ fn the_demo_runs_three_orders_to_completion() {
         "{states}"
     );
     assert!(states.contains("order COMPLETED"), "{states}");
+    // Every dialect's part tells its cases the same way: a summary of its own,
+    // an instance id per case, no internal node names, Map steps naming their
+    // item, and case numbers that do not clash between parts.
+    assert_eq!(stdout.matches("\nSummary\n").count(), 3, "{stdout}");
+    assert!(hx.contains("Summary"), "{hx}");
+    assert!(states.contains("Summary"), "{states}");
+    for header in stdout
+        .lines()
+        .filter(|l| l.starts_with("Order #") || l.starts_with("Payment #"))
+    {
+        assert!(header.contains("(instance "), "{header}");
+    }
+    assert!(!stdout.contains("#catch"), "{stdout}");
+    assert!(!stdout.contains("#iteration"), "{stdout}");
+    assert!(
+        states.contains("Reserve [line 1 CUP-02]: retry parked"),
+        "{states}"
+    );
+    assert!(
+        states.contains("Reserve [line 2 POT-03]: its Catch took OUT_OF_STOCK"),
+        "{states}"
+    );
+    assert!(
+        states.contains("Order #3001") && hx.contains("Payment #2001"),
+        "{stdout}"
+    );
+    assert!(!states.contains("#2001"), "{states}");
 }
 
 /// The line of `label` in the demo's summary.

@@ -112,7 +112,7 @@ pub async fn payment<S: Store>(
     runtime: &Runtime<S>,
     tenant: &str,
     chaos: &[u8],
-) -> Result<String, String> {
+) -> Result<(String, Vec<super::demo::Row>), String> {
     let modules: BTreeMap<String, Vec<u8>> = PAYMENT_TASKS
         .iter()
         .map(|t| (t.to_string(), chaos.to_vec()))
@@ -124,11 +124,12 @@ pub async fn payment<S: Store>(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "The HX payment workflow (examples/payment.hx.xml): reserve -> capture -> ship;\n\
-         refund compensates capture, release compensates reserve.\n"
+        "The HX payment workflow (examples/payment.hx.xml)\n\
+         ================================================\n\n\
+         reserve -> capture -> ship; refund compensates capture, release compensates reserve.\n"
     );
+    let mut rows = Vec::new();
     for p in payments() {
-        let _ = writeln!(out, "Payment {}", p.title);
         let started = runtime.clock().now();
         let id = runtime
             .start(StartRequest {
@@ -139,8 +140,10 @@ pub async fn payment<S: Store>(
             })
             .await
             .map_err(|e| e.to_string())?;
+        let _ = writeln!(out, "Payment {}  (instance {id})", p.title);
         runtime.settle(&id).await.map_err(|e| e.to_string())?;
         let history = runtime.history(&id).await.map_err(|e| e.to_string())?;
+        let mut last_node = String::new();
         for entry in &history.entries {
             let at = entry["at"]
                 .as_str()
@@ -151,6 +154,9 @@ pub async fn payment<S: Store>(
             let kind = entry["kind"].as_str().unwrap_or("");
             if let Some(line) = describe(kind, node, &entry["data"]) {
                 let _ = writeln!(out, "  {:>12}  {line}", offset(at));
+                if !node.is_empty() {
+                    last_node = node.to_string();
+                }
             }
         }
         let view = runtime.inspect(&id).await.map_err(|e| e.to_string())?;
@@ -160,6 +166,17 @@ pub async fn payment<S: Store>(
             .filter_map(|n| view.nodes.get(*n).map(|s| format!("{n}={s}")))
             .collect();
         let _ = writeln!(out, "  state {}  nodes {}\n", view.state, states.join(" "));
+        rows.push(super::demo::Row {
+            label: p.title.split(':').next().unwrap_or("").to_string(),
+            instance: id,
+            state: view.state.clone(),
+            ended_at: last_node,
+            attempts: view.attempts.len(),
+            took: view
+                .ended_at
+                .map(|e| offset((e - started).num_milliseconds()))
+                .unwrap_or_else(|| "-".into()),
+        });
     }
-    Ok(out)
+    Ok((out, rows))
 }

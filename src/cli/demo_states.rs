@@ -27,9 +27,9 @@ pub fn orders() -> Vec<Order> {
     let line = |sku: &str, warehouse: Value| json!({ "sku": sku, "warehouse": warehouse });
     vec![
         Order {
-            title: "#2001 three lines: one in stock, one at a busy warehouse, one out of stock",
+            title: "#3001 three lines: one in stock, one at a busy warehouse, one out of stock",
             input: json!({
-                "order": 2001,
+                "order": 3001,
                 "lines": [
                     line("TEA-01", json!({ "do": "echo" })),
                     line("CUP-02", json!({ "do": "fail", "code": "WAREHOUSE_BUSY", "until": 3 })),
@@ -39,9 +39,9 @@ pub fn orders() -> Vec<Order> {
             }),
         },
         Order {
-            title: "#2002 one line, but the card is declined",
+            title: "#3002 one line, but the card is declined",
             input: json!({
-                "order": 2002,
+                "order": 3002,
                 "lines": [line("TEA-01", json!({ "do": "echo" }))],
                 "card": { "do": "fail", "code": "CARD_DECLINED", "message": "insufficient funds" },
             }),
@@ -52,7 +52,6 @@ pub fn orders() -> Vec<Order> {
 /// A journal entry as a line a person can follow (`None`: not worth showing).
 pub fn describe(kind: &str, node: &str, data: &Value) -> Option<String> {
     let code = data["code"].as_str().unwrap_or("");
-    let node = node.replace("#iteration", " (each line)");
     Some(match kind {
         "instance_started" => "order received".into(),
         "fanout_started" => format!(
@@ -69,7 +68,7 @@ pub fn describe(kind: &str, node: &str, data: &Value) -> Option<String> {
             "{node}: retry parked for {} s (a durable row, nothing sleeps)",
             data["delay_ms"].as_u64().unwrap_or(0) as f64 / 1000.0
         ),
-        "error_caught" => format!("{node}: caught {code}"),
+        "error_caught" => format!("{node}: its Catch took {code}"),
         "timer_armed" => format!("{node}: waiting for the courier slot (a timer park)"),
         "timer_fired" => format!("{node}: the courier slot is here"),
         "fanout_completed" => format!("{node}: every line has an outcome"),
@@ -93,21 +92,35 @@ fn offset(ms: i64) -> String {
     }
 }
 
+/// A node as a person reads it: a handler's or an iteration's internal name
+/// (`Reserve#catch1`, `ReserveLines#iteration`) is its state's, and a step
+/// inside a Map iteration names its line (`Reserve [line 1 CUP-02]`).
+fn node_label(node: &str, data: &Value, input: &Value) -> String {
+    let base = node.split('#').next().unwrap_or(node);
+    match data["item"].as_u64() {
+        Some(slot) => {
+            let sku = input["lines"][slot as usize]["sku"].as_str().unwrap_or("");
+            format!("{base} [line {slot} {sku}]")
+        }
+        None => base.to_string(),
+    }
+}
+
 /// Deploy the flow for `tenant`, run the demo orders, print each step by
-/// step. Returns one summary row per order: (order, state, attempts, virtual time).
+/// step. Returns one summary row per order.
 pub async fn run<S: Store>(
     runtime: &Runtime<S>,
     tenant: &str,
     modules: &BTreeMap<String, Vec<u8>>,
-) -> Result<Vec<(String, String, usize, String)>, String> {
+) -> Result<Vec<super::demo::Row>, String> {
     runtime
         .deploy(tenant, ORDER_LINES, modules)
         .await
         .map_err(|e| e.to_string())?;
-    println!("The order-lines flow (States language, examples/order-lines.asl.json)\n");
+    println!("The order-lines flow (States language, examples/order-lines.asl.json)");
+    println!("==============================================================\n");
     let mut summary = Vec::new();
     for order in orders() {
-        println!("Order {}", order.title);
         let started = runtime.clock().now();
         let id = runtime
             .start(StartRequest {
@@ -118,18 +131,24 @@ pub async fn run<S: Store>(
             })
             .await
             .map_err(|e| e.to_string())?;
+        println!("Order {}  (instance {id})", order.title);
         runtime.settle(&id).await.map_err(|e| e.to_string())?;
         let history = runtime.history(&id).await.map_err(|e| e.to_string())?;
+        let mut last_node = String::new();
         for entry in &history.entries {
-            let node = entry["node"].as_str().unwrap_or("");
+            let data = &entry["data"];
+            let kind = entry["kind"].as_str().unwrap_or("");
+            let node = node_label(entry["node"].as_str().unwrap_or(""), data, &order.input);
             let at = entry["at"]
                 .as_str()
                 .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
                 .map(|t| (t.with_timezone(&chrono::Utc) - started).num_milliseconds())
                 .unwrap_or(0);
-            if let Some(line) = describe(entry["kind"].as_str().unwrap_or(""), node, &entry["data"])
-            {
+            if let Some(line) = describe(kind, &node, data) {
                 println!("  {:>14}  {line}", offset(at));
+                if !node.is_empty() && !node.contains('[') {
+                    last_node = node;
+                }
             }
         }
         let view = runtime.inspect(&id).await.map_err(|e| e.to_string())?;
@@ -141,8 +160,15 @@ pub async fn run<S: Store>(
             .map(|e| offset((e - started).num_milliseconds()))
             .unwrap_or_else(|| "-".into());
         println!();
-        let name = order.title.split(' ').next().unwrap_or("").to_string();
-        summary.push((name, view.state.clone(), view.attempts.len(), took));
+        let label = order.title.split(' ').next().unwrap_or("").to_string();
+        summary.push(super::demo::Row {
+            label,
+            instance: id,
+            state: view.state.clone(),
+            ended_at: last_node,
+            attempts: view.attempts.len(),
+            took,
+        });
     }
     Ok(summary)
 }

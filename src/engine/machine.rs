@@ -895,6 +895,7 @@ impl<'a> Machine<'a> {
                         return;
                     }
                 };
+                let item = self.item_of(tok);
                 self.discard(tok);
                 // The error the catcher matched (what `{Error, Cause}` says),
                 // and the engine code that carried it, if another.
@@ -905,7 +906,7 @@ impl<'a> Machine<'a> {
                 self.journal(
                     "error_caught",
                     Some(&bnode.id),
-                    json!({ "code": name, "message": cause, "raised": raised.code, "from": origin }),
+                    super::outcome::tag_item(json!({ "code": name, "message": cause, "raised": raised.code, "from": origin }), item),
                 );
                 if let Some(path) = result_path {
                     let cause = raised

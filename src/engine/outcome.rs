@@ -91,7 +91,7 @@ impl Machine<'_> {
         self.journal(
             "attempt_ended",
             Some(&node.id),
-            json!({ "attempt": attempt, "outcome": outcome.label(), "code": code, "message": message }),
+            self.with_item(token, json!({ "attempt": attempt, "outcome": outcome.label(), "code": code, "message": message })),
         );
         match outcome {
             TaskOutcome::Completed { output } if node.data.is_some() => {
@@ -257,6 +257,25 @@ impl Machine<'_> {
 
     /// Arm the retry park of `token` due `delay` from now and journal it;
     /// returns the park and its due instant.
+    /// `data` with `"item": <slot>` when `token` runs inside a Map iteration
+    /// or a Parallel branch (its innermost one), so a journal entry names the
+    /// item it is about.
+    pub(super) fn with_item(&self, token: u64, data: serde_json::Value) -> serde_json::Value {
+        tag_item(data, self.item_of(token))
+    }
+
+    /// The slot of the innermost Map iteration or Parallel branch `token` runs in.
+    pub(super) fn item_of(&self, token: u64) -> Option<u64> {
+        let mut cur = self.snap.token(token);
+        while let Some(t) = cur {
+            if let TokenStatus::Branch { slot, .. } = &t.status {
+                return Some(u64::from(*slot));
+            }
+            cur = t.scope.and_then(|s| self.snap.token(s));
+        }
+        None
+    }
+
     pub(super) fn arm_retry(
         &mut self,
         token: u64,
@@ -282,7 +301,7 @@ impl Machine<'_> {
         self.journal(
             "retry_scheduled",
             Some(node_id),
-            json!({ "next_attempt": next_attempt, "due": due, "delay_ms": delay.as_millis() as u64, "code": code }),
+            self.with_item(token, json!({ "next_attempt": next_attempt, "due": due, "delay_ms": delay.as_millis() as u64, "code": code })),
         );
         (park, due)
     }
@@ -406,4 +425,12 @@ fn judge(
 /// The delay before the retry that follows `granted` earlier retries of this retrier.
 fn delay_for(policy: &RetryPolicy, granted: u32, draw: f64) -> std::time::Duration {
     policy.delay(granted + 2, draw)
+}
+
+/// `data` with `"item": slot` when there is one.
+pub(super) fn tag_item(mut data: serde_json::Value, item: Option<u64>) -> serde_json::Value {
+    if let Some(slot) = item {
+        data["item"] = json!(slot);
+    }
+    data
 }

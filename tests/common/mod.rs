@@ -20,11 +20,24 @@ pub fn guest(name: &str) -> PathBuf {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
         let script = root().join("guest-examples/build.sh");
+        // Straight to the terminal (the test harness captures only print
+        // macros): the first run installs the guest tools, which takes minutes.
+        use std::io::Write;
+        let t0 = std::time::Instant::now();
+        let _ = writeln!(
+            std::io::stderr(),
+            "guest-examples/build.sh: building the example guests (the first run installs the wasm32-wasip2 target, componentize-py and componentize-js under target/guest-tools; a few minutes) ..."
+        );
         let out = std::process::Command::new("bash")
             .arg(&script)
             .current_dir(root())
             .output()
             .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        let _ = writeln!(
+            std::io::stderr(),
+            "guest-examples/build.sh: done in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
         if out.status.success() {
             Ok(())
         } else {

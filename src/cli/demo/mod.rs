@@ -84,14 +84,14 @@ fn database(keep: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>),
     }
 }
 
-/// One case's line in its flow's summary.
-struct Row {
-    label: String,
-    instance: String,
-    state: String,
-    ended_at: String,
-    attempts: usize,
-    took: String,
+/// One case's line in its flow's summary (every dialect's part makes them).
+pub struct Row {
+    pub label: String,
+    pub instance: String,
+    pub state: String,
+    pub ended_at: String,
+    pub attempts: usize,
+    pub took: String,
 }
 
 pub fn exec(args: DemoArgs) -> ExitCode {
@@ -145,14 +145,12 @@ pub fn exec(args: DemoArgs) -> ExitCode {
         println!(
             "Sutra demo on embedded SQLite ({where_}), virtual clock, audit journal on.\n"
         );
-        let mut last_instance = None;
         for flow in &flows {
             let rows = match run_flow(&runtime, flow, &modules).await {
                 Ok(rows) => rows,
                 Err(e) => return fail_exit(&e),
             };
-            print_summary(flow, &rows);
-            last_instance = rows.last().map(|r| r.instance.clone());
+            print_summary(flow.noun, &rows, flow.moral);
         }
         // The other two dialects, on the same engine: an HX payment that unwinds
         // by compensation, and a States-language Map over order lines.
@@ -161,20 +159,21 @@ pub fn exec(args: DemoArgs) -> ExitCode {
         };
         println!();
         match super::demo_hx::payment(&runtime, TENANT, chaos).await {
-            Ok(story) => print!("{story}"),
+            Ok((story, rows)) => {
+                print!("{story}");
+                print_summary("payment", &rows, HX_MORAL);
+            }
             Err(e) => return fail_exit(&e),
         }
         println!();
         let chaos_only = BTreeMap::from([("chaos".to_string(), chaos.clone())]);
-        match super::demo_states::run(&runtime, TENANT, &chaos_only).await {
+        let last_instance = match super::demo_states::run(&runtime, TENANT, &chaos_only).await {
             Ok(rows) => {
-                println!("{:<8} {:<12} {:>8}  VIRTUAL TIME", "ORDER", "STATE", "ATTEMPTS");
-                for (order, state, attempts, took) in rows {
-                    println!("{order:<8} {state:<12} {attempts:>8}  {took}");
-                }
+                print_summary("order", &rows, STATES_MORAL);
+                rows.last().map(|r| r.instance.clone())
             }
             Err(e) => return fail_exit(&e),
-        }
+        };
         runtime.store().close().await;
         if let (Some(_), Some(id)) = (&args.keep, last_instance) {
             println!(
@@ -265,7 +264,19 @@ async fn run_flow(
     Ok(rows)
 }
 
-fn print_summary(flow: &Flow, rows: &[Row]) {
+/// What the HX part shows.
+const HX_MORAL: &str = "Both payments ran on the same engine as the BPMN orders. The second one's retries were durable \
+parks with full jitter; when they were spent, the workflow unwound newest completion first — the \
+capture refunded, then the reservation released — and ended COMPENSATED, not FAILED: nothing was \
+left half done.";
+/// What the States-language part shows.
+const STATES_MORAL: &str =
+    "The Map reserved each line on its own token: a busy warehouse retried with backoff (durable \
+parks), an out-of-stock line was caught and backordered instead of failing the order, and the \
+two-hour Wait was one timer row. The declined card was caught by the Charge state's Catch and \
+routed to a Fail state, so that order ended FAILED with the flow's own error name.";
+
+fn print_summary(noun: &str, rows: &[Row], moral: &str) {
     println!("Summary");
     let width = rows
         .iter()
@@ -273,17 +284,23 @@ fn print_summary(flow: &Flow, rows: &[Row]) {
         .max()
         .unwrap_or(0)
         .max("ended at".len());
+    let states = rows
+        .iter()
+        .map(|r| r.state.len())
+        .max()
+        .unwrap_or(0)
+        .max(10);
     println!(
-        "  {:<14} {:<10} {:<width$}  {:>8}  {:>14}",
-        flow.noun, "state", "ended at", "attempts", "virtual time"
+        "  {:<14} {:<states$} {:<width$}  {:>8}  {:>14}",
+        noun, "state", "ended at", "attempts", "virtual time"
     );
     for r in rows {
         println!(
-            "  {:<14} {:<10} {:<width$}  {:>8}  {:>14}",
+            "  {:<14} {:<states$} {:<width$}  {:>8}  {:>14}",
             r.label, r.state, r.ended_at, r.attempts, r.took
         );
     }
-    println!("\n{}\n", flow.moral);
+    println!("\n{moral}\n");
 }
 
 fn capitalised(s: &str) -> String {
