@@ -242,7 +242,13 @@ fn an_ephemeral_run_of_a_stateful_process_is_refused() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("SUTRA.CONFIG.DATASOURCE_REQUIRED"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("SUTRA.CONFIG.DATASOURCE_REQUIRED"),
+        "{stderr}"
+    );
+    // Refused before an instance exists: no id is printed that nothing keeps.
+    assert!(!stderr.contains("instance "), "{stderr}");
 }
 
 #[test]

@@ -213,6 +213,9 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
             Some(p) => p.clone(),
             None => deployments[0].process_id.clone(),
         };
+        if let Err(e) = runtime.refuse_ephemeral(LOCAL_TENANT, &process_id).await {
+            return fail_exit(&e.to_string());
+        }
         let id = crate::runtime::new_id(runtime.clock().now().timestamp_millis());
         eprintln!("instance {id}");
         // After the id line: scripts read the id from the first line.

@@ -101,6 +101,19 @@ impl<S: Store> Runtime<S> {
         m.entry(id.to_string()).or_default().clone()
     }
 
+    /// Refuses, before any instance id exists, a start that could never be
+    /// kept: a stateful process on an in-memory store (`sutra run --db
+    /// sqlite::memory:`). [`Runtime::start`] refuses the same.
+    pub async fn refuse_ephemeral(&self, tenant: &str, process_id: &str) -> RuntimeResult<()> {
+        if self.inner.durable {
+            return Ok(());
+        }
+        match self.active_deployed(tenant, process_id).await? {
+            Some(d) if d.process.stateful() => Err(stateful_without_datasource(process_id)),
+            _ => Ok(()),
+        }
+    }
+
     /// Start an instance and drive it until every token waits. Returns its id.
     pub async fn start(&self, req: StartRequest) -> RuntimeResult<String> {
         let deployed = self
@@ -113,10 +126,7 @@ impl<S: Store> Runtime<S> {
                 )
             })?;
         if deployed.process.stateful() && !self.inner.durable {
-            return Err(RuntimeError::new(
-                Code::DatasourceRequired,
-                format!("process `{}` is stateful (it can park: a timer, a message wait or a retry policy) and needs a datasource", req.process_id),
-            ));
+            return Err(stateful_without_datasource(&req.process_id));
         }
         let now = self.inner.clock.now();
         let id = req.id.clone().unwrap_or_else(|| super::new_id(ms(now)));
@@ -540,4 +550,14 @@ impl<S: Store> Runtime<S> {
             ),
         ))
     }
+}
+
+fn stateful_without_datasource(process_id: &str) -> RuntimeError {
+    RuntimeError::new(
+        Code::DatasourceRequired,
+        format!(
+            "process `{process_id}` is stateful (it can park: a timer, a message wait or a retry policy) \
+             and needs a durable datasource (a SQLite file or PostgreSQL), not an in-memory one"
+        ),
+    )
 }
