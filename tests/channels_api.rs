@@ -382,6 +382,30 @@ fn sutra_run_configures_its_channels() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("SUTRA.RUNTIME.CHANNEL.NOT_CONFIGURED"));
+    // A call with a window (an hour) is the outside world's to answer: the run
+    // prints the instance WAITING at once, on either clock, and returns.
+    let timed = dir.path().join("timed.bpmn");
+    std::fs::write(
+        &timed,
+        definition("reviews", r#"<q:timeout duration="PT1H"/>"#),
+    )
+    .unwrap();
+    for clock in [None, Some("--virtual-clock")] {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"));
+        cmd.args([
+            "run",
+            timed.to_str().unwrap(),
+            "--channel",
+            "reviews=pull",
+            "--format",
+            "json",
+        ]);
+        cmd.args(clock);
+        let text = ok(&cmd.output().unwrap());
+        let view: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(view["state"], "WAITING", "{clock:?}: {text}");
+        assert_eq!(view["waits"][0]["kind"], "channel", "{text}");
+    }
 }
 
 /// Fetches `channel`'s one task for worker `w1` and reports a failure with

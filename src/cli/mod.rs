@@ -135,6 +135,13 @@ fn init_tracing() {
         .try_init();
 }
 
+/// A progress line on stderr that must never end the run: a reader that went
+/// away (a script that read the id line and closed the pipe) is not an error.
+pub(crate) fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// A usage error: print it like clap does and exit 2.
 pub(crate) fn usage_error(message: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {message}");

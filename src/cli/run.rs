@@ -237,7 +237,7 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         match super::run_watch::settle_watched(&runtime, &id, !args.virtual_clock).await {
             Err(e) => return fail_exit(&e.to_string()),
             Ok(Watched::Interrupted) => {
-                eprintln!("{}", super::run_watch::kept_note(&id, db.as_deref(), guard));
+                super::say(&super::run_watch::kept_note(&id, db.as_deref(), guard));
                 return ExitCode::from(130);
             }
             Ok(Watched::Settled(Settled::Gone)) => {
@@ -307,11 +307,13 @@ async fn local_tenant_key(store: &AnyStore, url: &str) {
     let now = chrono::Utc::now().timestamp_millis();
     let limits = crate::store::tenancy::TenantLimits::default();
     match crate::api::auth::create_tenant(store, LOCAL_TENANT, limits, now).await {
-        Ok((_, key)) => eprintln!(
+        Ok((_, key)) => super::say(&format!(
             "tenant `{LOCAL_TENANT}` (the tenant of local runs) created in {url}; its API key for \
              `sutra serve --db {url}` (the console, --token), shown once:\n  {key}"
-        ),
+        )),
         Err(crate::store::StoreError::Duplicate(_)) => {}
-        Err(e) => eprintln!("warning: could not create tenant `{LOCAL_TENANT}`: {e}"),
+        Err(e) => super::say(&format!(
+            "warning: could not create tenant `{LOCAL_TENANT}`: {e}"
+        )),
     }
 }

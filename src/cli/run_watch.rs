@@ -71,7 +71,7 @@ pub(crate) async fn settle_watched(
                     .collect::<Vec<_>>()
                     .join("; ");
                 if !what.is_empty() && what != said {
-                    eprintln!("instance {id} {}  (Ctrl-C stops the run; the instance is kept)", lines.join("; "));
+                    super::say(&format!("instance {id} {}  (Ctrl-C stops the run; the instance is kept)", lines.join("; ")));
                     said = what;
                 }
             }
