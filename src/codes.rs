@@ -110,6 +110,10 @@ codes! {
     /// The guest's output was not JSON, or over the output cap. Not retried by
     /// default: the same task on the same input answers the same output.
     TaskOutputInvalid => "SUTRA.TASK.OUTPUT_INVALID", Internal, false;
+    /// The guest's error code was over its cap (`sandbox::outcome::MAX_GUEST_CODE`
+    /// bytes: a code is an identifier); the message says how long it was and how
+    /// it began. The guest's class still decides whether a failure is retried.
+    TaskErrorCodeInvalid => "SUTRA.TASK.ERROR_CODE_INVALID", Internal, true;
     /// The component failed validation or imports something outside the task world.
     TaskModuleInvalid => "SUTRA.TASK.MODULE_INVALID", InvalidInput, false;
     /// The task's input could not be built (e.g. variables are not JSON-encodable).

@@ -132,6 +132,27 @@ pub(crate) struct Flags {
 /// How many bytes of stderr go into a trap's message.
 const STDERR_TAIL_IN_MESSAGE: usize = 2048;
 
+/// The longest error code a guest may give (bytes). A code is an identifier
+/// that flows, retry policies and boundaries match on, stored on every attempt
+/// row: a longer one is replaced by `SUTRA.TASK.ERROR_CODE_INVALID`.
+pub const MAX_GUEST_CODE: usize = 256;
+
+/// A guest's code, or the code that says it was over the cap (and the
+/// message then starts by saying so, with how the code began).
+fn bounded_code(code: String, message: String) -> (String, String) {
+    if code.len() <= MAX_GUEST_CODE {
+        return (code, message);
+    }
+    let head = clip(code.chars().take(64).collect(), 64);
+    (
+        Code::TaskErrorCodeInvalid.as_str().to_string(),
+        format!(
+            "the guest's error code is {} bytes, over the cap of {MAX_GUEST_CODE} (it began `{head}`): {message}",
+            code.len()
+        ),
+    )
+}
+
 /// Classify a returned value (the call itself succeeded).
 pub(crate) fn classify_return(result: Result<String, GuestError>, output_cap: usize) -> Outcome {
     match result {
@@ -156,11 +177,14 @@ pub(crate) fn classify_return(result: Result<String, GuestError>, output_cap: us
             code,
             message,
             details,
-        }) => Outcome::BusinessError {
-            code,
-            message: clip(message, output_cap),
-            details: parse_details(details, output_cap),
-        },
+        }) => {
+            let (code, message) = bounded_code(code, message);
+            Outcome::BusinessError {
+                code,
+                message: clip(message, output_cap),
+                details: parse_details(details, output_cap),
+            }
+        }
         Err(GuestError::Failure {
             code,
             message,
@@ -172,6 +196,7 @@ pub(crate) fn classify_return(result: Result<String, GuestError>, output_cap: us
             } else {
                 code
             };
+            let (code, message) = bounded_code(code, message);
             let ours = Code::parse(&code);
             let class = details
                 .as_ref()
@@ -334,6 +359,58 @@ mod tests {
     fn ok_that_is_not_json_is_output_invalid() {
         let o = classify_return(Ok("nope".into()), 1024);
         assert_eq!(o.code(), Some("SUTRA.TASK.OUTPUT_INVALID"));
+    }
+
+    #[test]
+    fn an_over_long_guest_code_is_replaced_by_one_that_says_so() {
+        let long = "X".repeat(10 * 1024 * 1024);
+        for business in [false, true] {
+            let err = if business {
+                GuestError::Business {
+                    code: long.clone(),
+                    message: "m".into(),
+                    details: None,
+                }
+            } else {
+                GuestError::Failure {
+                    code: long.clone(),
+                    message: "m".into(),
+                    details: Some(r#"{"class":"transient"}"#.into()),
+                }
+            };
+            let (code, message) = match classify_return(Err(err), 1 << 20) {
+                Outcome::BusinessError { code, message, .. } => (code, message),
+                Outcome::Failed {
+                    code,
+                    message,
+                    class,
+                    retryable,
+                    ..
+                } => {
+                    assert_eq!(class, ErrorClass::Transient, "the guest's class stands");
+                    assert!(retryable);
+                    (code, message)
+                }
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(code, "SUTRA.TASK.ERROR_CODE_INVALID");
+            assert!(message.len() < 400, "{}", message.len());
+            assert!(
+                message.contains("10485760 bytes") && message.contains("XXXX"),
+                "{message}"
+            );
+        }
+        // At the cap: the guest's own code.
+        let at_cap = "C".repeat(MAX_GUEST_CODE);
+        let err = GuestError::Failure {
+            code: at_cap.clone(),
+            message: "m".into(),
+            details: None,
+        };
+        match classify_return(Err(err), 1 << 20) {
+            Outcome::Failed { code, .. } => assert_eq!(code, at_cap),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
