@@ -107,6 +107,10 @@ codes! {
     TaskMemoryLimit => "SUTRA.TASK.MEMORY_LIMIT", ResourceExhausted, true;
     /// The guest overflowed its stack.
     TaskStackOverflow => "SUTRA.TASK.STACK_OVERFLOW", ResourceExhausted, true;
+    /// The host refused a call of the guest over one of its limits (more random
+    /// bytes than a call may ask, a full resource table, a poll over too many
+    /// pollables): the message carries the host's cause.
+    TaskResourceExhausted => "SUTRA.TASK.RESOURCE_EXHAUSTED", ResourceExhausted, true;
     /// The guest's output was not JSON, or over the output cap. Not retried by
     /// default: the same task on the same input answers the same output.
     TaskOutputInvalid => "SUTRA.TASK.OUTPUT_INVALID", Internal, false;

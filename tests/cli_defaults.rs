@@ -67,6 +67,19 @@ fn serve_answers_on_the_client_verbs_default_address() {
     );
 }
 
+/// Liveness and readiness: `/healthz` says the process serves, `/readyz`
+/// that the store answered a read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_reports_the_store_beside_liveness() {
+    let srv = Server::start().await;
+    let anon = srv.anonymous();
+    let (status, body) = anon.get("/healthz").await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    let (status, body) = anon.get("/readyz").await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["store"], "ok", "{body}");
+}
+
 /// A server that is not Sutra: the client says so instead of printing HTML.
 #[test]
 fn a_client_that_reaches_something_else_says_it_is_not_sutra() {

@@ -85,6 +85,40 @@ async fn healthz() -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok" }))
 }
 
+/// How long readiness waits for the store before it says the store is not there.
+const READY_STORE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Readiness: the store answers a read within [`READY_STORE_TIMEOUT`]
+/// (`/healthz` stays liveness: the process serves). A store that errs or is
+/// slower is 503 `SUTRA.RUNTIME.STORE`, so a load balancer takes the replica
+/// out while its database is away.
+async fn readyz(
+    State(state): State<Arc<AppState>>,
+) -> Result<Json<serde_json::Value>, error::ApiError> {
+    use crate::store::Store;
+    let read = tokio::time::timeout(READY_STORE_TIMEOUT, state.runtime.store().next_due()).await;
+    match read {
+        Ok(Ok(_)) => Ok(Json(
+            serde_json::json!({ "status": "ready", "store": "ok" }),
+        )),
+        Ok(Err(e)) => {
+            // The cause goes to the log, never to the answer (as for every 5xx).
+            tracing::error!(error = %e, "readiness: the store failed a read");
+            Err(error::ApiError::new(
+                crate::codes::Code::StoreFailed,
+                "not ready: the store is unavailable (a read failed; see the server's log)",
+            ))
+        }
+        Err(_) => Err(error::ApiError::new(
+            crate::codes::Code::StoreFailed,
+            format!(
+                "not ready: the store did not answer a read within {} s",
+                READY_STORE_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
 async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(openapi::document())
 }
@@ -144,6 +178,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/admin/clock/advance", post(admin::advance))
         .route("/v1/openapi.json", get(openapi_json))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
         .layer(body_cap);
     deploy

@@ -254,11 +254,22 @@ pub(crate) fn classify_error(error: &wasmtime::Error, flags: Flags, stderr: &str
                 "Exit".to_string(),
                 stderr,
             ),
-            None => trapped(
-                format!("the guest failed: {error}"),
-                "Host".to_string(),
-                stderr,
-            ),
+            // Not a trap of the guest's code: a host function refused the
+            // call (wasmtime-wasi's random-bytes cap, a full resource table,
+            // a poll over too many pollables). The whole chain is the cause.
+            None => {
+                let mut outcome = Outcome::failed(
+                    Code::TaskResourceExhausted,
+                    with_stderr(
+                        format!("the host refused a call of the guest: {error:#}"),
+                        stderr,
+                    ),
+                );
+                if let Outcome::Failed { details, .. } = &mut outcome {
+                    *details = Some(serde_json::json!({ "host": format!("{error:#}") }));
+                }
+                outcome
+            }
         },
     }
 }
@@ -359,6 +370,28 @@ mod tests {
     fn ok_that_is_not_json_is_output_invalid() {
         let o = classify_return(Ok("nope".into()), 1024);
         assert_eq!(o.code(), Some("SUTRA.TASK.OUTPUT_INVALID"));
+    }
+
+    #[test]
+    fn a_host_refusal_is_resource_exhausted_with_its_cause() {
+        let error = wasmtime::Error::msg("requested len 2000000 exceeds limit 1048576")
+            .context("wasi:random/random#get-random-bytes");
+        match classify_error(&error, Flags::default(), "") {
+            Outcome::Failed {
+                code,
+                class,
+                message,
+                retryable,
+                ..
+            } => {
+                assert_eq!(code, "SUTRA.TASK.RESOURCE_EXHAUSTED");
+                assert_eq!(class, ErrorClass::ResourceExhausted);
+                assert!(retryable);
+                assert!(message.contains("exceeds limit 1048576"), "{message}");
+                assert!(message.contains("get-random-bytes"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
