@@ -245,6 +245,9 @@ codes! {
     ApiUriTooLong => "SUTRA.API.URI_TOO_LONG", InvalidInput, false;
     /// The request's header section is too large (too many headers, or too many bytes).
     ApiHeadersTooLarge => "SUTRA.API.HEADERS_TOO_LARGE", InvalidInput, false;
+    /// The server holds as many connections as it takes (in all, or from this
+    /// source address): the connection is answered 503 at once and closed.
+    ApiTooManyConnections => "SUTRA.API.TOO_MANY_CONNECTIONS", RateLimit, true;
     /// The server failed; the details are in its log, never in the answer.
     ApiInternal => "SUTRA.API.INTERNAL", Internal, true;
 

@@ -421,7 +421,9 @@ backends::store_tests! {
 
     async fn the_demo_payment_unwinds_in_reverse_order(db) {
         let rt = runtime(db.store.clone());
-        let text = sutra::cli::demo_hx::payment(&rt, "demo", &common::guest_bytes("chaos")).await.unwrap();
+        let (text, rows) = sutra::cli::demo_hx::payment(&rt, "demo", &common::guest_bytes("chaos")).await.unwrap();
+        let states: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
+        assert_eq!(states, ["COMPLETED", "COMPENSATED"], "one summary row per payment");
         assert!(text.contains("state COMPLETED"), "{text}");
         assert!(text.contains("state COMPENSATED"), "{text}");
         let second = &text[text.find("#2002").unwrap()..];

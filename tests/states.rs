@@ -337,12 +337,12 @@ backends::store_tests! {
     async fn the_demo_flow_reserves_lines_waits_and_charges(db) {
         let rt = runtime(db.store.clone());
         let summary = sutra::cli::demo_states::run(&rt, TENANT, &modules()).await.unwrap();
-        let states: Vec<&str> = summary.iter().map(|r| r.1.as_str()).collect();
+        let states: Vec<&str> = summary.iter().map(|r| r.state.as_str()).collect();
         assert_eq!(states, vec!["COMPLETED", "FAILED"]);
-        // #2001: TEA once, CUP three times (busy twice), POT once (caught), the charge once.
-        let attempts: Vec<usize> = summary.iter().map(|r| r.2).collect();
+        // #3001: TEA once, CUP three times (busy twice), POT once (caught), the charge once.
+        let attempts: Vec<usize> = summary.iter().map(|r| r.attempts).collect();
         assert_eq!(attempts, vec![6, 2]);
-        assert!(summary[0].3.starts_with("+2h00m"), "{summary:?}");
+        assert!(summary[0].took.starts_with("+2h00m"), "{summary:?}");
     }
 }
 

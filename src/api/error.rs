@@ -39,6 +39,7 @@ pub fn status_of(code: Code) -> StatusCode {
         ApiUnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
         ApiUriTooLong => StatusCode::URI_TOO_LONG,
         ApiHeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        ApiTooManyConnections => StatusCode::SERVICE_UNAVAILABLE,
         // As payment APIs answer a key reused with another payload.
         IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
         InstanceState

@@ -16,6 +16,7 @@
 pub mod admin;
 pub mod auth;
 pub mod channels;
+pub mod conns;
 pub mod console;
 pub mod deployments;
 pub mod diagram;
@@ -58,6 +59,8 @@ pub struct ApiConfig {
     pub max_bundle_bytes: usize,
     /// Set with `--manual-clock`: enables `POST /v1/admin/clock/advance`.
     pub manual_clock: Option<Arc<VirtualClock>>,
+    /// How many connections the server holds (`conns`).
+    pub conn_limits: conns::ConnLimits,
 }
 
 impl Default for ApiConfig {
@@ -68,6 +71,7 @@ impl Default for ApiConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             max_bundle_bytes: DEFAULT_MAX_BUNDLE_BYTES,
             manual_clock: None,
+            conn_limits: conns::ConnLimits::defaults(),
         }
     }
 }
@@ -239,7 +243,8 @@ pub async fn serve(
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(shape::ShapedListener(listener), router(state))
+    let limits = state.config.conn_limits;
+    axum::serve(conns::LimitedListener::new(listener, limits), router(state))
         .with_graceful_shutdown(shutdown)
         .await
 }

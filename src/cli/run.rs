@@ -240,7 +240,7 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
                 super::say(&super::run_watch::kept_note(&id, db.as_deref(), guard));
                 return ExitCode::from(130);
             }
-            Ok(Watched::Settled(Settled::Gone)) => {
+            Ok(Watched::Settled(s)) if matches!(*s, Settled::Gone) => {
                 let note = "deleted at completion (sutra.instance.retention = PT0S)";
                 match args.format {
                     Format::Json => println!(

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 /// How the run ended.
 pub(crate) enum Watched {
-    Settled(Settled),
+    Settled(Box<Settled>),
     /// Ctrl-C: the instance is left as it is.
     Interrupted,
 }
@@ -42,7 +42,7 @@ pub(crate) async fn settle_watched(
     let mut said = String::new();
     loop {
         tokio::select! {
-            settled = &mut settle => return settled.map(Watched::Settled),
+            settled = &mut settle => return settled.map(|s| Watched::Settled(Box::new(s))),
             _ = &mut ctrl_c => return Ok(Watched::Interrupted),
             _ = tick.tick(), if announce => {
                 let Ok(view) = runtime.inspect(id).await else { continue };

@@ -39,6 +39,12 @@ pub struct ServeArgs {
     /// The admin key (manages tenants over the API), at least 16 characters. Unset: no admin routes.
     #[arg(long, env = "SUTRA_ADMIN_KEY", hide_env_values = true)]
     pub admin_key: Option<String>,
+    /// Most connections held at once (default: 4096, within the file-descriptor limit); more are answered 503.
+    #[arg(long, env = "SUTRA_API_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Most connections held at once from one source address.
+    #[arg(long, env = "SUTRA_API_MAX_CONNECTIONS_PER_ADDR")]
+    pub max_connections_per_addr: Option<usize>,
     /// Cap of a JSON request body, in bytes.
     #[arg(long, default_value_t = api::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
@@ -154,6 +160,14 @@ pub fn exec(args: ServeArgs) -> ExitCode {
             let _ = stop_tx.send(true);
         });
         let listen = args.listen.clone();
+        // Connections, the store and compiles all take descriptors: use what
+        // the hard limit allows, then cap connections within it.
+        crate::api::conns::raise_fd_limit();
+        let defaults = crate::api::conns::ConnLimits::defaults();
+        let conn_limits = crate::api::conns::ConnLimits {
+            max: args.max_connections.unwrap_or(defaults.max).max(1),
+            per_addr: args.max_connections_per_addr.unwrap_or(defaults.per_addr).max(1),
+        };
         if args.no_listen {
             eprintln!("sutra serve: driving parked instances in {db} (no API: --no-listen)");
             return finish(
@@ -179,6 +193,7 @@ pub fn exec(args: ServeArgs) -> ExitCode {
                 max_body_bytes: args.max_body_bytes,
                 max_bundle_bytes: args.max_bundle_bytes,
                 manual_clock: manual.clone(),
+                conn_limits,
             },
             clock_lock: tokio::sync::Mutex::new(()),
             http: Default::default(),

@@ -85,6 +85,7 @@ fn database(keep: Option<&Path>) -> Result<(PathBuf, Option<tempfile::TempDir>),
 }
 
 /// One case's line in its flow's summary (every dialect's part makes them).
+#[derive(Debug)]
 pub struct Row {
     pub label: String,
     pub instance: String,
