@@ -241,8 +241,25 @@ impl SqlBackend for SqliteStore {
     /// The single writer, taken with `BEGIN IMMEDIATE`: the write lock at
     /// once, so the transaction waits (busy timeout) instead of failing
     /// when it would upgrade a read.
+    ///
+    /// A COMMIT that failed (a full disk) can leave the one writer connection
+    /// inside a transaction sqlx no longer ends, and every later begin on it
+    /// would fail ("begin_with at non-zero transaction depth"): such a
+    /// connection is closed and the write begins on a fresh one, so writes
+    /// resume as soon as the disk has room again.
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
-        Ok(self.write.begin_with("BEGIN IMMEDIATE").await?)
+        match self.write.begin_with("BEGIN IMMEDIATE").await {
+            Err(sqlx::Error::InvalidSavePointStatement | sqlx::Error::BeginFailed) => {
+                tracing::warn!(
+                    "the SQLite writer connection was left in a transaction: reopening it"
+                );
+                if let Ok(conn) = self.write.acquire().await {
+                    let _ = conn.close().await;
+                }
+                Ok(self.write.begin_with("BEGIN IMMEDIATE").await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// Nothing to lock: `BEGIN IMMEDIATE` already serialises every writer.
@@ -287,5 +304,30 @@ impl SqlBackend for SqliteStore {
     /// Nothing to watch: one process owns the file and wakes its own poller.
     async fn watch(&self, _: Arc<Notify>) -> StoreResult<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Connection;
+
+    /// A writer connection left inside a transaction (as a COMMIT that failed
+    /// on a full disk leaves it) does not stop writes for good.
+    #[tokio::test]
+    async fn a_writer_left_in_a_transaction_is_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        let store = SqliteStore::open(&url).await.unwrap();
+        {
+            let mut conn = store.write.acquire().await.unwrap();
+            let tx = conn.begin().await.unwrap();
+            // Neither committed nor rolled back: sqlx's depth stays 1.
+            std::mem::forget(tx);
+        }
+        let tx = store.begin_write().await.expect("a fresh writer");
+        tx.commit().await.unwrap();
+        let again = store.begin_write().await.expect("and the next one");
+        again.rollback().await.unwrap();
     }
 }
