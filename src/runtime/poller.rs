@@ -288,15 +288,31 @@ impl<S: Store> Runtime<S> {
             let rt = self.clone();
             tokio::spawn(async move { rt.sweeper_loop().await })
         };
+        // While the store fails (a full disk, a database away), the loop backs
+        // off (100 ms doubling to 5 s) instead of spinning on past-due work,
+        // and says so once per step of the backoff; the first round that
+        // works resets it.
+        let mut failing = StoreBackoff::default();
         loop {
-            if let Err(e) = self.fire_due().await {
-                tracing::warn!(error = %e, "poll failed");
-            }
+            let polled = self.fire_due().await;
             // Timer start events due now (schedule.rs); their next slot counts as due work.
-            let next_schedule = self.tick_schedules().await.unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "schedule tick failed");
-                None
-            });
+            let ticked = self.tick_schedules().await;
+            let next_schedule = match (&polled, &ticked) {
+                (Ok(_), Ok(next)) => {
+                    failing.reset();
+                    *next
+                }
+                _ => {
+                    let pause = failing.failed();
+                    if let Err(e) = &polled {
+                        tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "poll failed");
+                    }
+                    if let Err(e) = &ticked {
+                        tracing::warn!(error = %e, retry_in_ms = pause.as_millis() as u64, "schedule tick failed");
+                    }
+                    ticked.as_ref().ok().copied().flatten()
+                }
+            };
             let next_park = self.next_due_work().await;
             let next = match (next_park, next_schedule) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -314,6 +330,7 @@ impl<S: Store> Runtime<S> {
                 }
                 (_, None) => MAX_IDLE,
             };
+            let idle = idle.max(failing.pause());
             tokio::select! {
                 _ = &mut shutdown => {
                     sweeper.abort();
@@ -400,5 +417,50 @@ impl<S: Store> Runtime<S> {
         // after the same window; poisoned ones and incidents stay.
         while self.inner.store.purge_requests(before, 1000).await? == 1000 {}
         Ok(total)
+    }
+}
+
+/// The poller's pause while the store fails: none while it works, then
+/// 100 ms doubling to 5 s per failed round.
+#[derive(Debug, Default)]
+struct StoreBackoff {
+    failures: u32,
+}
+
+impl StoreBackoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MOST: Duration = Duration::from_secs(5);
+
+    /// One more failed round; the pause before the next.
+    fn failed(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        self.pause()
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
+
+    fn pause(&self) -> Duration {
+        if self.failures == 0 {
+            return Duration::ZERO;
+        }
+        let shift = (self.failures - 1).min(16);
+        Self::FIRST.saturating_mul(1 << shift).min(Self::MOST)
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_store_is_polled_ever_less_often_and_at_once_when_it_works() {
+        let mut b = StoreBackoff::default();
+        assert_eq!(b.pause(), Duration::ZERO);
+        let pauses: Vec<u128> = (0..8).map(|_| b.failed().as_millis()).collect();
+        assert_eq!(pauses, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        b.reset();
+        assert_eq!(b.pause(), Duration::ZERO);
     }
 }
