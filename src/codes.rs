@@ -264,6 +264,9 @@ codes! {
     TimerUnsupported => "SUTRA.CONFIG.TIMER.UNSUPPORTED", InvalidInput, false;
     /// A condition expression does not parse.
     ConditionSyntax => "SUTRA.CONFIG.CONDITION.SYNTAX", InvalidInput, false;
+    /// A condition parses but can never be evaluated: a part of it that names
+    /// no variable fails (`1 + "a"`), or it names no variable and is not a boolean.
+    ConditionInvalid => "SUTRA.CONFIG.CONDITION.INVALID", InvalidInput, false;
     /// A definition file could not be read (missing, unreadable, not text).
     FileUnreadable => "SUTRA.CONFIG.FILE_UNREADABLE", InvalidInput, false;
     /// The document is not well-formed XML.
@@ -335,6 +338,10 @@ codes! {
     HxInvalidEdge => "HX-2006", InvalidInput, false;
     /// A workflow without nodes.
     HxEmptyWorkflow => "HX-2007", InvalidInput, false;
+    /// A `join="all"` node fed by edges that are never all taken (both arms of
+    /// an if/else, a task's error edge and its success path): the join can
+    /// never run (`join="any"` is what was meant).
+    HxJoinUnsatisfiable => "HX-2008", InvalidInput, false;
     /// A node `type` HX does not know.
     HxUnknownNodeType => "HX-3001", InvalidInput, false;
     /// A `<retry>` with a bad value (maxAttempts, backoff, multiplier, jitter, retryOn).

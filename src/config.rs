@@ -12,6 +12,8 @@
 //! | `sutra.runtime.slots` | `SUTRA_RUNTIME_SLOTS` | `32` |
 //! | `sutra.runtime.tenant-slots` | `SUTRA_RUNTIME_TENANT_SLOTS` | three quarters of the slots |
 //! | `sutra.runtime.commit-window` | `SUTRA_RUNTIME_COMMIT_WINDOW` | `PT0.05S` |
+//! | `sutra.runtime.poll-interval` | `SUTRA_RUNTIME_POLL_INTERVAL` | `PT0.5S` |
+//! | `sutra.runtime.max-call-depth` | `SUTRA_RUNTIME_MAX_CALL_DEPTH` | `16` |
 //! | `sutra.sandbox.fuel` | `SUTRA_SANDBOX_FUEL` | the sandbox default |
 //! | `sutra.sandbox.deadline` | `SUTRA_SANDBOX_DEADLINE` | the sandbox default |
 //! | `sutra.sandbox.memory` | `SUTRA_SANDBOX_MEMORY` | the sandbox default |
@@ -63,6 +65,14 @@ pub struct Config {
     /// outcomes (one transaction); a longer one is made durable while it
     /// runs (an attempt park). `PT0S` commits before every attempt.
     pub commit_window: IsoDuration,
+    /// The longest the poller goes without looking at the store for due
+    /// parks (another replica may have armed one; a park this runtime armed
+    /// wakes it at once). Seed 004 says 10 s; Sutra's default is 0.5 s.
+    pub poll_interval: IsoDuration,
+    /// The most instances one chain of process calls may hold, the
+    /// top-level instance included (a flow that calls itself stops there:
+    /// the call that would go deeper fails with `SUTRA.RUNTIME.CHILD.DEPTH_EXCEEDED`).
+    pub max_call_depth: u32,
     pub fuel: Option<u64>,
     pub deadline: Option<IsoDuration>,
     pub memory_bytes: Option<u64>,
@@ -146,6 +156,8 @@ impl Default for Config {
             slots: 32,
             tenant_slots: None,
             commit_window: IsoDuration(std::time::Duration::from_millis(50)),
+            poll_interval: IsoDuration(std::time::Duration::from_millis(500)),
+            max_call_depth: 16,
             fuel: None,
             deadline: None,
             memory_bytes: None,
@@ -172,7 +184,7 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 27] = [
+const KEYS: [&str; 29] = [
     "sutra.sandbox.compile.max-module-bytes",
     "sutra.sandbox.compile.max-functions",
     "sutra.sandbox.compile.cpu-time",
@@ -197,6 +209,8 @@ const KEYS: [&str; 27] = [
     "sutra.runtime.slots",
     "sutra.runtime.tenant-slots",
     "sutra.runtime.commit-window",
+    "sutra.runtime.poll-interval",
+    "sutra.runtime.max-call-depth",
     "sutra.sandbox.fuel",
     "sutra.sandbox.deadline",
     "sutra.sandbox.memory",
@@ -308,6 +322,30 @@ impl Config {
                 ));
             }
             c.commit_window = d;
+        }
+        if let Some(d) = duration("sutra.runtime.poll-interval")? {
+            let d_std = d.as_std();
+            if d_std < std::time::Duration::from_millis(10)
+                || d_std > std::time::Duration::from_secs(3600)
+            {
+                return Err(bad(
+                    "sutra.runtime.poll-interval",
+                    "must be from PT0.01S to PT1H",
+                ));
+            }
+            c.poll_interval = d;
+        }
+        if let Some(v) = values.get("sutra.runtime.max-call-depth") {
+            c.max_call_depth = v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=256).contains(n))
+                .ok_or_else(|| {
+                    bad(
+                        "sutra.runtime.max-call-depth",
+                        format!("`{v}` is not a number from 1 to 256"),
+                    )
+                })?;
         }
         if let Some(v) = values.get("sutra.sandbox.fuel") {
             c.fuel = Some(v.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -559,6 +597,55 @@ mod tests {
         assert_eq!(e.key, "sutra.runtime.commit-window");
         let c = Config::load(None, &env(&[("SUTRA_RUNTIME_COMMIT_WINDOW", "PT0S")])).unwrap();
         assert_eq!(c.commit_window, IsoDuration::ZERO);
+    }
+
+    #[test]
+    fn the_poll_interval_and_the_call_depth_are_keys() {
+        let c = Config::load(None, &env(&[])).unwrap();
+        assert_eq!(
+            c.poll_interval.as_std(),
+            std::time::Duration::from_millis(500)
+        );
+        assert_eq!(c.max_call_depth, 16);
+        let c = Config::load(
+            None,
+            &env(&[
+                ("SUTRA_RUNTIME_POLL_INTERVAL", "PT10S"),
+                ("SUTRA_RUNTIME_MAX_CALL_DEPTH", "3"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.poll_interval.as_std(), std::time::Duration::from_secs(10));
+        assert_eq!(c.max_call_depth, 3);
+        for (k, v, key) in [
+            (
+                "SUTRA_RUNTIME_POLL_INTERVAL",
+                "PT0S",
+                "sutra.runtime.poll-interval",
+            ),
+            (
+                "SUTRA_RUNTIME_POLL_INTERVAL",
+                "P1D",
+                "sutra.runtime.poll-interval",
+            ),
+            (
+                "SUTRA_RUNTIME_MAX_CALL_DEPTH",
+                "0",
+                "sutra.runtime.max-call-depth",
+            ),
+            (
+                "SUTRA_RUNTIME_MAX_CALL_DEPTH",
+                "many",
+                "sutra.runtime.max-call-depth",
+            ),
+        ] {
+            let e = Config::load(None, &env(&[(k, v)])).unwrap_err();
+            assert_eq!(
+                (e.code, e.key.as_str()),
+                (Code::ConfigInvalid, key),
+                "{k}={v}"
+            );
+        }
     }
 
     #[test]

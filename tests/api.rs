@@ -775,3 +775,106 @@ async fn openapi_health_and_paging() {
     sorted.dedup();
     assert_eq!(sorted, seen, "keyset pages are ordered and never repeat");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_004s_cancel_and_retry_routes_are_aliases_and_a_failed_instance_closes() {
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let other = srv.tenant("globex", json!({})).await;
+    deploy_plain(&api, &waits_for_message("order")).await;
+    let (_, w) = api.start("order", json!({"key": "k"})).await;
+    let wid = id(&w);
+    // Same auth: no key is 401, another tenant's run is 404.
+    let (status, _) = srv
+        .anonymous()
+        .post(&format!("/api/flows/executions/{wid}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, body) = other
+        .post(&format!("/api/flows/executions/{wid}/cancel"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    // Same answers as /v1/instances/{id}/cancel and /retry.
+    let (status, cancelled) = api
+        .call(
+            Method::POST,
+            &format!("/api/flows/executions/{wid}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{cancelled}");
+    assert_eq!(cancelled["state"], "TERMINATED");
+    let (status, body) = api
+        .post(&format!("/api/flows/executions/{wid}/cancel"), json!({}))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("SUTRA.RUNTIME.INSTANCE_STATE"))
+    );
+    let (status, again) = api
+        .call(
+            Method::POST,
+            &format!("/api/flows/executions/{wid}/retry?mode=full"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{again}");
+    assert_eq!(again["retryOf"], wid.as_str());
+    let (status, body) = api
+        .call(
+            Method::POST,
+            &format!("/api/flows/executions/{wid}/retry?mode=sideways"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // Close: a FAILED instance releases its deployment, journaled.
+    let dep = deploy_ok(&api, &two_steps("two")).await;
+    let dep_id = dep["id"].as_str().unwrap().to_string();
+    let input = json!({"first": {"do": "echo"}, "second": {"do": "fail", "code": "BROKEN"}});
+    let (_, failed) = api.start("two", input).await;
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    let fid = id(&failed);
+    let (status, _) = api
+        .call(Method::DELETE, &format!("/v1/deployments/{dep_id}"), None)
+        .await;
+    assert!(status.is_success());
+    assert_eq!(deployment_state(&api, &dep_id).await, "DRAINING");
+    let (status, body) = api
+        .post(&format!("/v1/instances/{wid}/close"), json!({}))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("SUTRA.RUNTIME.INSTANCE_STATE")),
+        "only a FAILED instance closes"
+    );
+    let (status, closed) = api
+        .post(
+            &format!("/v1/instances/{fid}/close"),
+            json!({"reason": "fixed by hand"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{closed}");
+    assert_eq!(closed["state"], "FAILED");
+    assert!(closed["closedAt"].is_string(), "{closed}");
+    assert_eq!(deployment_state(&api, &dep_id).await, "RETIRED");
+    let (status, body) = api
+        .post(&format!("/v1/instances/{fid}/close"), json!({}))
+        .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (StatusCode::CONFLICT, Some("SUTRA.RUNTIME.INSTANCE_STATE"))
+    );
+    // The OpenAPI document lists the routes.
+    let (_, doc) = api.get("/v1/openapi.json").await;
+    for p in [
+        "/api/flows/executions/{executionId}/cancel",
+        "/api/flows/executions/{executionId}/retry",
+        "/v1/instances/{id}/close",
+    ] {
+        assert!(
+            doc["paths"].get(p).is_some(),
+            "{p} is not in the OpenAPI document"
+        );
+    }
+}

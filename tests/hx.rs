@@ -336,8 +336,13 @@ backends::store_tests! {
         assert_eq!(state(&view, "z"), "SUCCEEDED");
         let view = run(&rt, &src("any"), json!({"do": "echo", "amount": 500})).await;
         assert_eq!(trail(&view), t(&[("a", "completed"), ("big", "completed"), ("z", "completed")]));
-        // join="all" with one branch dead can never run as written: FAILED, named.
-        let view = run(&rt, &src("all"), json!({"do": "echo", "amount": 50})).await;
+        // join="all" after an if/else can never run: refused at deploy (HX-2008).
+        let err = rt.deploy(TENANT, &src("all"), &modules()).await.unwrap_err();
+        assert_eq!(err.code.as_str(), "HX-2008", "{err}");
+        // Guards that are not each other's negation load; where one branch
+        // is dead and the other not, the join cannot run as written: FAILED, named.
+        let overlapping = src("all").replace("amount &lt;= 100", "amount > 50");
+        let view = run(&rt, &overlapping, json!({"do": "echo", "amount": 70})).await;
         assert_eq!(view.state, "FAILED");
         let err = view.error.unwrap();
         assert_eq!(err.code, "SUTRA.RUNTIME.JOIN.DEAD_EDGE");
@@ -455,6 +460,7 @@ fn fixtures_load_or_are_refused_with_code_and_position() {
         ("hx-3401.hx.xml", "HX-3401", 3, 5),
         ("hx-2003.hx.xml", "HX-2003", 8, 5),
         ("hx-3001.hx.xml", "HX-3001", 2, 3),
+        ("hx-2008.hx.xml", "HX-2008", 5, 3),
         ("dtd.hx.xml", "SUTRA.CONFIG.XML.DTD_FORBIDDEN", 2, 1),
     ] {
         let bytes = std::fs::read(dir.join("invalid").join(file)).unwrap();

@@ -205,3 +205,104 @@ fn malformed_arguments_are_usage_errors() {
         assert!(!r.stderr.contains("panicked"), "{args:?}: {}", r.stderr);
     }
 }
+
+/// A component with `extra` small functions beyond the echo fixture (as
+/// tests/compile_limits.rs builds its bombs), written under `target/bench/`
+/// (benches/README "Session 9" runs `sutra task run` on the same files).
+fn bomb_file(extra: usize) -> std::path::PathBuf {
+    let dir = common::root().join("target/bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("bomb-{extra}.wasm"));
+    if !path.is_file() {
+        let text = common::wat_module_text("echo");
+        let head = text.trim_end().strip_suffix(')').unwrap();
+        let mut wat = String::with_capacity(head.len() + extra * 96);
+        wat.push_str(head);
+        for i in 0..extra {
+            wat.push_str(&format!(
+                "(func (param i32) (result i32) local.get 0 i32.const {} i32.mul i32.const 7 i32.add local.get 0 i32.xor)\n",
+                i % 100_000 + 1000
+            ));
+        }
+        wat.push(')');
+        let bytes = common::component_of(wat::parse_str(&wat).unwrap(), "bomb");
+        let tmp = dir.join(format!("bomb-{extra}.wasm.{}", std::process::id()));
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+fn sutra_env(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    Run {
+        code: out.status.code(),
+        json: serde_json::from_str(stdout.trim()).unwrap_or(Value::Null),
+        stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn a_compile_bomb_is_refused_by_the_servers_function_limit_before_compiling() {
+    let bomb = bomb_file(300_000).display().to_string();
+    let r = sutra(&["task", "run", &bomb, "--input", "{}"]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.json["outcome"], "failed", "{}", r.stdout);
+    assert_eq!(r.json["code"], "SUTRA.TASK.MODULE_INVALID");
+    let message = r.json["message"].as_str().unwrap();
+    assert!(
+        message.contains("sutra.sandbox.compile.max-functions"),
+        "{message}"
+    );
+}
+
+#[test]
+fn task_run_compiles_in_the_bounded_worker_under_the_servers_limits() {
+    // The function count raised, the worker's address-space limit refuses
+    // the bomb, as it does for a deploy (tests/compile_limits.rs).
+    let bomb = bomb_file(300_000).display().to_string();
+    let r = sutra_env(
+        &["task", "run", &bomb, "--input", "{}"],
+        &[
+            ("SUTRA_SANDBOX_COMPILE_MAX_FUNCTIONS", "1000000"),
+            ("SUTRA_SANDBOX_COMPILE_MEMORY", "256MiB"),
+        ],
+    );
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.json["code"], "SUTRA.TASK.MODULE_INVALID", "{}", r.stdout);
+    let message = r.json["message"].as_str().unwrap();
+    assert!(message.contains("compile memory"), "{message}");
+    assert!(
+        message.contains("sutra.sandbox.compile.memory"),
+        "{message}"
+    );
+    // A limit set in the configuration file applies as well.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sutra.toml");
+    std::fs::write(&config, "[sutra.sandbox.compile]\nmax-functions = 5\n").unwrap();
+    let r = sutra(&[
+        "task",
+        "run",
+        &chaos(),
+        "--input",
+        "{}",
+        "--config",
+        &config.display().to_string(),
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert_eq!(r.json["code"], "SUTRA.TASK.MODULE_INVALID", "{}", r.stdout);
+    assert!(
+        r.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("sutra.sandbox.compile.max-functions"),
+        "{}",
+        r.stdout
+    );
+}

@@ -134,7 +134,7 @@ backends::store_tests! {
         assert_eq!(err_code(&view), ("SUTRA.RUNTIME.RETRY.EXHAUSTED".into(), Some("A".into())));
     }
 
-    async fn catch_places_error_and_cause_at_its_result_path_or_replaces_the_input(db) {
+    async fn catch_places_error_and_cause_at_its_result_path_or_merges_them_at_the_root(db) {
         let rt = runtime(db.store.clone());
         let def = |rp: Value| {
             let mut catcher = json!({"ErrorEquals": ["Other", "Boom"], "Next": "Handled"});
@@ -156,8 +156,15 @@ backends::store_tests! {
         assert_eq!(view.variables["keep"], json!(1));
         assert_eq!(view.variables["error"]["Error"], json!("Boom"));
         assert_eq!(view.variables["error"]["Cause"], json!("it broke"));
-        let (_, _, view) = run(&rt, def(Value::Null), json!({"keep": 1})).await;
-        assert_eq!(Value::Object(view.variables.clone()), json!({"Error": "Boom", "Cause": "it broke"}));
+        // At `$` (the default, or written) seed 004 merges them into the input
+        // (Step Functions would replace it): the input's fields stay.
+        for rp in [Value::Null, json!("$")] {
+            let (_, _, view) = run(&rt, def(rp), json!({"keep": 1, "Error": "old"})).await;
+            assert_eq!(
+                Value::Object(view.variables.clone()),
+                json!({"keep": 1, "Error": "Boom", "Cause": "it broke"})
+            );
+        }
     }
 
     async fn error_names_follow_the_seed(db) {

@@ -8,8 +8,8 @@ use super::auth::TenantCaller;
 use super::error::{ApiError, ApiResult};
 use super::extract::{check_id, ApiJson, ApiQuery};
 use super::types::{
-    CancelBody, ErrorBody, InstanceList, InstanceSummary, ListQuery, MessageAnswer, MessageBody,
-    RetryQuery, StartBody,
+    CancelBody, CloseBody, ErrorBody, InstanceList, InstanceSummary, ListQuery, MessageAnswer,
+    MessageBody, RetryQuery, StartBody,
 };
 use super::AppState;
 use crate::codes::Code;
@@ -252,6 +252,23 @@ pub async fn cancel(
         ));
     }
     state.runtime.cancel(&id, body.reason).await?;
+    view(&state, &id).await
+}
+
+/// Close a FAILED instance an operator has dealt with: it stays FAILED, no
+/// longer keeps its deployment DRAINING, and retention deletes it
+/// `sutra.instance.retention` after the close. Journaled with the reason.
+#[utoipa::path(post, path = "/v1/instances/{id}/close", tag = "instances", request_body = CloseBody,
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody),
+        (status = 409, description = "SUTRA.RUNTIME.INSTANCE_STATE: not FAILED, or closed already", body = ErrorBody)))]
+pub async fn close(
+    State(state): State<Arc<AppState>>,
+    TenantCaller(tenant): TenantCaller,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<CloseBody>,
+) -> ApiResult<Json<InstanceView>> {
+    check_id("instance", &id)?;
+    state.runtime.close(&tenant, &id, body.reason).await?;
     view(&state, &id).await
 }
 

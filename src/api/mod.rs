@@ -29,6 +29,7 @@ pub mod instances;
 pub mod metrics;
 pub mod migrate;
 pub mod openapi;
+pub mod seed_routes;
 pub mod shape;
 pub mod types;
 
@@ -163,6 +164,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/history", get(instances::history))
         .route("/v1/instances/{id}/cancel", post(instances::cancel))
         .route("/v1/instances/{id}/retry", post(instances::retry))
+        .route("/v1/instances/{id}/close", post(instances::close))
+        .merge(seed_routes::routes())
         .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))
         .merge(channel_routes())

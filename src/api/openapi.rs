@@ -2,7 +2,8 @@
 //! from the handlers' annotations (so it cannot drift from the routes' types).
 
 use super::{
-    admin, channels, deployments, diagram, events, external, incidents, instances, migrate, types,
+    admin, channels, deployments, diagram, events, external, incidents, instances, migrate,
+    seed_routes, types,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -27,7 +28,8 @@ impl Modify for BearerAuth {
     paths(
         deployments::deploy, deployments::list, deployments::get, deployments::undeploy, deployments::schedules,
         instances::start, instances::list, instances::inspect, instances::history, instances::cancel,
-        instances::retry, instances::message, events::resume,
+        instances::retry, instances::close, instances::message, events::resume,
+        seed_routes::cancel, seed_routes::retry,
         admin::create, admin::list, admin::get, admin::set_limits, admin::new_key, admin::list_keys,
         admin::revoke_key, admin::rotate, admin::advance,
         channels::put, channels::get, channels::list, channels::delete, channels::respond,
@@ -37,7 +39,7 @@ impl Modify for BearerAuth {
     ),
     components(schemas(
         types::ErrorBody, types::DeploymentBody, types::DeploymentList, types::ScheduleBody, types::ScheduleEventBody,
-        types::ScheduleList, types::StartBody, types::InstanceSummary, types::InstanceList, types::CancelBody,
+        types::ScheduleList, types::StartBody, types::InstanceSummary, types::InstanceList, types::CancelBody, types::CloseBody,
         types::MessageBody, types::MessageAnswer, types::LimitsBody, types::NewTenantBody, types::TenantBody,
         types::TenantList, types::AdvanceBody, types::ClockBody, types::ApiKeyBody, types::ApiKeyList,
         types::RevokedBody,
@@ -74,6 +76,9 @@ mod tests {
             "/v1/instances/{id}/history",
             "/v1/instances/{id}/cancel",
             "/v1/instances/{id}/retry",
+            "/v1/instances/{id}/close",
+            "/api/flows/executions/{executionId}/cancel",
+            "/api/flows/executions/{executionId}/retry",
             "/v1/instances/{id}/events/{name}",
             "/v1/messages",
             "/v1/admin/tenants",

@@ -190,6 +190,14 @@ pub struct CancelBody {
     pub reason: Option<String>,
 }
 
+/// `POST /v1/instances/{id}/close`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CloseBody {
+    /// Why the operator closes it (kept in the journal; at most 1,024 bytes).
+    pub reason: Option<String>,
+}
+
 /// `POST /v1/instances/{id}/retry` query.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

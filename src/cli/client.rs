@@ -139,6 +139,17 @@ pub struct CancelArgs {
     pub server: ServerOpts,
 }
 
+#[derive(Debug, Args)]
+pub struct CloseArgs {
+    /// The instance id (a FAILED instance).
+    pub id: String,
+    /// Why it is closed (what was done about the failure), kept in its history.
+    #[arg(long)]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub server: ServerOpts,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RetryMode {
     Full,
@@ -561,6 +572,20 @@ pub fn exec_cancel(args: CancelArgs) -> ExitCode {
     run_instance(args.server.format, async move {
         call(&opts, reqwest::Method::POST, &path, Body::Json(body), &[]).await
     })
+}
+
+/// `sutra close`: exit 0 once closed (what was asked; the instance stays
+/// FAILED), 1 when refused.
+pub fn exec_close(args: CloseArgs) -> ExitCode {
+    let path = format!("/v1/instances/{}/close", enc(&args.id));
+    let opts = args.server.clone();
+    let body = json!({ "reason": args.reason });
+    run_then(
+        args.server.format,
+        async move { call(&opts, reqwest::Method::POST, &path, Body::Json(body), &[]).await },
+        instance_text,
+        |_| ExitCode::SUCCESS,
+    )
 }
 
 pub fn exec_retry(args: RetryArgs) -> ExitCode {

@@ -72,6 +72,8 @@ enum Command {
     History(client::InstanceIdArgs),
     /// Cancel an instance on a server.
     Cancel(client::CancelArgs),
+    /// Close a FAILED instance on a server (`--reason`): it no longer holds its deployment, and retention applies.
+    Close(client::CloseArgs),
     /// Retry a terminal instance on a server (`--mode full|from-failure`).
     Retry(client::RetryArgs),
     /// Send a message to a server (correlates to a wait, or starts a process).
@@ -116,6 +118,7 @@ pub fn main() -> ExitCode {
         Command::Instances(args) => client::exec_instances(args),
         Command::History(args) => client::exec_history(args),
         Command::Cancel(args) => client::exec_cancel(args),
+        Command::Close(args) => client::exec_close(args),
         Command::Retry(args) => client::exec_retry(args),
         Command::Send(args) => client::exec_send(args),
         Command::Channel(cmd) => channels::exec_channel(cmd),

@@ -50,6 +50,9 @@ pub fn instance_text(v: &Value) -> String {
     if let Some(r) = v.get("retryOf").filter(|r| !r.is_null()) {
         out.push_str(&format!("  retry of {}\n", s(r)));
     }
+    if let Some(c) = v.get("closedAt").filter(|c| !c.is_null()) {
+        out.push_str(&format!("  closed {}\n", s(c)));
+    }
     if let Some(p) = v.get("parent").filter(|p| !p.is_null()) {
         out.push_str(&format!("  child flow of {}\n", s(p)));
     }
@@ -110,6 +113,13 @@ pub(crate) fn wait_text(w: &Value) -> String {
                 None => String::new(),
             };
             format!("waits at {node} for message `{}`{key}", s(&w["message"]))
+        }
+        "event" => {
+            let how = match w.get("resume").filter(|r| !r.is_null()) {
+                Some(r) => format!(" (resume it: {})", s(r)),
+                None => String::new(),
+            };
+            format!("waits at {node} for event `{}`{how}", s(&w["event"]))
         }
         "timer" => format!("waits at {node} for a timer due {due}"),
         "retry" => format!(

@@ -7,6 +7,11 @@
 //! Exit 0 only for completed, 1 for any other outcome (a refused component
 //! included), 2 for a usage error (a malformed argument, an unreadable file).
 //! Log lines, and the guest's stderr of a completed attempt, go to stderr.
+//!
+//! The component is compiled as `serve` and `run` compile an upload
+//! (`Sandbox::load_for`): the same limits (`sutra.sandbox.compile.*`), in
+//! the same bounded worker process, quick tier first; a refusal is the
+//! same `SUTRA.TASK.MODULE_INVALID` naming the limit.
 
 use crate::sandbox::{AttemptReport, Limits, Outcome, Sandbox, SandboxConfig, TaskContext};
 use crate::time::IsoDuration;
@@ -43,6 +48,10 @@ pub struct RunArgs {
     /// Cache precompiled components in this directory.
     #[arg(long, env = "SUTRA_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// A TOML configuration file (environment variables override it): the
+    /// compile limits (`sutra.sandbox.compile.*`) are the server's.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// The tenant the guest sees.
     #[arg(long, default_value = "local")]
     pub tenant: String,
@@ -68,11 +77,39 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(x) => x,
         Err(message) => return super::usage_error(message),
     };
+    let config = match super::run::load_config(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    // The compile path of `serve` and `run` (issue 28): the size and
+    // function-count limits first, then a bounded child of this binary
+    // (`sutra __compile`, RLIMIT_CPU/AS and a wall-clock kill), quick tier
+    // (Winch) first. The optimised compile a server would run behind it is
+    // not wanted for one attempt: off.
     let cfg = SandboxConfig {
         pool_size: 1,
         cache_dir: args.cache_dir.clone(),
+        compile_worker: std::env::current_exe().ok(),
+        compile_limits: config.compile.limits.clone(),
+        compile_concurrency: 1,
+        tiered: config.compile.tiered,
+        optimize_behind: false,
         ..SandboxConfig::default()
     };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let _entered = runtime.enter();
     let sandbox = match Sandbox::new(cfg) {
         Ok(s) => s,
         Err(e) => {
@@ -80,7 +117,8 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let component = match sandbox.load(&bytes) {
+    let loaded = runtime.block_on(sandbox.load_for(&args.tenant, &bytes, &config.compile.limits));
+    let component = match loaded {
         Ok(c) => c,
         Err(e) => {
             let outcome = Outcome::failed(e.code, e.message);
@@ -100,16 +138,6 @@ fn run(args: RunArgs) -> ExitCode {
             .idempotency_key
             .clone()
             .unwrap_or_else(|| format!("local-{}", &key_digest(component.digest(), &args.input))),
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
     };
     let report = runtime.block_on(sandbox.attempt(&component, &ctx, &args.input, &limits));
     show_on_stderr(&report);

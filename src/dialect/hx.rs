@@ -45,6 +45,7 @@
 //! checks and the IR).
 
 mod graph;
+mod joins;
 mod parse;
 
 use super::xml;

@@ -108,6 +108,8 @@ pub fn load_bytes(bytes: &[u8]) -> Loaded {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests {
     use super::*;
 

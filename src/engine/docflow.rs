@@ -11,9 +11,9 @@
 use super::choice;
 use super::document::{self as doc, DocError, Draws, Scope};
 use super::machine::{Machine, Raised};
-use super::snapshot::{Park, ParkKind, TokenStatus};
+use super::snapshot::{NodeState, Park, ParkKind, TokenStatus};
 use crate::codes::Code;
-use crate::model::{DataFlow, EndKind, Node, NodeKind, TimerFrom};
+use crate::model::{DataFlow, EndKind, Node, NodeKind, ResultPath, TimerFrom};
 use serde_json::{json, Map, Value};
 
 impl Machine<'_> {
@@ -156,7 +156,12 @@ impl Machine<'_> {
                 self.set_doc(token, out);
                 self.snap.completed.push(node.id.clone());
                 match node.kind {
-                    NodeKind::End(_) => self.consume(token),
+                    NodeKind::End(_) => {
+                        // A Succeed state ends its path: SUCCEEDED, as an end
+                        // event is (issue 28: it stayed READY).
+                        self.set_state(&node.id, NodeState::Succeeded);
+                        self.consume(token)
+                    }
                     _ => self.leave(token),
                 }
             }
@@ -376,7 +381,11 @@ impl Machine<'_> {
     }
 
     /// The document a catching boundary passes on: `{Error, Cause}` placed
-    /// into the activity's input at the boundary's result path.
+    /// into the activity's input at the boundary's result path. At `$` (the
+    /// default) they are *merged* into the input, as seed 004 says ("merged
+    /// at ResultPath (default $)"), where Step Functions would replace the
+    /// input with them; an input that is not an object is replaced (there
+    /// is nothing to merge into). docs/states.md, "Where Sutra departs".
     pub(super) fn caught_doc(
         &self,
         activity: u64,
@@ -390,6 +399,14 @@ impl Machine<'_> {
         let (code, cause) = match &raised.failure {
             Some(f) => (f.code.clone(), f.message.clone()),
             None => (raised.code.clone(), raised.message.clone()),
+        };
+        let raw = match (&df.result_path, raw) {
+            (ResultPath::Replace, Value::Object(mut input)) => {
+                input.insert("Error".into(), Value::String(code));
+                input.insert("Cause".into(), Value::String(cause));
+                return Ok(Some(Value::Object(input)));
+            }
+            (_, raw) => raw,
         };
         doc::place(
             &df.result_path,

@@ -16,7 +16,7 @@
 
 use super::document::{self as doc, DocError, Scope};
 use super::machine::{Machine, Raised};
-use super::snapshot::{FanoutState, TokenStatus};
+use super::snapshot::{FanoutState, NodeState, TokenStatus};
 use crate::codes::Code;
 use crate::model::{DataFlow, Fanout, Node, NodeKind, StartTrigger};
 use serde_json::{json, Value};
@@ -264,6 +264,15 @@ impl<'a> Machine<'a> {
     }
 
     fn record(&mut self, fan: u64, branch: u64, slot: u32, output: Value, kind: &str) {
+        // The branch's container node ends with its branch (issue 28: it
+        // stayed READY): SUCCEEDED, or FAILED for a failure a Map absorbed.
+        if let Some(n) = self.node_of(branch).map(|n| n.id.clone()) {
+            let state = match kind {
+                "branch_completed" => NodeState::Succeeded,
+                _ => NodeState::Failed,
+            };
+            self.set_state(&n, state);
+        }
         self.discard(branch);
         let node = self.node_of(fan).map(|n| n.id.clone());
         self.journal(kind, node.as_deref(), json!({ "slot": slot }));

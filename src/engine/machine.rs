@@ -338,6 +338,15 @@ impl<'a> Machine<'a> {
             .map(|t| t.id)
             .collect();
         for c in children {
+            // A token inside a scope that goes (a sub-process cut off by an
+            // interrupting boundary, a cancel, a failed fan-out) is cut off
+            // with it: its node, if still active, ends CANCELLED (issue 28:
+            // an inner event stayed RUNNING).
+            if let Some(n) = self.node_of(c).map(|n| n.id.clone()) {
+                if self.state_of(&n).is_some_and(NodeState::is_active) {
+                    self.set_state(&n, NodeState::Cancelled);
+                }
+            }
             self.discard(c);
         }
         if let Some(pos) = self.snap.tokens.iter().position(|t| t.id == token) {
@@ -476,6 +485,15 @@ impl<'a> Machine<'a> {
         }
         self.snap.tokens.clear();
         self.queue.clear();
+        // Every node of a terminal instance is in a terminal state (issue
+        // 28). The cases above and where tokens leave set the right one; a
+        // node still READY or RUNNING here has lost its token without a
+        // state of its own, i.e. it was cut off: CANCELLED.
+        for s in self.snap.node_states.values_mut() {
+            if s.is_active() {
+                *s = NodeState::Cancelled;
+            }
+        }
         self.snap.state = state;
         self.snap.ended_at = Some(self.inputs.now);
         let kind = match state {

@@ -68,6 +68,7 @@ impl<'a> Machine<'a> {
             message: Some(MessageKey {
                 name: m.name.clone(),
                 key,
+                event: m.event,
             }),
             cycle: None,
         }))

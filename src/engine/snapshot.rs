@@ -214,6 +214,9 @@ impl ParkKind {
 pub struct MessageKey {
     pub name: String,
     pub key: Option<String>,
+    /// A named event of this instance (`model::MessageRef::event`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub event: bool,
 }
 
 /// Where a repeating (non-interrupting cycle) timer is on its grid.

@@ -242,6 +242,13 @@ impl<'p> Run<'p> {
         }
         if step.snapshot.state.is_terminal() {
             assert!(step.snapshot.parks.is_empty() && step.snapshot.tokens.is_empty());
+            // Every node of a terminal instance is in a terminal state.
+            for (node, st) in &step.snapshot.node_states {
+                assert!(
+                    !st.is_active(),
+                    "node {node} is {st:?} in a terminal instance"
+                );
+            }
         }
         // Round-trips through its stored form.
         let back = Snapshot::from_json(&step.snapshot.to_json()).unwrap();
@@ -754,6 +761,7 @@ fn a_message_catch_waits_for_its_correlation_key_and_merges_the_message() {
         NodeKind::Catch(CatchTrigger::Message(MessageRef {
             name: "payment".into(),
             correlation_key: Some(Expr::parse("orderId").unwrap()),
+            event: false,
         })),
     );
     let e = b.end("end");
@@ -772,7 +780,8 @@ fn a_message_catch_waits_for_its_correlation_key_and_merges_the_message() {
         park.message,
         Some(MessageKey {
             name: "payment".into(),
-            key: Some("o-7".into())
+            key: Some("o-7".into()),
+            event: false,
         })
     );
     assert_eq!(park.due, None);

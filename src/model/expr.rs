@@ -30,6 +30,10 @@ pub struct ExprError {
     pub message: String,
     /// The evaluation was refused because its cost bound is over the budget.
     pub over_budget: bool,
+    /// The condition parses but can never be evaluated (a constant part of
+    /// it fails, or it is constant and not a boolean): refused at load with
+    /// `SUTRA.CONFIG.CONDITION.INVALID` rather than `CONDITION.SYNTAX`.
+    pub invalid: bool,
 }
 
 impl ExprError {
@@ -38,6 +42,23 @@ impl ExprError {
         ExprError {
             message,
             over_budget: false,
+            invalid: false,
+        }
+    }
+
+    fn invalid(message: impl Into<String>) -> ExprError {
+        ExprError {
+            invalid: true,
+            ..ExprError::new(message)
+        }
+    }
+
+    /// The code a loader refuses this condition with.
+    pub fn load_code(&self) -> Code {
+        if self.invalid {
+            Code::ConditionInvalid
+        } else {
+            Code::ConditionSyntax
         }
     }
 
@@ -78,10 +99,48 @@ impl Expr {
             Some(Ok(tree)) => tree,
             _ => return Err(ExprError::new("syntax error")),
         };
+        if let Some(why) = super::expr_static::constant_failure(&tree) {
+            return Err(ExprError::invalid(format!(
+                "a part of it that names no variable can never be evaluated: {why}"
+            )));
+        }
         Ok(Expr {
             source: source.to_string(),
             kind: ExprKind::Cel(Arc::new(program), Arc::new(tree)),
         })
+    }
+
+    /// Parse a condition a flow is taken on: as [`Expr::parse`], and a
+    /// condition that names no variable must be a boolean (`1 + 1` would fail
+    /// every evaluation).
+    pub fn parse_condition(source: &str) -> Result<Expr, ExprError> {
+        let e = Expr::parse(source)?;
+        if let ExprKind::Cel(_, tree) = &e.kind {
+            match super::expr_static::constant_value(tree) {
+                Some(Ok(serde_json::Value::Bool(_))) | None => {}
+                Some(Ok(other)) => {
+                    return Err(ExprError::invalid(format!(
+                        "it names no variable and always yields {other}, not a boolean"
+                    )))
+                }
+                Some(Err(why)) => {
+                    return Err(ExprError::invalid(format!(
+                        "it can never be evaluated: {why}"
+                    )))
+                }
+            }
+        }
+        Ok(e)
+    }
+
+    /// Whether this condition and `other` can never both hold (syntactically:
+    /// a negation, the opposite comparison, two different literals; see
+    /// `expr_static::excludes`). `false` for structured rules.
+    pub fn excludes(&self, other: &Expr) -> bool {
+        match (&self.kind, &other.kind) {
+            (ExprKind::Cel(_, a), ExprKind::Cel(_, b)) => super::expr_static::excludes(a, b),
+            _ => false,
+        }
     }
 
     /// A condition that is a structured rule (its `source` is the rule as JSON).
@@ -145,6 +204,7 @@ impl Expr {
                     super::expr_cost::BUDGET
                 ),
                 over_budget: true,
+                invalid: false,
             });
         }
         let mut ctx = cel_interpreter::Context::default();
@@ -200,7 +260,7 @@ fn compile_guarded(text: &str) -> Result<cel_interpreter::Program, ExprError> {
 }
 
 /// Run `f`, turning a panic into `None` without printing it.
-fn quietly<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Option<T> {
+pub(super) fn quietly<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Option<T> {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
@@ -290,5 +350,73 @@ mod tests {
         assert!(e.eval_bool(&vars(json!({}))).is_err());
         let e = Expr::parse("1 + 1").unwrap();
         assert!(e.eval_bool(&vars(json!({}))).is_err());
+    }
+
+    #[test]
+    fn a_constant_part_that_cannot_evaluate_is_refused_at_parse() {
+        for bad in [
+            "1 + \"a\" == 2",
+            "x > 1 && 1 + \"a\" == 2",
+            "x == 1 / 0",
+            "x == {\"a\": 1}.b",
+            "nope(1) == x",
+            "x || [1, 2] + 1 == 1",
+        ] {
+            let err = Expr::parse(bad).unwrap_err();
+            assert!(err.invalid, "{bad}: {err}");
+            assert_eq!(err.load_code(), Code::ConditionInvalid, "{bad}");
+        }
+        // A syntax error keeps its own code.
+        assert_eq!(
+            Expr::parse("a +").unwrap_err().load_code(),
+            Code::ConditionSyntax
+        );
+        // Constant parts that evaluate, and a failing part never evaluated, load.
+        for good in [
+            "x > 1 + 2",
+            "x == \"a\" + \"b\"",
+            "size([1, 2]) == x",
+            "false && 1 + \"a\" == 2",
+            "l.all(i, i > 0)",
+            "has(a.b) && a.b == 1",
+            "true",
+        ] {
+            Expr::parse_condition(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_constant_condition_must_be_a_boolean() {
+        let err = Expr::parse_condition("1 + 1").unwrap_err();
+        assert_eq!(err.load_code(), Code::ConditionInvalid);
+        assert!(
+            Expr::parse("1 + 1").is_ok(),
+            "a correlation key may be any value"
+        );
+    }
+
+    #[test]
+    fn exclusive_guards_are_recognised() {
+        let ex = |a: &str, b: &str| Expr::parse(a).unwrap().excludes(&Expr::parse(b).unwrap());
+        for (a, b) in [
+            ("amount > 100", "!(amount > 100)"),
+            ("!ok", "ok"),
+            ("amount > 100", "amount <= 100"),
+            ("a.b == 'x'", "a.b != 'x'"),
+            ("kind == 'a'", "kind == 'b'"),
+            ("1 == n", "n == 2"),
+        ] {
+            assert!(ex(a, b), "{a} / {b}");
+            assert!(ex(b, a), "{b} / {a}");
+        }
+        for (a, b) in [
+            ("amount > 100", "amount > 50"),
+            ("amount > 100", "other <= 100"),
+            ("kind == 'a'", "kind == 'a'"),
+            ("n == 1", "n == 1.0"),
+            ("a || b", "!a"),
+        ] {
+            assert!(!ex(a, b), "{a} / {b}");
+        }
     }
 }

@@ -14,6 +14,7 @@
 mod document;
 mod expr;
 mod expr_cost;
+mod expr_static;
 mod policy;
 mod rule;
 
@@ -374,6 +375,10 @@ pub struct MessageRef {
     /// Evaluated over the variables when the wait is armed; a message must carry
     /// the same key to correlate. `None` = match by name alone.
     pub correlation_key: Option<Expr>,
+    /// A named event awaited by one instance (the States language's
+    /// `EventName`), resumed by its instance id and name (`sutra resume`,
+    /// `POST /v1/instances/{id}/events/{name}`), not a correlated message.
+    pub event: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -5,7 +5,9 @@
 //! - **Start.** Before a step commits, every `Effect::StartChild` whose park
 //!   is still armed is resolved ([`Runtime::start_children`]): the called
 //!   process's ACTIVE deployment in the parent's tenant, the tenant's quota,
-//!   the nesting depth ([`MAX_DEPTH`]); then the child's first step
+//!   the depth of the chain (`sutra.runtime.max-call-depth`: the most
+//!   instances one chain holds, the top-level one included, so a flow that
+//!   calls itself at once leaves exactly that many); then the child's first step
 //!   (`engine::start`) — and, recursively, the children *it* starts. The
 //!   child rows go into the parent's write (`StepWrite::children`): one
 //!   transaction, so a child start is never lost nor doubled. A call that
@@ -39,9 +41,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// How deep child flows may nest (a flow that calls itself at once stops here).
-pub const MAX_DEPTH: u32 = 16;
 
 /// How long the runtime that committed a child's end holds its parent's
 /// park before any poller may deliver it instead.
@@ -168,11 +167,20 @@ impl<S: Store> Runtime<S> {
         let refuse = |code: Code, message: String| {
             Ok(Err(ChildOutcome::refused(&start.instance, code, message)))
         };
+        // `depth` counts child levels (1 = a child of a top-level instance),
+        // so the chain holds depth + 1 instances: the limit counts them all
+        // (issue 28: with `depth > limit` a chain held limit + 1).
         let depth = parent.parent.as_ref().map_or(0, |l| l.depth) + 1;
-        if depth > MAX_DEPTH {
+        let limit = self.inner.config.max_call_depth;
+        if depth + 1 > limit {
             return refuse(
                 Code::ChildDepthExceeded,
-                format!("`{}` would start a child flow nested {depth} deep; at most {MAX_DEPTH} are allowed", start.node),
+                format!(
+                    "`{}` would start the {}th instance of one chain of process calls; \
+                     at most {limit} are allowed (sutra.runtime.max-call-depth)",
+                    start.node,
+                    depth + 1
+                ),
             );
         }
         let tenant = &parent.tenant;

@@ -1,11 +1,17 @@
 //! Deployment lifecycle (000): a new version is ACTIVE and the one it
 //! replaced DRAINING; undeploy makes a deployment DRAINING too; a DRAINING
-//! deployment RETIRES once it has no RUNNING, WAITING or FAILED instance.
+//! deployment RETIRES once it has no RUNNING, WAITING or unhandled FAILED
+//! instance.
 //!
 //! Invariants:
 //! - the retirement gate is [`Store::deployment_load`]: a FAILED instance
 //!   keeps its deployment DRAINING (it may still be repaired or retried from
-//!   failure on it); COMPLETED, TERMINATED and COMPENSATED ones do not count;
+//!   failure on it) until an operator **closes** it ([`Runtime::close`]:
+//!   journaled with a reason; it stays FAILED, and retention deletes it
+//!   `sutra.instance.retention` after the close); a FAILED child flow never
+//!   holds it (its failure went to its parent, which handled it or failed
+//!   in turn) and goes when its parent has gone; COMPLETED, TERMINATED and
+//!   COMPENSATED ones do not count;
 //! - the gate is checked whenever it can open: after a terminal step of an
 //!   instance of a DRAINING deployment, after a deploy or undeploy, and by the
 //!   periodic [`Runtime::retire_drained`] pass of the serve loop (which also
@@ -15,7 +21,11 @@
 
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
-use crate::store::{DeploymentRecord, DeploymentState, Store};
+use crate::engine::InstanceState;
+use crate::store::{DeploymentRecord, DeploymentState, JournalRow, Store};
+
+/// The longest reason a close keeps.
+pub const MAX_CLOSE_REASON: usize = 1024;
 
 impl<S: Store> Runtime<S> {
     /// Retire deployment `id` if it is DRAINING and nothing holds it. Returns
@@ -91,6 +101,75 @@ impl<S: Store> Runtime<S> {
         if let Err(e) = retired {
             tracing::warn!(deployment = %deployment_id, error = %e, "retirement check failed");
         }
+    }
+
+    /// Close FAILED instance `id` of `tenant` (an operator has dealt with
+    /// it): it stays FAILED, no longer holds its deployment (which retires
+    /// if nothing else does) and retention applies from now. Journaled
+    /// (`closed`, with the reason) when the audit journal is on. Another
+    /// tenant's or a missing instance is `INSTANCE_NOT_FOUND`; one that is
+    /// not FAILED, or is closed already, `INSTANCE_STATE`.
+    pub async fn close(
+        &self,
+        tenant: &str,
+        id: &str,
+        reason: Option<String>,
+    ) -> RuntimeResult<crate::store::InstanceRecord> {
+        let not_found = || RuntimeError::new(Code::InstanceNotFound, format!("no instance {id}"));
+        let rec = self
+            .inner
+            .store
+            .load_instance(id)
+            .await?
+            .filter(|r| r.tenant == tenant)
+            .ok_or_else(not_found)?;
+        let reason = reason.unwrap_or_default();
+        if reason.len() > MAX_CLOSE_REASON {
+            return Err(RuntimeError::new(
+                Code::ApiMalformed,
+                format!("a close reason has at most {MAX_CLOSE_REASON} bytes"),
+            ));
+        }
+        let failed = InstanceState::parse(&rec.state) == Some(InstanceState::Failed);
+        if !failed || rec.closed_at.is_some() {
+            let why = match failed {
+                true => "closed already".to_string(),
+                false => format!(
+                    "{}: only a FAILED instance is closed (cancel a live one)",
+                    rec.state
+                ),
+            };
+            return Err(RuntimeError::new(
+                Code::InstanceState,
+                format!("instance {id} is {why}"),
+            ));
+        }
+        let at = self.inner.clock.now().timestamp_millis();
+        let journal = self.inner.config.audit_sql.then(|| JournalRow {
+            seq: 0,
+            at,
+            kind: "closed".to_string(),
+            node: None,
+            data: serde_json::json!({ "reason": reason }).to_string(),
+        });
+        if !self
+            .inner
+            .store
+            .close_instance(id, at, &reason, journal)
+            .await?
+        {
+            return Err(RuntimeError::new(
+                Code::InstanceState,
+                format!("instance {id} is no longer an unclosed FAILED instance"),
+            ));
+        }
+        tracing::info!(instance = %id, reason = %reason, "instance closed");
+        self.retire_if_drained(&rec.deployment_id).await?;
+        self.inner
+            .store
+            .load_instance(id)
+            .await?
+            .ok_or_else(not_found)
     }
 
     /// Undeploy: no new starts; the deployment drains (and retires when

@@ -72,6 +72,12 @@ impl<S: Store> Runtime<S> {
         let _ = self.recall(id);
         let (version, snap) = self.load(id).await?;
         let state = snap.state;
+        if rec.closed_at.is_some() {
+            return Err(RuntimeError::new(
+                Code::InstanceState,
+                format!("instance {id} was closed: a closed instance does not resume (retry it instead)"),
+            ));
+        }
         if !matches!(state, InstanceState::Waiting | InstanceState::Failed) {
             return Err(RuntimeError::new(
                 Code::InstanceState,

@@ -12,9 +12,6 @@ use std::time::Duration;
 
 /// Parks claimed per poll.
 const CLAIM_BATCH: i64 = 256;
-/// The longest the poller sleeps without looking at the store (another replica
-/// may have armed something).
-const MAX_IDLE: Duration = Duration::from_millis(500);
 /// How often `settle` looks at a park past due that somebody else holds.
 const HELD_PARK_POLL: Duration = Duration::from_millis(10);
 
@@ -30,6 +27,12 @@ pub enum Settled {
 }
 
 impl<S: Store> Runtime<S> {
+    /// The longest the poller sleeps without looking at the store (another
+    /// replica may have armed something): `sutra.runtime.poll-interval`.
+    fn max_idle(&self) -> Duration {
+        self.inner.config.poll_interval.as_std()
+    }
+
     fn claim_lease_ms(&self) -> i64 {
         (self.inner.limits.deadline + super::LEASE_MARGIN).as_millis() as i64
     }
@@ -150,9 +153,9 @@ impl<S: Store> Runtime<S> {
                 Duration::from_millis(u64::try_from(due - now).unwrap_or(0))
                     .saturating_add(HELD_PARK_POLL)
                     .max(HELD_PARK_POLL)
-                    .min(MAX_IDLE)
+                    .min(self.max_idle())
             } else if due > now {
-                Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(MAX_IDLE)
+                Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(self.max_idle())
             } else {
                 HELD_PARK_POLL
             };
@@ -179,7 +182,7 @@ impl<S: Store> Runtime<S> {
                 if let Some(d) = p.due_at.filter(|_| counted) {
                     due = Some(due.map_or(d, |x| x.min(d)));
                 }
-                if p.kind == ParkKind::Child.as_str() && depth < super::children::MAX_DEPTH {
+                if p.kind == ParkKind::Child.as_str() && depth < self.inner.config.max_call_depth {
                     let seq = u64::try_from(p.seq).unwrap_or_default();
                     work.push((crate::engine::child_id(&instance, seq), depth + 1));
                 }
@@ -244,7 +247,7 @@ impl<S: Store> Runtime<S> {
             None => {
                 let wait = Duration::from_millis(u64::try_from(due_ms - now).unwrap_or(0));
                 tokio::select! {
-                    _ = tokio::time::sleep(wait.min(MAX_IDLE)) => {}
+                    _ = tokio::time::sleep(wait.min(self.max_idle())) => {}
                     _ = self.inner.wake.notified() => {}
                 }
             }
@@ -325,10 +328,9 @@ impl<S: Store> Runtime<S> {
                     self.wait_until(due).await;
                     continue;
                 }
-                (_, Some(due)) => {
-                    Duration::from_millis(u64::try_from(due - now).unwrap_or(0)).min(MAX_IDLE)
-                }
-                (_, None) => MAX_IDLE,
+                (_, Some(due)) => Duration::from_millis(u64::try_from(due - now).unwrap_or(0))
+                    .min(self.max_idle()),
+                (_, None) => self.max_idle(),
             };
             let idle = idle.max(failing.pause());
             tokio::select! {

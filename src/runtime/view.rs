@@ -43,7 +43,8 @@ pub struct AttemptView {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WaitView {
-    /// `message`, `timer`, `retry` (a backoff before `attempt`), `attempt`
+    /// `message`, `event` (a named event of this instance: `resume` says
+    /// how to send it), `timer`, `retry` (a backoff before `attempt`), `attempt`
     /// (an attempt in flight, re-run if its runner is lost by `due`),
     /// `channel` (a channel call awaiting its answer, timing out at `due`),
     /// or `child` (a process call awaiting its child flow).
@@ -55,6 +56,13 @@ pub struct WaitView {
     /// The message name (message waits).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The event name (event waits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// The command that resumes an event wait (`sutra resume <instance> <event>`;
+    /// the API route is `POST /v1/instances/{id}/events/{name}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume: Option<String>,
     /// The correlation key a message must carry (message waits that have one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub correlation_key: Option<String>,
@@ -91,6 +99,9 @@ pub struct InstanceView {
     pub nodes: std::collections::BTreeMap<String, String>,
     pub started_at: DateTime<Utc>,
     pub ended_at: Option<DateTime<Utc>>,
+    /// When an operator closed this FAILED instance (`sutra close`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closed_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<String>,
     /// The instance whose process call started this one (a child flow).
@@ -135,6 +146,19 @@ fn channel_of(process: Option<&Process>, node: &str) -> Option<String> {
     }
 }
 
+/// `word` as one shell word: as is when it is plain, else single-quoted.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@%+=,".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 /// The pending waits of a snapshot, earliest due first, message waits last;
 /// `process` (the instance's) names the channel of a channel wait.
 fn waits(snap: &Snapshot, process: Option<&Process>) -> Vec<WaitView> {
@@ -168,10 +192,29 @@ fn waits(snap: &Snapshot, process: Option<&Process>) -> Vec<WaitView> {
         .parks
         .iter()
         .map(|(seq, p)| WaitView {
-            kind: p.kind.as_str().to_string(),
+            kind: match &p.message {
+                Some(m) if m.event => "event".to_string(),
+                _ => p.kind.as_str().to_string(),
+            },
             node: p.node.clone(),
             due: p.due,
-            message: p.message.as_ref().map(|m| m.name.clone()),
+            message: p
+                .message
+                .as_ref()
+                .filter(|m| !m.event)
+                .map(|m| m.name.clone()),
+            event: p
+                .message
+                .as_ref()
+                .filter(|m| m.event)
+                .map(|m| m.name.clone()),
+            resume: p.message.as_ref().filter(|m| m.event).map(|m| {
+                format!(
+                    "sutra resume {} {}",
+                    shell_word(&snap.instance_id),
+                    shell_word(&m.name)
+                )
+            }),
             correlation_key: p.message.as_ref().and_then(|m| m.key.clone()),
             attempt: attempt_of(*seq),
             child: (p.kind == ParkKind::Child)
@@ -228,6 +271,7 @@ impl<S: Store> Runtime<S> {
                 .collect(),
             started_at: at(rec.started_at),
             ended_at: rec.ended_at.map(at),
+            closed_at: rec.closed_at.map(at),
             retry_of: rec.retry_of,
             parent: snap.parent.map(|p| p.instance),
         })

@@ -82,7 +82,7 @@ pub struct SandboxConfig {
     pub loaded_capacity: usize,
     /// The `sutra` binary whose `__compile` subcommand compiles components
     /// in a bounded child process ([`Sandbox::load_for`]); `None`: compile
-    /// in this process (tests, `sutra task run`).
+    /// in this process (in-process tests).
     pub compile_worker: Option<PathBuf>,
     /// What compiling one component may cost (the server's limits).
     pub compile_limits: CompileLimits,
@@ -90,6 +90,10 @@ pub struct SandboxConfig {
     pub compile_concurrency: usize,
     /// With a compile worker: compile quick (Winch) first, optimised (Cranelift) behind.
     pub tiered: bool,
+    /// With `tiered`: recompile optimised behind the quick code (a server's
+    /// long-lived components); `false` keeps the quick code (`sutra task
+    /// run`: one attempt, the process exits after it).
+    pub optimize_behind: bool,
 }
 
 impl Default for SandboxConfig {
@@ -110,6 +114,7 @@ impl Default for SandboxConfig {
             compile_limits: CompileLimits::default(),
             compile_concurrency: 1,
             tiered: true,
+            optimize_behind: true,
         }
     }
 }

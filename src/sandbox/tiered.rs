@@ -46,6 +46,8 @@ pub(super) struct Tiers {
     background: CompileQueue,
     /// Where artifacts go when there is no cache directory (deleted once mapped).
     scratch: Option<tempfile::TempDir>,
+    /// Recompile optimised behind quick code (`SandboxConfig::optimize_behind`).
+    optimize_behind: bool,
 }
 
 impl Tiers {
@@ -97,6 +99,7 @@ impl Tiers {
             foreground: CompileQueue::new(cfg.compile_concurrency),
             background: CompileQueue::new(1),
             scratch,
+            optimize_behind: cfg.optimize_behind,
         })
     }
 }
@@ -322,6 +325,10 @@ impl Sandbox {
             loaded.settle();
             return;
         };
+        if !self.inner.tiers.optimize_behind {
+            loaded.settle();
+            return;
+        }
         let sandbox = self.clone();
         let tenant = tenant.to_string();
         let bytes = bytes.to_vec();

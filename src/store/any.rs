@@ -106,6 +106,16 @@ impl Store for AnyStore {
         delegate!(self, s => s.deployment_load(id).await)
     }
 
+    async fn close_instance(
+        &self,
+        id: &str,
+        at: i64,
+        reason: &str,
+        journal: Option<JournalRow>,
+    ) -> StoreResult<bool> {
+        delegate!(self, s => s.close_instance(id, at, reason, journal).await)
+    }
+
     async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
         delegate!(self, s => s.create_instance(inst, step).await)
     }

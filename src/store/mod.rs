@@ -171,6 +171,11 @@ pub struct InstanceRecord {
     pub started_at: i64,
     pub updated_at: i64,
     pub ended_at: Option<i64>,
+    /// When an operator closed this FAILED instance (migration 0011): it no
+    /// longer holds its deployment and retention counts from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[sqlx(default)]
+    pub closed_at: Option<i64>,
 }
 
 /// The instance that holds a (tenant, idempotency key), and the fingerprint
@@ -516,10 +521,25 @@ pub trait Store:
         instance_id: &str,
     ) -> impl Future<Output = StoreResult<Vec<JournalRow>>> + Send;
 
+    /// Close FAILED instance `id` at `at` with `reason` (an operator's):
+    /// `closed_at` set, and, when `journal` is given, that entry appended
+    /// (numbered after the instance's last one), in one transaction.
+    /// `false` when the instance is not FAILED or is closed already.
+    fn close_instance(
+        &self,
+        id: &str,
+        at: i64,
+        reason: &str,
+        journal: Option<JournalRow>,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
     // ---- retention ----
     /// Deletes COMPLETED, TERMINATED and COMPENSATED instances (and their attempts and
-    /// journal) that ended at or before `ended_before`, up to `limit`; never a
-    /// FAILED one, never one with a park. Returns how many were deleted.
+    /// journal) that ended at or before `ended_before`, FAILED ones an operator
+    /// closed at or before it, and FAILED child flows (their failure went to
+    /// their parent) that ended at or before it once their parent is gone, up
+    /// to `limit`; never an unclosed FAILED top-level instance, never one with
+    /// a park. Returns how many were deleted.
     fn sweep(&self, ended_before: i64, limit: i64)
         -> impl Future<Output = StoreResult<u64>> + Send;
 

@@ -32,7 +32,7 @@
 use super::rows::{
     duplicate_or_db, effective_limit, encode_modules, load_from_counts, paged_select, AttemptDbRow,
     DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS,
-    INSTANCE_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
+    INSTANCE_READ_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
 };
 use super::{
     AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
@@ -51,6 +51,10 @@ pub(super) const LIVE: &str = "'RUNNING', 'WAITING'";
 /// The states that keep a deployment from retiring: live, or FAILED (an
 /// operator may still retry it).
 pub(super) const HOLDING: &str = "'RUNNING', 'WAITING', 'FAILED'";
+/// A FAILED instance that does not hold its deployment: closed by an
+/// operator, or a child flow (its failure went to its parent). SQL over `instances`.
+pub(super) const RELEASED_FAILURE: &str =
+    "state = 'FAILED' AND (closed_at IS NOT NULL OR parent_id IS NOT NULL)";
 /// The terminal states retention deletes: never FAILED (it waits for an operator).
 pub(super) const SWEPT: &str = "'COMPLETED', 'TERMINATED', 'COMPENSATED'";
 
@@ -316,7 +320,7 @@ where
     async fn deployment_load(&self, id: &str) -> StoreResult<DeploymentLoad> {
         let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
             "SELECT state, COUNT(*) FROM instances WHERE deployment_id = $1 \
-             AND state IN ({HOLDING}) GROUP BY state"
+             AND state IN ({HOLDING}) AND NOT ({RELEASED_FAILURE}) GROUP BY state"
         ))
         .bind(id)
         .fetch_all(self.reads())
@@ -330,7 +334,7 @@ where
 
     async fn load_instance(&self, id: &str) -> StoreResult<Option<InstanceRecord>> {
         let row: Option<InstanceRow> = sqlx::query_as(&format!(
-            "SELECT {INSTANCE_COLUMNS} FROM instances WHERE id = $1"
+            "SELECT {INSTANCE_READ_COLUMNS} FROM instances WHERE id = $1"
         ))
         .bind(id)
         .fetch_optional(self.reads())
@@ -362,7 +366,7 @@ where
             ("deployment_id =", &filter.deployment_id),
             ("id >", &filter.after_id),
         ];
-        let (sql, values) = paged_select(INSTANCE_COLUMNS, "instances", &filters);
+        let (sql, values) = paged_select(INSTANCE_READ_COLUMNS, "instances", &filters);
         let mut q = sqlx::query_as::<_, InstanceRow>(&sql);
         for value in values {
             q = q.bind(value);
@@ -514,8 +518,69 @@ where
         .bind(limit)
         .execute(&mut *tx)
         .await?;
+        let mut deleted = done.rows_affected();
+        let left = limit.saturating_sub(i64::try_from(deleted).unwrap_or(i64::MAX));
+        if left > 0 {
+            // FAILED ones that no longer wait for an operator (issue 28), in
+            // their own statement so the common one keeps its plan: closed
+            // top-level instances by their closing time; child flows (closed
+            // or not: their parent handled the failure) once their parent is gone.
+            let released = sqlx::query(&format!(
+                "DELETE FROM instances WHERE id IN ( \
+                   SELECT i.id FROM instances i \
+                   WHERE i.state = 'FAILED' AND ( \
+                       (i.parent_id IS NULL AND i.closed_at IS NOT NULL AND i.closed_at <= $1) \
+                    OR (i.parent_id IS NOT NULL AND i.ended_at IS NOT NULL AND i.ended_at <= $1 \
+                        AND NOT EXISTS (SELECT 1 FROM instances pa WHERE pa.id = i.parent_id))) \
+                     AND NOT EXISTS (SELECT 1 FROM parks p WHERE p.instance_id = i.id) \
+                   ORDER BY i.id LIMIT $2 {})",
+                B::SKIP_LOCKED
+            ))
+            .bind(ended_before)
+            .bind(left)
+            .execute(&mut *tx)
+            .await?;
+            deleted += released.rows_affected();
+        }
         tx.commit().await?;
-        Ok(done.rows_affected())
+        Ok(deleted)
+    }
+
+    async fn close_instance(
+        &self,
+        id: &str,
+        at: i64,
+        reason: &str,
+        journal: Option<JournalRow>,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE instances SET closed_at = $1, close_reason = $2 \
+             WHERE id = $3 AND state = 'FAILED' AND closed_at IS NULL",
+        )
+        .bind(at)
+        .bind(reason)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        if let Some(j) = journal {
+            sqlx::query(
+                "INSERT INTO journal (instance_id, seq, at, kind, node, data) \
+                 SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5 FROM journal WHERE instance_id = $1",
+            )
+            .bind(id)
+            .bind(j.at)
+            .bind(&j.kind)
+            .bind(&j.node)
+            .bind(&j.data)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn try_lease(

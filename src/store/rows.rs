@@ -16,10 +16,17 @@ use std::collections::BTreeMap;
 /// Columns of `deployments`, in the order the backends select them.
 pub(super) const DEPLOYMENT_COLUMNS: &str =
     "id, tenant, process_id, version, dialect, source, modules, state, created_at";
-/// Columns of `instances`.
+/// Columns of `instances` that the insert writes (`queries_steps::INSERT_INSTANCE`;
+/// a test checks the two agree).
+#[cfg(test)]
 pub(super) const INSTANCE_COLUMNS: &str =
     "id, tenant, deployment_id, process_id, state, version, snapshot, \
      idempotency_key, retry_of, started_at, updated_at, ended_at";
+/// The columns an [`InstanceRecord`] is read from: `INSTANCE_COLUMNS` and
+/// the columns only later steps write (`closed_at`, migration 0011).
+pub(super) const INSTANCE_READ_COLUMNS: &str =
+    "id, tenant, deployment_id, process_id, state, version, snapshot, \
+     idempotency_key, retry_of, started_at, updated_at, ended_at, closed_at";
 /// Columns of `parks` that make a [`ParkRecord`].
 pub(super) const PARK_COLUMNS: &str =
     "instance_id, seq, tenant, deployment_id, kind, due_at, message_name, correlation_key";

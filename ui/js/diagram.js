@@ -114,6 +114,7 @@ export class Diagram {
       let text = w.kind;
       if (w.kind === 'retry') text = `retry #${w.attempt} at ${short(w.due)}`;
       else if (w.kind === 'timer') text = `timer at ${short(w.due)}`;
+      else if (w.kind === 'event') text = `event ${w.event}`;
       else if (w.kind === 'message') text = `message ${w.message}${w.correlationKey ? ` (${w.correlationKey})` : ''}`;
       else if (w.kind === 'attempt') text = `attempt #${w.attempt} running`;
       else if (w.kind === 'child') text = `child ${w.child}`;

@@ -624,6 +624,7 @@ impl St<'_, '_, '_> {
                     Some(CatchTrigger::Message(MessageRef {
                         name: e.to_string(),
                         correlation_key: None,
+                        event: true,
                     }))
                 }
                 _ => {

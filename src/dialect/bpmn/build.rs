@@ -615,6 +615,7 @@ impl<'d> Builder<'d> {
         crate::model::MessageRef {
             name,
             correlation_key,
+            event: false,
         }
     }
 

@@ -375,7 +375,7 @@ pub fn correlation(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> 
         Err(e) => {
             diags.push(
                 Diagnostic::error(
-                    Code::ConditionSyntax,
+                    e.load_code(),
                     format!(
                         "correlation key `{key}` on {}: {}",
                         describe(host),

@@ -53,6 +53,7 @@ pub(super) fn build(wf: &Workflow<'_>, out: &mut Vec<Diagnostic>) -> Process {
     let edges = check_edges(wf, &ids, out);
     check_compensation(wf, &ids, &edges, out);
     check_cycles(wf, &edges, out);
+    super::joins::check(wf, &edges, out);
     ir(wf, &ids, &edges, out)
 }
 

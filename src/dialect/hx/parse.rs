@@ -613,13 +613,13 @@ fn edge<'d>(el: &'d Element, out: &mut Vec<Diagnostic>) -> Option<RawEdge<'d>> {
             ));
             return None;
         }
-        Some(text) => match Expr::parse(text) {
+        Some(text) => match Expr::parse_condition(text) {
             Ok(e) => Some(e),
             Err(e) => {
                 out.push(diag(
-                    Code::ConditionSyntax,
+                    e.load_code(),
                     el,
-                    format!("`when` is not a valid CEL expression: {e}"),
+                    format!("`when` is not a valid CEL condition: {e}"),
                 ));
                 return None;
             }

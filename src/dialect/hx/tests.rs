@@ -321,3 +321,93 @@ fn the_dialect_sniffer_routes_workflows_here() {
         crate::model::Dialect::Hx
     );
 }
+
+/// An if/else: `check` routes to `a` or `b` and both meet at `join`.
+fn if_else(guard_a: &str, guard_b: &str, join: &str) -> String {
+    format!(
+        r#"<workflow id="w">
+  <node id="check" type="task" impl="t"/>
+  <node id="a" type="pass"/>
+  <node id="b" type="task" impl="t"/>
+  <node id="join" type="pass"{join}/>
+  <edges>
+    <edge from="check" to="a" when="{guard_a}"/>
+    <edge from="check" to="b" when="{guard_b}"/>
+    <edge from="a" to="join"/>
+    <edge from="b" to="join"/>
+  </edges>
+</workflow>"#
+    )
+}
+
+#[test]
+fn a_join_all_after_an_if_else_is_refused_with_its_position() {
+    for (a, b) in [
+        ("amount &gt; 100", "!(amount &gt; 100)"),
+        ("amount &gt; 100", "amount &lt;= 100"),
+        ("kind == 'x'", "kind != 'x'"),
+        ("kind == 'x'", "kind == 'y'"),
+    ] {
+        assert_eq!(
+            errors(&if_else(a, b, "")),
+            vec![(Code::HxJoinUnsatisfiable, 5, 3)],
+            "{a} / {b}"
+        );
+        let l = load(&if_else(a, b, ""));
+        let d = l.errors().next().unwrap();
+        assert!(d.message.contains("join=\"any\""), "{}", d.message);
+        // The fix loads, and so do guards that may both hold.
+        ok(&if_else(a, b, r#" join="any""#));
+    }
+    ok(&if_else("amount &gt; 100", "amount &gt; 50", ""));
+    ok(&if_else("amount &gt; 100", "urgent", ""));
+}
+
+#[test]
+fn a_join_all_after_a_task_and_its_error_edge_is_refused() {
+    let src = |join: &str| {
+        format!(
+            r#"<workflow id="w">
+  <node id="pay" type="task" impl="t"/>
+  <node id="fallback" type="task" impl="t"/>
+  <node id="notify" type="task" impl="t"/>
+  <node id="end" type="pass"{join}/>
+  <edges>
+    <edge from="pay" to="fallback" type="error"/>
+    <edge from="pay" to="notify"/>
+    <edge from="fallback" to="end"/>
+    <edge from="notify" to="end"/>
+  </edges>
+</workflow>"#
+        )
+    };
+    assert_eq!(errors(&src("")), vec![(Code::HxJoinUnsatisfiable, 5, 3)]);
+    ok(&src(r#" join="any""#));
+}
+
+#[test]
+fn a_when_whose_constant_part_cannot_evaluate_is_refused_with_its_position() {
+    let src = |when: &str| {
+        format!(
+            r#"<workflow id="w">
+  <node id="a" type="pass"/>
+  <node id="b" type="pass"/>
+  <edges>
+    <edge from="a" to="b" when="{when}"/>
+  </edges>
+</workflow>"#
+        )
+    };
+    for bad in [
+        "1 + &quot;a&quot; == 2",
+        "x &gt; 1 &amp;&amp; 1 / 0 == 1",
+        "2 + 2",
+    ] {
+        assert_eq!(
+            errors(&src(bad)),
+            vec![(Code::ConditionInvalid, 5, 5)],
+            "{bad}"
+        );
+    }
+    ok(&src("x + 1 == 2"));
+}

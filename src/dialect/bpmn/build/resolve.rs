@@ -202,11 +202,11 @@ impl<'d> Builder<'d> {
             }
         }
         let text = c.text.trim();
-        match crate::model::Expr::parse(text) {
+        match crate::model::Expr::parse_condition(text) {
             Ok(e) => Some(e),
             Err(e) => {
                 self.diags.push(err(
-                    Code::ConditionSyntax,
+                    e.load_code(),
                     flow,
                     format!(
                         "condition `{}` of {}: {}",
