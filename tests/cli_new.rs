@@ -63,6 +63,12 @@ fn check_task_outcomes(dir: &Path, wasm: &Path) {
     let v = json(&ok);
     assert_eq!(v["outcome"], "completed", "{v}");
     assert_eq!(v["output"]["greeting"], "Hello, Ada!", "{v}");
+    // A cold compile says what it is doing (stderr; stdout is the one JSON object).
+    assert!(
+        String::from_utf8_lossy(&ok.stderr).contains("compiling"),
+        "{}",
+        text(&ok)
+    );
 
     let business = sutra(dir, &["task", "run", w, "--input", r#"{"name": "nobody"}"#]);
     assert_eq!(business.status.code(), Some(1), "{}", text(&business));

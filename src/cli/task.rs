@@ -117,6 +117,19 @@ fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // A cold compile takes seconds (a Python component about 2 s): say so.
+    let file = args.component.display();
+    let kib = bytes.len().div_ceil(1024);
+    match &args.cache_dir {
+        None => super::say(&format!(
+            "sutra task run: compiling {file} ({kib} KiB) in a bounded worker \
+             (--cache-dir DIR keeps the code for the next run) ..."
+        )),
+        Some(dir) => super::say(&format!(
+            "sutra task run: loading {file} ({kib} KiB; compiled into {} on its first run) ...",
+            dir.display()
+        )),
+    }
     let loaded = runtime.block_on(sandbox.load_for(&args.tenant, &bytes, &config.compile.limits));
     let component = match loaded {
         Ok(c) => c,
