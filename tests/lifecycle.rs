@@ -266,6 +266,39 @@ backends::store_tests! {
         }
     }
 
+    async fn a_sub_process_cut_off_by_its_boundary_leaves_no_inner_event_running(db) {
+        let (rt, _) = runtime(db.store.clone());
+        let bpmn = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="D" targetNamespace="x">
+  <bpmn:message id="Msg" name="never"/>
+  <bpmn:process id="cutoff" isExecutable="true">
+    <bpmn:startEvent id="Start"/>
+    <bpmn:subProcess id="Sub">
+      <bpmn:startEvent id="Sub_Start"/>
+      <bpmn:intermediateCatchEvent id="Inner"><bpmn:messageEventDefinition messageRef="Msg"/></bpmn:intermediateCatchEvent>
+      <bpmn:endEvent id="Sub_End"/>
+      <bpmn:sequenceFlow id="S1" sourceRef="Sub_Start" targetRef="Inner"/>
+      <bpmn:sequenceFlow id="S2" sourceRef="Inner" targetRef="Sub_End"/>
+    </bpmn:subProcess>
+    <bpmn:boundaryEvent id="Late" attachedToRef="Sub">
+      <bpmn:timerEventDefinition><bpmn:timeDuration>PT1M</bpmn:timeDuration></bpmn:timerEventDefinition>
+    </bpmn:boundaryEvent>
+    <bpmn:endEvent id="End"/>
+    <bpmn:endEvent id="TimedOut"/>
+    <bpmn:sequenceFlow id="F1" sourceRef="Start" targetRef="Sub"/>
+    <bpmn:sequenceFlow id="F2" sourceRef="Sub" targetRef="End"/>
+    <bpmn:sequenceFlow id="F3" sourceRef="Late" targetRef="TimedOut"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+        rt.deploy(TENANT, bpmn, &BTreeMap::new()).await.unwrap();
+        let id = run(&rt, "cutoff", json!({})).await;
+        let view = rt.inspect(&id).await.unwrap();
+        assert_eq!(view.state, "COMPLETED", "{view:?}");
+        assert_eq!(view.nodes.get("Inner").map(String::as_str), Some("CANCELLED"), "{:?}", view.nodes);
+        assert_eq!(view.nodes.get("Sub").map(String::as_str), Some("CANCELLED"), "{:?}", view.nodes);
+        assert_eq!(view.nodes.get("TimedOut").map(String::as_str), Some("SUCCEEDED"), "{:?}", view.nodes);
+    }
+
     async fn inspect_names_an_event_wait_an_event_with_the_command_that_resumes_it(db) {
         let (rt, _) = runtime(db.store.clone());
         deploy(&rt, "approval", json!({
