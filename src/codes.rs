@@ -223,6 +223,10 @@ codes! {
     ChildInputInvalid => "SUTRA.RUNTIME.CHILD.INPUT_INVALID", InvalidInput, false;
     /// The child instance was cancelled by somebody else than its parent.
     ChildTerminated => "SUTRA.RUNTIME.CHILD.TERMINATED", Internal, false;
+    /// A BPMN error end event without `errorRef` threw an unnamed error: only
+    /// a catch-all error boundary (one without `errorRef`) catches it;
+    /// uncaught, the instance fails with this code.
+    BpmnUnnamedError => "SUTRA.RUNTIME.BPMN.UNNAMED_ERROR", Internal, false;
     /// A child flow outlived its call's timeout (it is cancelled).
     ChildTimeout => "SUTRA.RUNTIME.CHILD.TIMEOUT", Timeout, true;
 

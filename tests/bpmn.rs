@@ -693,3 +693,79 @@ mod mangled {
         }
     }
 }
+
+#[test]
+fn an_activity_default_flow_carries_the_negation_of_its_siblings_conditions() {
+    let loaded = fixture("valid/conditional_flows.bpmn");
+    let p = process(&loaded, "P");
+    let cond = |id: &str| {
+        p.flows
+            .iter()
+            .find(|f| f.id == id)
+            .and_then(|f| f.condition.as_ref())
+            .map(|c| c.source().to_string())
+    };
+    assert_eq!(cond("IfBig").as_deref(), Some("amount > 100"));
+    assert_eq!(
+        cond("Otherwise").as_deref(),
+        Some("!((amount > 100) || (tier == 'gold'))")
+    );
+}
+
+#[test]
+fn implicit_starts_are_synthetic_none_starts_to_every_entry_node() {
+    let loaded = fixture("valid/implicit_start_and_end.bpmn");
+    let p = process(&loaded, "P");
+    let start = p
+        .find("P#implicit-start")
+        .expect("process-level implicit start");
+    assert!(start.scope.is_none());
+    assert!(matches!(start.kind, NodeKind::Start(StartTrigger::None)));
+    let mut targets: Vec<&str> = start
+        .outgoing
+        .iter()
+        .map(|&f| p.node(p.flow(f).target).id.as_str())
+        .collect();
+    targets.sort();
+    // A (no incoming flow) and B (none either); Handled follows a boundary.
+    assert_eq!(targets, vec!["A", "B"]);
+    let sub = p
+        .find("Sub#implicit-start")
+        .expect("sub-process implicit start");
+    assert_eq!(sub.scope, Some(p.find("Sub").unwrap().ix));
+    assert_eq!(p.node(p.flow(sub.outgoing[0]).target).id, "Inner");
+    // The error end without errorRef throws the unnamed error.
+    match &p.find("Fail").unwrap().kind {
+        NodeKind::End(EndKind::Error { code, .. }) => {
+            assert_eq!(code, Code::BpmnUnnamedError.as_str())
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_q_timeout_on_a_registered_task_without_retry_is_a_bpmn_error_and_with_retry_a_failed_attempt()
+{
+    let doc = |retry: &str| {
+        format!(
+            r#"<definitions xmlns="http://www.omg.org/spec/BPMN/20100524/MODEL" xmlns:q="https://sutra.dev/bpmn/q/1.0">
+  <process id="P" isExecutable="true">
+    <startEvent id="S"/>
+    <serviceTask id="T" implementation="registered:t"><extensionElements><q:timeout duration="PT2S"/>{retry}</extensionElements></serviceTask>
+    <sequenceFlow id="F" sourceRef="S" targetRef="T"/>
+  </process>
+</definitions>"#
+        )
+    };
+    for (retry, want) in [
+        ("", OnTimeout::Error),
+        (r#"<q:retry maxAttempts="3"/>"#, OnTimeout::Retry),
+    ] {
+        let loaded = bpmn::load(&doc(retry));
+        assert!(loaded.ok(), "{:#?}", loaded.diagnostics);
+        match kind(process(&loaded, "P"), "T") {
+            NodeKind::ServiceTask(t) => assert_eq!(t.timeout.as_ref().unwrap().on_timeout, want),
+            other => panic!("{other:?}"),
+        }
+    }
+}

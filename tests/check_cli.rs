@@ -50,7 +50,7 @@ fn an_invalid_file_exits_one_with_file_line_col_code_lines() {
     let first = out.lines().next().unwrap();
     assert!(
         first.starts_with(&format!(
-            "{path}:8:5: error[SUTRA.CONFIG.BPMN.DEAD_END]: service task `Work`"
+            "{path}:8:5: error[SUTRA.CONFIG.BPMN.DEAD_END]: start event `Start`"
         )),
         "{out}"
     );

@@ -1,6 +1,7 @@
 //! A crash at every commit point (issue 20 item 2): for a representative
 //! instance of each feature — retry, timer, message, compensation, channel
-//! call, a States-language Map with a timer and an event wait — an uncrashed run counts its commits (the failpoint prints one line
+//! call, a States-language Map with a timer and an event wait, a BPMN inclusive
+//! split whose OR-join waits across a retry and a timer — an uncrashed run counts its commits (the failpoint prints one line
 //! per commit), then for every commit k and each side of it, a `sutra serve`
 //! with `SUTRA_CRASH_AT_COMMIT=k:before|after` (src/store/failpoint.rs) is
 //! driven until the failpoint aborts it, restarted without the failpoint,
@@ -46,6 +47,7 @@ enum Feature {
     Compensation,
     Channel,
     States,
+    InclusiveJoin,
 }
 
 impl Feature {
@@ -70,6 +72,38 @@ impl Feature {
                 ),
                 "p",
                 json!({"do": "fail", "until": 3}),
+            ),
+            // An inclusive split takes both branches: one retries after a
+            // backoff, one waits on a timer; the OR-join waits for both
+            // across commits, then `after` runs once.
+            Feature::InclusiveJoin => (
+                bpmn(
+                    r#"<bpmn:process id="p" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:inclusiveGateway id="split"/>
+    <bpmn:serviceTask id="flaky" implementation="registered:chaos">
+      <bpmn:extensionElements><q:retry maxAttempts="3" initialDelay="PT1S"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:intermediateCatchEvent id="pause">
+      <bpmn:timerEventDefinition><bpmn:timeDuration>PT2S</bpmn:timeDuration></bpmn:timerEventDefinition>
+    </bpmn:intermediateCatchEvent>
+    <bpmn:inclusiveGateway id="join"/>
+    <bpmn:serviceTask id="after" implementation="registered:chaos">
+      <bpmn:extensionElements><q:io resultPath="$.out"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:endEvent id="end"/>
+    <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="split"/>
+    <bpmn:sequenceFlow id="a" sourceRef="split" targetRef="flaky"><bpmn:conditionExpression>left</bpmn:conditionExpression></bpmn:sequenceFlow>
+    <bpmn:sequenceFlow id="b" sourceRef="split" targetRef="pause"><bpmn:conditionExpression>right</bpmn:conditionExpression></bpmn:sequenceFlow>
+    <bpmn:sequenceFlow id="a2" sourceRef="flaky" targetRef="join"/>
+    <bpmn:sequenceFlow id="b2" sourceRef="pause" targetRef="join"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="join" targetRef="after"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="after" targetRef="end"/>
+  </bpmn:process>"#,
+                ),
+                "p",
+                json!({"left": true, "right": true, "do": "echo",
+                       "by-task": {"flaky": {"do": "fail", "until": 2}}}),
             ),
             Feature::Timer => (
                 bpmn(
@@ -487,4 +521,9 @@ async fn a_crash_at_any_commit_of_a_channel_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_any_commit_of_a_states_map_and_waits() {
     both(Feature::States).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_commit_of_an_inclusive_join() {
+    both(Feature::InclusiveJoin).await;
 }

@@ -61,7 +61,9 @@ fn leaf_size(node: &crate::model::Node) -> (f64, f64) {
         NodeKind::Start(_) | NodeKind::End(_) | NodeKind::Catch(_) | NodeKind::Boundary(_) => {
             (36.0, 36.0)
         }
-        NodeKind::ExclusiveGateway { .. } | NodeKind::ParallelGateway => (50.0, 50.0),
+        NodeKind::ExclusiveGateway { .. }
+        | NodeKind::ParallelGateway
+        | NodeKind::InclusiveGateway => (50.0, 50.0),
         NodeKind::Pass { .. } if super::pass_is_event(node) => (36.0, 36.0),
         _ => (100.0, 80.0),
     }

@@ -313,6 +313,12 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
             String::new(),
             String::new(),
         ),
+        NodeKind::InclusiveGateway => (
+            "inclusiveGateway",
+            n.name.clone(),
+            String::new(),
+            String::new(),
+        ),
         NodeKind::Catch(c) => {
             let def = match c {
                 CatchTrigger::Timer(_) | CatchTrigger::TimerFrom(_) => {

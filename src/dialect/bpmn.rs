@@ -28,10 +28,22 @@
 //!   `xsi:`, `xml:`) on elements of an executable process are ignored with one
 //!   info diagnostic per element (`SUTRA.CONFIG.BPMN.FOREIGN_EXTENSION_IGNORED`).
 //!   DI, collaborations and artifacts are ignored silently.
-//! - Conditions are CEL (`language` absent or `cel`); only flows out of an
-//!   exclusive gateway may carry one.
+//! - Conditions are CEL (`language` absent or `cel`); flows out of an
+//!   exclusive or inclusive gateway or an activity may carry one. The
+//!   `default` flow of an activity or inclusive gateway gets the negation of
+//!   its siblings' conditions, so "every flow whose condition holds" is
+//!   BPMN's rule.
 //! - A `q:timeout` is stored with `on_timeout: Retry` when the task has a retry
-//!   policy and `Fail` otherwise (a catchable failure); the engine decides the rest.
+//!   policy and `Error` otherwise (a BPMN error an error boundary catches,
+//!   with the timeout's code); the engine decides the rest.
+//! - What BPMN leaves implicit is explicit in the IR: an activity or
+//!   intermediate event without outgoing flow ends its token; a scope
+//!   without a start event gets a synthetic none start `<scope>#implicit-start`
+//!   leading to every node without an incoming flow; an error end event
+//!   without `errorRef` throws `SUTRA.RUNTIME.BPMN.UNNAMED_ERROR`.
+//! - Refused rather than ignored: `startQuantity`/`completionQuantity` ≠ 1,
+//!   any `q:`-qualified attribute on a BPMN element, a `q:io` path other than
+//!   `$` / `$.a.b` (the engine's variable paths).
 //! - `RETRY_NOT_APPLICABLE` for a timer boundary with outgoing flows applies to
 //!   an *interrupting* one: a non-interrupting timer (a reminder) does not end
 //!   the attempt, so the policy still applies.

@@ -13,6 +13,7 @@
 
 use super::machine::{Machine, Raised};
 use super::snapshot::{JoinState, NodeState};
+use super::TokenStatus;
 use crate::codes::Code;
 use crate::model::{FlowIx, FlowKind, JoinRule, NodeIx, Process};
 use serde_json::{json, Value};
@@ -54,6 +55,46 @@ pub(super) fn resume_blocker(process: &Process, at: NodeIx) -> Option<String> {
 }
 
 impl Machine<'_> {
+    /// An instance that can never move again fails instead of waiting with
+    /// nothing to wait for: no park (no timer, message, attempt, call, retry),
+    /// nothing queued, and every token a parallel join waiting for siblings
+    /// (or a container of such tokens). Only an arriving token could complete
+    /// such a join, and none can arrive (e.g. two none start events feeding one
+    /// join: an instance starts at one of them). `SUTRA.RUNTIME.JOIN.DEAD_EDGE`,
+    /// at the first waiting join. Returns whether it failed the instance.
+    pub(super) fn fail_if_stuck(&mut self) -> bool {
+        if self.snap.state.is_terminal()
+            || !self.queue.is_empty()
+            || !self.snap.parks.is_empty()
+            || self.snap.unwind.is_some()
+        {
+            return false;
+        }
+        let mut join = None;
+        for t in &self.snap.tokens {
+            match t.status {
+                TokenStatus::Joining => {
+                    join.get_or_insert_with(|| t.node.clone());
+                }
+                TokenStatus::InSubProcess | TokenStatus::Fanout(_) | TokenStatus::Branch { .. } => {
+                }
+                _ => return false,
+            }
+        }
+        let Some(node) = join else {
+            return false;
+        };
+        self.fail_code(
+            Code::JoinDeadEdge,
+            format!(
+                "parallel gateway `{node}` waits for tokens that can never arrive: nothing else in \
+                 the instance runs or waits (no task, timer, message or call is left)"
+            ),
+            Some(&node),
+        );
+        true
+    }
+
     /// Leave a node along its outgoing sequence flows: every unconditional
     /// flow and every flow whose condition holds. Flows not taken (and error
     /// flows: the node did not fail) are dead for nodes that track them. No

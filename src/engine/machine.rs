@@ -28,7 +28,7 @@ pub(super) struct Machine<'a> {
     pub(super) snap: Snapshot,
     pub(super) effects: Vec<Effect>,
     pub(super) inputs: &'a Inputs,
-    queue: VecDeque<u64>,
+    pub(super) queue: VecDeque<u64>,
     budget: u32,
 }
 
@@ -544,6 +544,18 @@ impl<'a> Machine<'a> {
     // ------------------------------------------------------------------- walk
 
     fn run(&mut self) {
+        loop {
+            self.run_queue();
+            if self.fire_or_join() {
+                continue;
+            }
+            if !self.fail_if_stuck() {
+                return;
+            }
+        }
+    }
+
+    fn run_queue(&mut self) {
         while let Some(id) = self.queue.pop_front() {
             if self.snap.state.is_terminal() {
                 self.queue.clear();
@@ -638,6 +650,7 @@ impl<'a> Machine<'a> {
             }
             NodeKind::ExclusiveGateway { default } => self.exclusive(token, node, *default),
             NodeKind::ParallelGateway => self.parallel(token, node),
+            NodeKind::InclusiveGateway => self.inclusive(token, node),
             NodeKind::Catch(trigger) => {
                 let park = match trigger {
                     CatchTrigger::Timer(spec) => self.timer_park(token, node, spec),
@@ -914,7 +927,7 @@ impl<'a> Machine<'a> {
                     }
                 };
                 let item = self.item_of(tok);
-                self.discard(tok);
+                self.interrupt(tok, NodeState::Failed);
                 // The error the catcher matched (what `{Error, Cause}` says),
                 // and the engine code that carried it, if another.
                 let (name, cause) = match &raised.failure {

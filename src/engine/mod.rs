@@ -25,6 +25,7 @@ mod flow;
 mod intrinsics;
 mod machine;
 mod migrate;
+mod orjoin;
 mod outcome;
 mod parks;
 pub mod snapshot;

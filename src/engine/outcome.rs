@@ -187,6 +187,26 @@ impl Machine<'_> {
                             );
                             return;
                         }
+                        OnTimeout::Error => {
+                            let message = format!(
+                                "service task `{}` did not finish within its q:timeout of {} (attempt {}): \
+                                 a BPMN error with code {code}, caught by an error boundary event whose \
+                                 errorRef names that code or by one without errorRef; {message}",
+                                node.id, t.duration, state.attempt
+                            );
+                            self.raise_from(
+                                Some(token),
+                                Raised {
+                                    also: Vec::new(),
+                                    code,
+                                    message,
+                                    details: None,
+                                    failure: None,
+                                },
+                                &node.id,
+                            );
+                            return;
+                        }
                         OnTimeout::Retry => {}
                     }
                 }

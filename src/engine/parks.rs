@@ -4,8 +4,8 @@
 //! channel call or a process call times out).
 
 use super::machine::Machine;
-use super::snapshot::{CycleState, NodeState};
-use super::{MessageKey, Park, ParkKind, TokenStatus};
+use super::snapshot::{CycleState, NodeState, TaskPhase, TaskState};
+use super::{AttemptRecord, Effect, MessageKey, Park, ParkKind, TokenStatus};
 use crate::codes::Code;
 use crate::model::{BoundaryTrigger, MessageRef, Node, NodeKind};
 use crate::time::TimerSpec;
@@ -150,11 +150,7 @@ impl<'a> Machine<'a> {
                             return;
                         };
                         if ev.interrupting {
-                            if let Some(host) = self.snap.token(park.token).map(|t| t.node.clone())
-                            {
-                                self.set_state(&host, NodeState::Cancelled);
-                            }
-                            self.discard(park.token);
+                            self.interrupt(park.token, NodeState::Cancelled);
                         } else {
                             self.rearm_boundary(&park, node);
                         }
@@ -197,5 +193,65 @@ impl<'a> Machine<'a> {
                 t.boundary_parks.push(seq);
             }
         }
+    }
+
+    /// An interrupting boundary ends the activity at `token`: every node
+    /// still READY or RUNNING inside it ends CANCELLED, the activity itself
+    /// `host` (CANCELLED for a timer or message, FAILED for an error that
+    /// came out of it), each attempt in flight inside gets its attempt row
+    /// (`SUTRA.TASK.INTERRUPTED`; its late result is discarded), then the
+    /// token goes with everything it owns (`discard`).
+    pub(super) fn interrupt(&mut self, token: u64, host: NodeState) {
+        let mut inside = vec![token];
+        let mut i = 0;
+        while i < inside.len() {
+            let parent = inside[i];
+            inside.extend(
+                self.snap
+                    .tokens
+                    .iter()
+                    .filter(|t| t.scope == Some(parent))
+                    .map(|t| t.id),
+            );
+            i += 1;
+        }
+        for &t in &inside {
+            let Some(tok) = self.snap.token(t).cloned() else {
+                continue;
+            };
+            let state = if t == token {
+                host
+            } else {
+                NodeState::Cancelled
+            };
+            if self.state_of(&tok.node).is_some_and(NodeState::is_active) {
+                self.set_state(&tok.node, state);
+            }
+            if let TokenStatus::Task(TaskState {
+                attempt,
+                phase: TaskPhase::Running { .. },
+                since,
+                ..
+            }) = &tok.status
+            {
+                let message =
+                    format!(
+                    "attempt {attempt} was interrupted: an interrupting boundary event ended `{}`",
+                    self.node_of(token).map(|n| n.id.as_str()).unwrap_or_default()
+                );
+                self.effects.push(Effect::RecordAttempt(AttemptRecord {
+                    token: t,
+                    node: tok.node.clone(),
+                    attempt: *attempt,
+                    started_at: *since,
+                    ended_at: self.inputs.now,
+                    outcome: "interrupted".to_string(),
+                    code: Some(Code::TaskInterrupted.as_str().to_string()),
+                    class: Some(Code::TaskInterrupted.class()),
+                    message: Some(message),
+                }));
+            }
+        }
+        self.discard(token);
     }
 }

@@ -957,4 +957,5 @@ fn a_stored_v1_snapshot_still_loads_and_resumes() {
     assert_eq!(run.idempotency_key, "0194f1a2b3c4d5e6f708192a:T:2");
 }
 
+mod boundaries_and_joins;
 mod flow;

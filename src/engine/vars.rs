@@ -10,27 +10,7 @@
 
 use serde_json::{Map, Value};
 
-/// Split `$.a.b` into `["a", "b"]`; `$` is the root (empty).
-fn segments(path: &str) -> Result<Vec<&str>, String> {
-    let path = path.trim();
-    let rest = path
-        .strip_prefix('$')
-        .ok_or_else(|| format!("path `{path}` must start with `$`"))?;
-    if rest.is_empty() {
-        return Ok(vec![]);
-    }
-    let rest = rest
-        .strip_prefix('.')
-        .ok_or_else(|| format!("path `{path}` must be of the form $.a.b"))?;
-    let segs: Vec<&str> = rest.split('.').collect();
-    if segs
-        .iter()
-        .any(|s| s.is_empty() || s.contains(['[', ']', '*', ' ']))
-    {
-        return Err(format!("path `{path}` must be of the form $.a.b"));
-    }
-    Ok(segs)
-}
+use crate::model::var_path_segments as segments;
 
 /// The value at `path` in the variables (`$` = all of them as one object).
 pub fn get(vars: &Map<String, Value>, path: &str) -> Result<Value, String> {

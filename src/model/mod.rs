@@ -244,6 +244,15 @@ pub enum NodeKind {
     },
     /// Forks on every outgoing flow; joins by waiting for a token on every incoming flow.
     ParallelGateway,
+    /// BPMN's inclusive gateway. Split: takes every outgoing flow whose
+    /// condition holds (a default flow carries the negation of the others'
+    /// conditions, so it is taken exactly when none holds; none taken is
+    /// `SUTRA.RUNTIME.GATEWAY.NO_FLOW_TAKEN`). Join (several incoming flows):
+    /// an OR-join — a token waits there until no other token of its scope can
+    /// still reach an incoming flow of the gateway that has no token yet
+    /// (reachability on the IR, `engine::orjoin`), then one token per
+    /// incoming flow that has one is merged and leaves.
+    InclusiveGateway,
     /// An intermediate catch event: the token waits here.
     Catch(CatchTrigger),
     Boundary(BoundaryEvent),
@@ -431,4 +440,29 @@ pub enum FlowKind {
     /// The source's effects are undone by the target (a task, run only during
     /// an unwind, never along forward flows).
     Compensation,
+}
+
+/// The variable paths of task input/output mappings (BPMN `q:io`): `$`,
+/// `$.a`, `$.a.b` (names only). Split `$.a.b` into `["a", "b"]`; `$` is the
+/// root (empty). The loaders check their paths with this, so a path that
+/// loads is one the engine can read and write.
+pub fn var_path_segments(path: &str) -> Result<Vec<&str>, String> {
+    let path = path.trim();
+    let rest = path
+        .strip_prefix('$')
+        .ok_or_else(|| format!("path `{path}` must start with `$`"))?;
+    if rest.is_empty() {
+        return Ok(vec![]);
+    }
+    let rest = rest
+        .strip_prefix('.')
+        .ok_or_else(|| format!("path `{path}` must be of the form $.a.b"))?;
+    let segs: Vec<&str> = rest.split('.').collect();
+    if segs
+        .iter()
+        .any(|s| s.is_empty() || s.contains(['[', ']', '*', ' ']))
+    {
+        return Err(format!("path `{path}` must be of the form $.a.b"));
+    }
+    Ok(segs)
 }

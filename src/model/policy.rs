@@ -82,6 +82,11 @@ pub enum OnTimeout {
     Fail,
     /// The node ends SKIPPED with no output; the flow continues.
     Skip,
+    /// A modelled error (BPMN `q:timeout` without `q:retry`): the expiry is a
+    /// business error with the timeout's code, which an error boundary
+    /// naming that code (or a catch-all one) catches; uncaught, the instance
+    /// fails with it.
+    Error,
 }
 
 /// A bound on one attempt (HX `<timeout>`) or on a channel call's window (BPMN `q:timeout`).

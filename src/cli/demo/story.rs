@@ -167,7 +167,7 @@ fn was_reached<'a>(
     };
     if !matches!(
         node.kind,
-        NodeKind::ExclusiveGateway { .. } | NodeKind::ParallelGateway
+        NodeKind::ExclusiveGateway { .. } | NodeKind::ParallelGateway | NodeKind::InclusiveGateway
     ) || !seen.insert(id)
     {
         return false;

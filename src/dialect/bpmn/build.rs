@@ -40,7 +40,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "callActivity",
         "call activities are not supported; use an embedded subProcess",
     ),
-    ("inclusiveGateway", "use exclusive and parallel gateways"),
     (
         "eventBasedGateway",
         "event-based gateways are not supported",
@@ -141,6 +140,7 @@ pub fn definitions(doc: &Document) -> (Definitions, Vec<Diagnostic>) {
         let process = b.process(el);
         if executable {
             diags.extend(b.diags);
+            ext::q_attributes(el, &mut diags);
             diags.extend(validate::structure(&process, &b.opaque));
         } else {
             let why = if el.attr("isExecutable").is_some() {
@@ -268,6 +268,7 @@ impl<'d> Builder<'d> {
         ext::misplaced(&qs, &[], el, &mut self.diags);
         self.scope(el, None);
         self.resolve();
+        self.implicit_starts(el);
         let mut p = Process {
             id: el.id().unwrap_or_default().to_string(),
             name: el.attr("name").map(str::to_string),
@@ -329,6 +330,13 @@ impl<'d> Builder<'d> {
                 self.no_q(el);
                 self.node(el, scope, NodeKind::ParallelGateway);
             }
+            "inclusiveGateway" => {
+                self.no_q(el);
+                let ix = self.node(el, scope, NodeKind::InclusiveGateway);
+                if el.attr("default").is_some() {
+                    self.pending_defaults.push(ix);
+                }
+            }
             "intermediateCatchEvent" => self.catch(el, scope),
             "intermediateThrowEvent" => self.throw(el, scope),
             "boundaryEvent" => self.boundary(el, scope),
@@ -338,6 +346,9 @@ impl<'d> Builder<'d> {
             "subProcess" => {
                 self.no_q(el);
                 let ix = self.node(el, scope, NodeKind::SubProcess);
+                if el.attr("default").is_some() {
+                    self.pending_defaults.push(ix);
+                }
                 self.scope(el, Some(ix));
             }
             tag => {
@@ -409,6 +420,7 @@ impl<'d> Builder<'d> {
                 ));
             }
         }
+        self.quantities(el);
         if el.attr("isForCompensation").map(str::trim) == Some("true") {
             self.diags.push(err(
                 Code::BpmnUnsupportedElement,
@@ -417,6 +429,39 @@ impl<'d> Builder<'d> {
             ));
         }
         self.push_node(el, scope, kind)
+    }
+
+    /// `startQuantity` / `completionQuantity` (BPMN: tokens needed to start an
+    /// activity, tokens it sends on each outgoing flow). Sutra starts an
+    /// activity once per arriving token and sends one token per flow, i.e.
+    /// the default 1; any other value is refused rather than ignored.
+    fn quantities(&mut self, el: &Element) {
+        for attr in ["startQuantity", "completionQuantity"] {
+            let Some(raw) = el.attr(attr) else { continue };
+            let v = raw.trim();
+            match v.parse::<u64>() {
+                Ok(1) => {}
+                Ok(n) if n > 1 => self.diags.push(err(
+                    Code::BpmnUnsupportedElement,
+                    el,
+                    format!(
+                        "{attr}=\"{n}\" on {} is not supported: Sutra starts an activity once per \
+                         arriving token and sends one token along each outgoing flow (the default, 1); \
+                         model several tokens with a parallel gateway",
+                        describe(el)
+                    ),
+                )),
+                _ => self.diags.push(err(
+                    Code::BpmnInvalidAttribute,
+                    el,
+                    format!(
+                        "{attr}=\"{}\" on {}: must be an integer ≥ 1",
+                        ext::one_line(v),
+                        describe(el)
+                    ),
+                )),
+            }
+        }
     }
 
     /// An element Sutra cannot execute: reported, and an opaque placeholder
@@ -571,14 +616,15 @@ impl<'d> Builder<'d> {
             Def::Error(d) => {
                 match events::error_code(d, el, self.globals) {
                     Ok(Some((code, message))) => EndKind::Error { code, message },
-                    Ok(None) => {
-                        self.diags.push(err(
-                        Code::BpmnInvalidAttribute,
-                        d,
-                        format!("error end event {} needs an errorRef naming an <error errorCode=…>", describe(el)),
-                    ));
-                        EndKind::None
-                    }
+                    // No errorRef: an unnamed error, which only a catch-all
+                    // error boundary (one without errorRef) catches.
+                    Ok(None) => EndKind::Error {
+                        code: Code::BpmnUnnamedError.as_str().to_string(),
+                        message: Some(format!(
+                            "error end event `{}` threw an error without errorRef",
+                            el.id().unwrap_or_default()
+                        )),
+                    },
                     Err(e) => {
                         self.diags.push(e);
                         EndKind::None
@@ -809,6 +855,9 @@ impl<'d> Builder<'d> {
             idempotent: true,
             io,
         };
-        self.node(el, scope, NodeKind::ServiceTask(task));
+        let ix = self.node(el, scope, NodeKind::ServiceTask(task));
+        if el.attr("default").is_some() {
+            self.pending_defaults.push(ix);
+        }
     }
 }

@@ -140,6 +140,41 @@ pub fn foreign(el: &Element) -> Option<Diagnostic> {
     )
 }
 
+/// Attributes in the `q:` namespace on BPMN elements (anywhere in `root`):
+/// Sutra's extensions are elements inside `<extensionElements>`, so every such
+/// attribute is unknown and refused, never ignored (`BPMN_INVALID_ATTRIBUTE`).
+/// Unqualified attributes, and those of other tools' namespaces, are not
+/// looked at here. Attributes of `q:` elements are checked by their readers.
+pub fn q_attributes(root: &Element, diags: &mut Vec<Diagnostic>) {
+    let mut stack = vec![root];
+    while let Some(el) = stack.pop() {
+        if el.ns == Ns::Q {
+            continue;
+        }
+        for a in el.attrs.iter().filter(|a| a.ns == Ns::Q) {
+            diags.push(
+                Diagnostic::error(
+                    Code::BpmnInvalidAttribute,
+                    format!(
+                        "unknown Sutra attribute `{}` on {}: Sutra's extensions are elements inside \
+                         <extensionElements> ({})",
+                        a.qname,
+                        describe(el),
+                        Q_ELEMENTS
+                            .iter()
+                            .map(|q| format!("q:{q}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .at(el.pos)
+                .element(el.label()),
+            );
+        }
+        stack.extend(el.children.iter().rev());
+    }
+}
+
 fn invalid(q: &Element, host: &Element, message: String) -> Diagnostic {
     Diagnostic::error(Code::BpmnInvalidAttribute, message)
         .at(q.pos)
@@ -322,10 +357,12 @@ pub fn timeout(
     unknown_attrs(q, host, &["duration"], diags);
     let value = required(q, host, "duration", diags)?;
     let duration = duration(q, host, "duration", value, diags)?;
+    // Without a policy the expiry is a catchable BPMN error (seed 000), on a
+    // registered task as on a channel call.
     let on_timeout = if has_retry {
         OnTimeout::Retry
     } else {
-        OnTimeout::Fail
+        OnTimeout::Error
     };
     Some(TaskTimeout {
         duration,
@@ -336,20 +373,42 @@ pub fn timeout(
 /// `<q:io inputPath="$.x" resultPath="$.y"/>`.
 pub fn io(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> IoMapping {
     unknown_attrs(q, host, &["inputPath", "resultPath"], diags);
+    // The engine reads and writes exactly the paths `var_path_segments`
+    // accepts; anything else is refused here, before any instance runs.
     let mut path = |attr: &str| -> Option<String> {
         let v = q.attr(attr)?.trim();
-        if v.starts_with('$') {
-            Some(v.to_string())
-        } else {
+        if !v.starts_with('$') {
             diags.push(invalid(
                 q,
                 host,
                 format!(
-                    "{attr}=\"{v}\" on q:io of {}: a JSONPath starting with `$`",
+                    "{attr}=\"{}\" on q:io of {}: a variable path starting with `$`",
+                    one_line(v),
                     describe(host)
                 ),
             ));
-            None
+            return None;
+        }
+        match crate::model::var_path_segments(v) {
+            Ok(_) => Some(v.to_string()),
+            Err(_) => {
+                let what = if serde_json_path::JsonPath::parse(v).is_ok() {
+                    "a JSONPath query Sutra does not support here"
+                } else {
+                    "not a valid path"
+                };
+                diags.push(invalid(
+                    q,
+                    host,
+                    format!(
+                        "{attr}=\"{}\" on q:io of {}: {what}; a q:io path is `$` or `$.name` with more \
+                         `.name` steps (no index, bracket, wildcard, filter or `..` steps, no spaces)",
+                        one_line(v),
+                        describe(host)
+                    ),
+                ));
+                None
+            }
         }
     };
     let input_path = path("inputPath");

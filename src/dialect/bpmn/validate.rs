@@ -7,9 +7,11 @@
 //! - `UNREACHABLE_NODE`: a node no start event reaches (through flows, from an
 //!   activity to its boundary events, from a sub-process to its start events).
 //!   One diagnostic per unreachable region, naming its first node;
-//! - `DEAD_END`: a start event, task, catch event, sub-process or pass with no
-//!   outgoing flow (only end events end a path; a boundary event without
-//!   flows is a legal "route-less" outcome and is not reported);
+//! - `DEAD_END`: a start event with no outgoing flow. An activity or an
+//!   intermediate event without one is an *implicit end* (BPMN 2.0 §10.5.3):
+//!   its token ends there, as at a none end event, and its scope completes
+//!   when no token is left; a boundary event without flows is a legal
+//!   "route-less" outcome;
 //! - `GATEWAY_STUCK`, two shapes:
 //!   1. a gateway without an outgoing flow;
 //!   2. a parallel join one of whose incoming flows is fed, through a chain of
@@ -56,6 +58,7 @@ pub fn describe(n: &Node) -> String {
         NodeKind::ServiceTask(_) => "service task",
         NodeKind::ExclusiveGateway { .. } => "exclusive gateway",
         NodeKind::ParallelGateway => "parallel gateway",
+        NodeKind::InclusiveGateway => "inclusive gateway",
         NodeKind::Catch(_) => "catch event",
         NodeKind::Boundary(_) => "boundary event",
         NodeKind::SubProcess => "sub-process",
@@ -266,20 +269,14 @@ fn unreachable(p: &Process, g: &Graph, opaque: &HashSet<NodeIx>, out: &mut Vec<D
 
 fn dead_ends(p: &Process, opaque: &HashSet<NodeIx>, out: &mut Vec<Diagnostic>) {
     for n in &p.nodes {
-        let needs_out = matches!(
-            n.kind,
-            NodeKind::Start(_)
-                | NodeKind::ServiceTask(_)
-                | NodeKind::Catch(_)
-                | NodeKind::SubProcess
-                | NodeKind::Pass { .. }
-        );
+        // Activities and intermediate events end their token implicitly.
+        let needs_out = matches!(n.kind, NodeKind::Start(_));
         if needs_out && n.outgoing.is_empty() && !opaque.contains(&n.ix) {
             out.push(at(
                 n,
                 Code::BpmnDeadEnd,
                 format!(
-                    "{} has no outgoing sequence flow: only end events may end a path",
+                    "{} has no outgoing sequence flow: the token it starts would go nowhere",
                     describe(n)
                 ),
             ));
@@ -291,7 +288,9 @@ fn gateways(p: &Process, g: &Graph, opaque: &HashSet<NodeIx>, out: &mut Vec<Diag
     for n in &p.nodes {
         let gateway = matches!(
             n.kind,
-            NodeKind::ExclusiveGateway { .. } | NodeKind::ParallelGateway
+            NodeKind::ExclusiveGateway { .. }
+                | NodeKind::ParallelGateway
+                | NodeKind::InclusiveGateway
         );
         if gateway && n.outgoing.is_empty() && !opaque.contains(&n.ix) {
             out.push(at(

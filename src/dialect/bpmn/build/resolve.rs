@@ -138,7 +138,16 @@ impl<'d> Builder<'d> {
                 &self.nodes[source.0 as usize],
                 &self.nodes[target.0 as usize],
             );
-            let from_xor = matches!(s.kind, NodeKind::ExclusiveGateway { .. });
+            // Conditions on flows out of an exclusive gateway, and out of an
+            // activity (BPMN's conditional sequence flows: every flow whose
+            // condition holds is taken, the activity's default when none does).
+            let from_xor = matches!(
+                s.kind,
+                NodeKind::ExclusiveGateway { .. }
+                    | NodeKind::InclusiveGateway
+                    | NodeKind::ServiceTask(_)
+                    | NodeKind::SubProcess
+            );
             if s.scope != scope || t.scope != scope {
                 self.diags.push(err(
                     Code::BpmnInvalidFlow,
@@ -164,7 +173,7 @@ impl<'d> Builder<'d> {
                     Code::BpmnUnsupportedElement,
                     el,
                     format!(
-                        "conditional {} out of {} is not supported: only flows out of an exclusive gateway carry conditions",
+                        "conditional {} out of {} is not supported: only flows out of an exclusive or inclusive gateway or an activity carry conditions",
                         describe(el),
                         describe(source_el)
                     ),
@@ -264,7 +273,47 @@ impl<'d> Builder<'d> {
             }
         }
         for (gw, f) in set {
-            self.nodes[gw.0 as usize].kind = NodeKind::ExclusiveGateway { default: Some(f) };
+            if matches!(
+                self.nodes[gw.0 as usize].kind,
+                NodeKind::ExclusiveGateway { .. }
+            ) {
+                self.nodes[gw.0 as usize].kind = NodeKind::ExclusiveGateway { default: Some(f) };
+            } else {
+                self.activity_default(gw, f);
+            }
+        }
+    }
+
+    /// The default flow of an activity or inclusive gateway is taken exactly when none of its
+    /// conditional flows is: in the IR it carries the negation of their
+    /// disjunction, `!((c1) || (c2) …)` (no conditional flow: unconditional),
+    /// so the engine's "take every flow whose condition holds" is BPMN's rule.
+    fn activity_default(&mut self, activity: NodeIx, default: FlowIx) {
+        let others: Vec<String> = self.nodes[activity.0 as usize]
+            .outgoing
+            .iter()
+            .filter(|&&f| f != default)
+            .filter_map(|&f| self.flows[f.0 as usize].condition.as_ref())
+            .map(|c| format!("({})", c.source()))
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let text = format!("!({})", others.join(" || "));
+        match Expr::parse(&text) {
+            Ok(e) => self.flows[default.0 as usize].condition = Some(e),
+            Err(e) => {
+                let el = self.flow_elements[default.0 as usize];
+                self.diags.push(err(
+                    Code::ConditionSyntax,
+                    el,
+                    format!(
+                        "default {}: the negation of the other flows' conditions does not parse: {}",
+                        describe(el),
+                        ext::one_line(&e.to_string())
+                    ),
+                ));
+            }
         }
     }
 
@@ -297,6 +346,83 @@ impl<'d> Builder<'d> {
                         .element(n.id.clone()),
                     );
                 }
+            }
+        }
+    }
+
+    /// Implicit starts (BPMN 2.0 §10.5.2): in a process or embedded
+    /// sub-process without a start event, every flow node without an
+    /// incoming sequence flow (boundary events aside) is instantiated when
+    /// its scope is. The IR holds that as a synthetic none start event,
+    /// `<scope id>#implicit-start` (no XML id can contain `#`), with one
+    /// unconditional flow to each such node, `<start id>-><node id>`, so the
+    /// engine forks them as it would after a written start event. A scope
+    /// with no such node keeps `NO_START_EVENT`.
+    pub(super) fn implicit_starts(&mut self, process: &'d Element) {
+        let mut scopes: Vec<(Option<NodeIx>, &'d Element)> = vec![(None, process)];
+        for (i, n) in self.nodes.iter().enumerate() {
+            if matches!(n.kind, NodeKind::SubProcess) && !self.opaque.contains(&n.ix) {
+                scopes.push((Some(n.ix), self.elements[i]));
+            }
+        }
+        for (scope, el) in scopes {
+            let in_scope = |n: &crate::model::Node| n.scope == scope;
+            if self
+                .nodes
+                .iter()
+                .any(|n| in_scope(n) && matches!(n.kind, NodeKind::Start(_)))
+            {
+                continue;
+            }
+            let entries: Vec<NodeIx> = self
+                .nodes
+                .iter()
+                .filter(|n| {
+                    in_scope(n)
+                        && n.incoming.is_empty()
+                        && !matches!(n.kind, NodeKind::Boundary(_))
+                        && !self.opaque.contains(&n.ix)
+                })
+                .map(|n| n.ix)
+                .collect();
+            if entries.is_empty() {
+                continue;
+            }
+            let container = match scope {
+                Some(s) => self.nodes[s.0 as usize].id.clone(),
+                None => el.id().unwrap_or_default().to_string(),
+            };
+            let start = NodeIx(self.nodes.len() as u32);
+            let start_id = format!("{container}#implicit-start");
+            self.nodes.push(crate::model::Node {
+                ix: start,
+                id: start_id.clone(),
+                name: None,
+                pos: el.pos,
+                scope,
+                kind: NodeKind::Start(crate::model::StartTrigger::None),
+                incoming: Vec::new(),
+                outgoing: Vec::new(),
+                boundaries: Vec::new(),
+                join: None,
+                data: None,
+            });
+            self.elements.push(el);
+            for target in entries {
+                let ix = FlowIx(self.flows.len() as u32);
+                let target_id = self.nodes[target.0 as usize].id.clone();
+                self.flows.push(Flow {
+                    ix,
+                    id: format!("{start_id}->{target_id}"),
+                    pos: el.pos,
+                    source: start,
+                    target,
+                    condition: None,
+                    kind: FlowKind::Sequence,
+                });
+                self.flow_elements.push(el);
+                self.nodes[start.0 as usize].outgoing.push(ix);
+                self.nodes[target.0 as usize].incoming.push(ix);
             }
         }
     }
