@@ -370,6 +370,9 @@ codes! {
     StatesInvalidErrorEquals => "SUTRA.CONFIG.STATES.INVALID_ERROR_EQUALS", InvalidInput, false;
     /// Well-formed States language that Sutra does not run (JSONata, distributed Map, ...): the message names the field.
     StatesUnsupported => "SUTRA.CONFIG.STATES.UNSUPPORTED", InvalidInput, false;
+    /// A warning: a Map names neither `FailOnPartial` nor a tolerated-failure field, so seed 004's
+    /// default applies (failed items are recorded, the flow goes on) where Step Functions fails the Map.
+    StatesMapPartialDefault => "SUTRA.CONFIG.STATES.MAP_PARTIAL_DEFAULT", InvalidInput, false;
     /// No instance waits for that event (unknown event name, or the instance is not waiting).
     EventNotAwaited => "SUTRA.RUNTIME.EVENT.NOT_AWAITED", InvalidInput, false;
 
@@ -394,6 +397,8 @@ codes! {
     StatesIntrinsicFailure => "States.IntrinsicFailure", InvalidInput, false;
     /// A Parallel branch or Map iteration failed.
     StatesBranchFailed => "States.BranchFailed", Internal, false;
+    /// More iterations of a Map failed than its `ToleratedFailureCount` / `ToleratedFailurePercentage` allow.
+    StatesExceedToleratedFailureThreshold => "States.ExceedToleratedFailureThreshold", Internal, false;
     /// A Fail state that names no `Error`.
     StatesFail => "States.Fail", Internal, false;
     /// A task returned a failure without a specific code.

@@ -125,13 +125,8 @@ pub fn template(t: &Template, input: &Value, scope: &mut Scope<'_>) -> DocResult
             }
             Value::Object(m)
         }
-        Template::Computed(e) => compute(e, input, scope).map_err(|e| {
-            if e.code == Code::StatesRuntime {
-                DocError::new(Code::StatesParameterPathFailure, e.message)
-            } else {
-                e
-            }
-        })?,
+        // A path that matches nothing is `States.Runtime`, as Step Functions names it.
+        Template::Computed(e) => compute(e, input, scope)?,
     })
 }
 
