@@ -211,6 +211,9 @@ codes! {
     ChildProcessNotFound => "SUTRA.RUNTIME.CHILD.PROCESS_NOT_FOUND", InvalidInput, false;
     /// A child flow would be nested deeper than child flows may nest.
     ChildDepthExceeded => "SUTRA.RUNTIME.CHILD.DEPTH_EXCEEDED", InvalidInput, false;
+    /// A start's input is not a JSON object, and the process (BPMN, HX) starts with an
+    /// object of variables; only a States-language execution takes any JSON value.
+    InstanceInputInvalid => "SUTRA.RUNTIME.INSTANCE.INPUT_INVALID", InvalidInput, false;
     /// The input of a child flow is not a JSON object (the child's variables).
     ChildInputInvalid => "SUTRA.RUNTIME.CHILD.INPUT_INVALID", InvalidInput, false;
     /// The child instance was cancelled by somebody else than its parent.

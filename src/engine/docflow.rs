@@ -37,7 +37,7 @@ impl Machine<'_> {
                 "Id": self.snap.instance_id,
                 "Name": self.snap.instance_id,
                 "StartTime": self.snap.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                "Input": Value::Object(self.snap.input.clone()),
+                "Input": doc::input_document(&self.snap.input),
             },
             "StateMachine": {
                 "Id": self.snap.process_id,
@@ -70,7 +70,7 @@ impl Machine<'_> {
         self.snap
             .token(token)
             .and_then(|t| t.doc.clone())
-            .unwrap_or_else(|| Value::Object(self.snap.variables.clone()))
+            .unwrap_or_else(|| doc::input_document(&self.snap.variables))
     }
 
     fn set_doc(&mut self, token: u64, value: Value) {
