@@ -292,7 +292,7 @@ pub struct Items {
     /// Read from the effective input when the fan-out starts (`MaxConcurrencyPath`);
     /// replaces `max_concurrency`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub max_concurrency_path: Option<DocPath>,
+    pub max_concurrency_path: Option<Box<DocPath>>,
     /// `true`: one failed iteration fails the whole fan-out; `false`: each
     /// failed item's `{Error, Cause}` takes its place in the result array.
     /// Ignored when a tolerance is set.
@@ -302,10 +302,10 @@ pub struct Items {
     /// until one is exceeded, which fails the fan-out with
     /// `States.ExceedToleratedFailureThreshold`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tolerated_count: Option<Bound>,
+    pub tolerated_count: Option<Box<Bound>>,
     /// Which percentage of failed iterations is tolerated (`ToleratedFailurePercentage[Path]`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub tolerated_percentage: Option<Bound>,
+    pub tolerated_percentage: Option<Box<Bound>>,
 }
 
 /// A number written in the definition or read from the document when used.

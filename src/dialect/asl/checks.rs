@@ -151,13 +151,11 @@ fn literal_rules(c: &Call) -> Result<(), Refusal> {
                 }
             }
         }
-        Intrinsic::JsonMerge => {
-            if lit(2) == Some(&Value::Bool(true)) {
-                return Err(invalid(
-                    c,
-                    "only a shallow merge is supported: the third argument must be false",
-                ));
-            }
+        Intrinsic::JsonMerge if lit(2) == Some(&Value::Bool(true)) => {
+            return Err(invalid(
+                c,
+                "only a shallow merge is supported: the third argument must be false",
+            ));
         }
         Intrinsic::StringToJson => {
             if let Some(Value::String(s)) = lit(0) {

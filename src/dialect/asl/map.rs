@@ -94,10 +94,10 @@ impl St<'_, '_, '_> {
             path,
             selector,
             max_concurrency: u32::try_from(max_concurrency).unwrap_or(u32::MAX),
-            max_concurrency_path,
+            max_concurrency_path: max_concurrency_path.map(Box::new),
             fail_on_partial,
-            tolerated_count,
-            tolerated_percentage,
+            tolerated_count: tolerated_count.map(Box::new),
+            tolerated_percentage: tolerated_percentage.map(Box::new),
         };
         let node = self.node(
             NodeKind::Fanout(Fanout {
