@@ -39,6 +39,22 @@ fn int(f: Intrinsic, v: &Value, what: &str) -> DocResult<i64> {
     }
 }
 
+/// `-0` reads as the integer 0, as Step Functions (Jackson) reads it
+/// (serde_json reads it as the float -0.0).
+fn negative_zero_is_zero(v: &mut Value) {
+    match v {
+        Value::Number(n)
+            if n.as_i64().is_none()
+                && n.as_f64().is_some_and(|x| x == 0.0 && x.is_sign_negative()) =>
+        {
+            *v = json!(0);
+        }
+        Value::Array(items) => items.iter_mut().for_each(negative_zero_is_zero),
+        Value::Object(m) => m.values_mut().for_each(negative_zero_is_zero),
+        _ => {}
+    }
+}
+
 /// A number rounded to an integer as Step Functions (Java's `Math.round`)
 /// does: half-way values go up (0.5 → 1, −2.5 → −2).
 fn rounded(f: Intrinsic, v: &Value, what: &str) -> DocResult<i64> {
@@ -155,7 +171,10 @@ pub fn call(c: &Call, input: &Value, scope: &mut Scope<'_>) -> DocResult<Value> 
             if s.trim().is_empty() {
                 Value::Null
             } else {
-                serde_json::from_str(&s).map_err(|e| fail(f, format!("not JSON: {e}")))?
+                let mut v =
+                    serde_json::from_str(&s).map_err(|e| fail(f, format!("not JSON: {e}")))?;
+                negative_zero_is_zero(&mut v);
+                v
             }
         }
         Intrinsic::JsonToString => Value::String(a(0).to_string()),
@@ -392,4 +411,73 @@ fn uuid(b: [u8; 32]) -> String {
         &h[16..20],
         &h[20..32]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(function: Intrinsic, args: Vec<Value>) -> DocResult<Value> {
+        let c = Call {
+            function,
+            args: args.into_iter().map(Arg::Literal).collect(),
+        };
+        constant(&c).expect("constant")
+    }
+
+    #[test]
+    fn math_add_rounds_each_argument_as_step_functions_does() {
+        let add = |a: Value, b: Value| of(Intrinsic::MathAdd, vec![a, b]).unwrap();
+        assert_eq!(add(json!(0.5), json!(0)), json!(1));
+        assert_eq!(add(json!(1.49), json!(1.5)), json!(3));
+        assert_eq!(add(json!(-2.5), json!(0)), json!(-2));
+        assert_eq!(add(json!(111), json!(-1)), json!(110));
+        assert!(of(Intrinsic::MathAdd, vec![json!("a"), json!(1)]).is_err());
+    }
+
+    #[test]
+    fn format_prints_objects_and_arrays_as_step_functions_does() {
+        let v = of(
+            Intrinsic::Format,
+            vec![
+                json!("{} {} {} {}"),
+                json!({"Arg1": 1, "Arg2": []}),
+                json!(["a", 2]),
+                Value::Null,
+                json!("s"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(v, json!("{Arg1=1, Arg2=[]} [a, 2] null s"));
+    }
+
+    #[test]
+    fn string_to_json_of_blank_is_null_and_ranges_are_bounded() {
+        assert_eq!(
+            of(Intrinsic::StringToJson, vec![json!("")]).unwrap(),
+            Value::Null
+        );
+        assert_eq!(
+            of(Intrinsic::StringToJson, vec![json!("-0")]).unwrap(),
+            json!(0)
+        );
+        let range =
+            |a: i64, b: i64, s: i64| of(Intrinsic::ArrayRange, vec![json!(a), json!(b), json!(s)]);
+        assert_eq!(range(0, 10, 3).unwrap(), json!([0, 3, 6, 9]));
+        assert!(range(1, 1000, 1).is_ok());
+        assert!(range(1, 1001, 1).is_err());
+        assert!(range(5, 1, -1).is_err());
+        assert_eq!(
+            of(Intrinsic::ArrayUnique, vec![json!([1, 1.0, "1", 2])]).unwrap(),
+            json!([1, "1", 2])
+        );
+        assert!(of(
+            Intrinsic::JsonMerge,
+            vec![json!({}), json!({}), json!(true)]
+        )
+        .is_err());
+        assert!(of(Intrinsic::Hash, vec![json!("x"), json!("CRC32")]).is_err());
+        let long = "x".repeat(MAX_INPUT_CHARS + 1);
+        assert!(of(Intrinsic::Base64Encode, vec![json!(long)]).is_err());
+    }
 }
