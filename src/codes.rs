@@ -219,6 +219,9 @@ codes! {
     ChildProcessNotFound => "SUTRA.RUNTIME.CHILD.PROCESS_NOT_FOUND", InvalidInput, false;
     /// A child flow would be nested deeper than child flows may nest.
     ChildDepthExceeded => "SUTRA.RUNTIME.CHILD.DEPTH_EXCEEDED", InvalidInput, false;
+    /// A start's input is not a JSON object, and the process (BPMN, HX) starts with an
+    /// object of variables; only a States-language execution takes any JSON value.
+    InstanceInputInvalid => "SUTRA.RUNTIME.INSTANCE.INPUT_INVALID", InvalidInput, false;
     /// The input of a child flow is not a JSON object (the child's variables).
     ChildInputInvalid => "SUTRA.RUNTIME.CHILD.INPUT_INVALID", InvalidInput, false;
     /// The child instance was cancelled by somebody else than its parent.
@@ -392,6 +395,9 @@ codes! {
     StatesInvalidErrorEquals => "SUTRA.CONFIG.STATES.INVALID_ERROR_EQUALS", InvalidInput, false;
     /// Well-formed States language that Sutra does not run (JSONata, distributed Map, ...): the message names the field.
     StatesUnsupported => "SUTRA.CONFIG.STATES.UNSUPPORTED", InvalidInput, false;
+    /// A warning: a Map names neither `FailOnPartial` nor a tolerated-failure field, so seed 004's
+    /// default applies (failed items are recorded, the flow goes on) where Step Functions fails the Map.
+    StatesMapPartialDefault => "SUTRA.CONFIG.STATES.MAP_PARTIAL_DEFAULT", InvalidInput, false;
     /// No instance waits for that event (unknown event name, or the instance is not waiting).
     EventNotAwaited => "SUTRA.RUNTIME.EVENT.NOT_AWAITED", InvalidInput, false;
 
@@ -416,6 +422,8 @@ codes! {
     StatesIntrinsicFailure => "States.IntrinsicFailure", InvalidInput, false;
     /// A Parallel branch or Map iteration failed.
     StatesBranchFailed => "States.BranchFailed", Internal, false;
+    /// More iterations of a Map failed than its `ToleratedFailureCount` / `ToleratedFailurePercentage` allow.
+    StatesExceedToleratedFailureThreshold => "States.ExceedToleratedFailureThreshold", Internal, false;
     /// A Fail state that names no `Error`.
     StatesFail => "States.Fail", Internal, false;
     /// A task returned a failure without a specific code.

@@ -49,6 +49,13 @@ impl Diagnostic {
         }
     }
 
+    pub fn warning(code: Code, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(code, message)
+        }
+    }
+
     pub fn info(code: Code, message: impl Into<String>) -> Self {
         Diagnostic {
             severity: Severity::Info,

@@ -376,4 +376,63 @@ backends::store_tests! {
         let snap = sutra::engine::Snapshot::from_json(&db.store.load_instance(&again).await.unwrap().unwrap().snapshot).unwrap();
         assert_eq!(Value::Object(snap.input), json!({"order": 5, "prep": "x"}), "it restarted from T's input");
     }
+
+    async fn a_map_tolerates_failed_items_up_to_its_threshold(db) {
+        let rt = runtime(db.store.clone());
+        let def = |tolerance: Value| {
+            let mut m = json!({
+                "Type": "Map", "ItemsPath": "$.lines",
+                "ItemSelector": {"do.$": "$$.Map.Item.Value", "code": "Bad"},
+                "ItemProcessor": {"StartAt": "Line", "States": {"Line": {"Type": "Task", "Resource": "chaos", "End": true}}},
+                "ResultPath": "$.results",
+                "Catch": [{"ErrorEquals": ["States.ExceedToleratedFailureThreshold"], "ResultPath": "$.error", "Next": "TooMany"}],
+                "End": true
+            });
+            for (k, v) in tolerance.as_object().unwrap() {
+                m[k] = v.clone();
+            }
+            json!({"StartAt": "M", "States": {"M": m, "TooMany": {"Type": "Pass", "End": true}}})
+        };
+        let one_bad = json!({"lines": ["echo", "fail", "echo"], "n": 1, "pct": 50});
+        let two_bad = json!({"lines": ["echo", "fail", "fail"], "n": 1, "pct": 50});
+        // One failure tolerated: the failed item's {Error, Cause} takes its place.
+        let (_, _, view) = run(&rt, def(json!({"ToleratedFailureCount": 1})), one_bad.clone()).await;
+        assert_eq!(view.state, "COMPLETED", "{view:?}");
+        assert_eq!(view.variables["results"][1]["Error"], json!("Bad"));
+        assert!(view.variables.get("error").is_none());
+        // Two failures: over the threshold, the Map fails with the AWS name (caught here).
+        let (_, _, view) = run(&rt, def(json!({"ToleratedFailureCountPath": "$.n"})), two_bad.clone()).await;
+        assert_eq!(view.state, "COMPLETED", "{view:?}");
+        assert_eq!(view.variables["error"]["Error"], json!("States.ExceedToleratedFailureThreshold"));
+        // A percentage: 1 of 3 (33 %) is within 50 %, 2 of 3 is over.
+        let (_, _, view) = run(&rt, def(json!({"ToleratedFailurePercentagePath": "$.pct"})), one_bad).await;
+        assert!(view.variables.get("error").is_none(), "{view:?}");
+        let (_, _, view) = run(&rt, def(json!({"ToleratedFailurePercentage": 50, "FailOnPartial": false})), two_bad.clone()).await;
+        assert_eq!(view.variables["error"]["Error"], json!("States.ExceedToleratedFailureThreshold"));
+        // Zero tolerated is Step Functions' default: the first failure fails the Map.
+        let (_, _, view) = run(&rt, def(json!({"ToleratedFailureCount": 0, "MaxConcurrencyPath": "$.n"})), two_bad.clone()).await;
+        assert_eq!(view.variables["error"]["Error"], json!("States.ExceedToleratedFailureThreshold"));
+        // A path to something that is no count is States.Runtime.
+        let (_, _, view) = run(&rt, def(json!({"MaxConcurrencyPath": "$.lines", "ToleratedFailureCount": 5})), two_bad).await;
+        assert_eq!(view.state, "FAILED");
+        assert_eq!(err_code(&view).0, "States.Runtime");
+    }
+
+    async fn a_retrier_that_names_a_non_retryable_code_applies(db) {
+        let rt = runtime(db.store.clone());
+        // `do: nope` is refused by the guest with SUTRA.TASK.VALIDATION (not retryable by default).
+        let def = |errors: Value| json!({
+            "StartAt": "T",
+            "States": {"T": {
+                "Type": "Task", "Resource": "chaos", "Parameters": {"do": "nope"},
+                "Retry": [{"ErrorEquals": errors, "IntervalSeconds": 1, "MaxAttempts": 2}],
+                "End": true
+            }}
+        });
+        let (_, _, view) = run(&rt, def(json!(["SUTRA.TASK.VALIDATION"])), json!({})).await;
+        assert_eq!(view.state, "FAILED");
+        assert_eq!(offsets(&view), vec![0, 1_000, 3_000], "named explicitly, it is retried");
+        let (_, _, view) = run(&rt, def(json!(["States.ALL"])), json!({})).await;
+        assert_eq!(view.attempts.len(), 1, "a wildcard does not retry a non-retryable code");
+    }
 }

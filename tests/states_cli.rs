@@ -284,3 +284,75 @@ async fn a_run_killed_while_parked_in_a_wait_is_finished_by_serve() {
         json!({"n": 1, "after": "done"})
     );
 }
+
+/// A States-language execution takes any JSON value as its input and output
+/// (as Step Functions does); a BPMN process refuses anything but an object,
+/// saying why (issue 34 item 4).
+#[test]
+fn run_takes_any_json_value_as_a_states_language_input() {
+    let dir = std::env::temp_dir().join(format!("sutra-any-input-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let asl = dir.join("echo.asl.json");
+    std::fs::write(
+        &asl,
+        r#"{"StartAt": "P", "States": {"P": {"Type": "Pass", "Parameters": {"got.$": "$", "input.$": "$$.Execution.Input"}, "OutputPath": "$.got", "End": true}}}"#,
+    )
+    .unwrap();
+    for input in ["[1,2]", "\"text\"", "42", "null", "{\"a\":1}"] {
+        let o = sutra(&[
+            "run",
+            &asl.display().to_string(),
+            "--input",
+            input,
+            "--virtual-clock",
+            "--format",
+            "json",
+        ]);
+        let view: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{input}: {e}: {}", String::from_utf8_lossy(&o.stderr)));
+        assert_eq!(view["state"], "COMPLETED", "{input}: {view}");
+        let want: serde_json::Value = serde_json::from_str(input).unwrap();
+        // A non-object output is shown as {"output": value}.
+        let got = match &want {
+            serde_json::Value::Object(_) => view["variables"].clone(),
+            _ => view["variables"]["output"].clone(),
+        };
+        assert_eq!(got, want, "{input}");
+    }
+    let bpmn = dir.join("plain.bpmn");
+    std::fs::write(
+        &bpmn,
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="plain" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#,
+    )
+    .unwrap();
+    let o = sutra(&[
+        "run",
+        &bpmn.display().to_string(),
+        "--input",
+        "[1,2]",
+        "--virtual-clock",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("SUTRA.RUNTIME.INSTANCE.INPUT_INVALID"),
+        "{err}"
+    );
+    assert!(err.contains("JSON object of variables"), "{err}");
+    let o = sutra(&[
+        "run",
+        &bpmn.display().to_string(),
+        "--input",
+        "{}",
+        "--virtual-clock",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_dir_all(&dir).ok();
+}

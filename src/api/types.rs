@@ -129,10 +129,17 @@ pub struct ScheduleList {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartBody {
-    /// The start variables.
-    #[serde(default)]
-    #[schema(value_type = Object)]
+    /// The start variables: a JSON object. A States-language execution takes any JSON value
+    /// as its input (an array, a string, a number, null); a BPMN or HX process refuses any
+    /// other value than an object (422 `SUTRA.RUNTIME.INSTANCE.INPUT_INVALID`).
+    #[serde(default, deserialize_with = "any_input")]
+    #[schema(value_type = Value)]
     pub variables: Map<String, Value>,
+}
+
+/// Any JSON value as start variables (see `engine::document::start_variables`).
+fn any_input<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
+    Value::deserialize(d).map(crate::engine::document::start_variables)
 }
 
 #[derive(Debug, Serialize, ToSchema)]

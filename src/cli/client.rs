@@ -9,7 +9,7 @@
 //! code and message on stderr) or when the server cannot be reached (saying
 //! what to do), 2 on a usage error (a `--server` that is not an http(s) URL).
 
-use super::run::{fail_exit, parse_object, read_modules, tokio, Format};
+use super::run::{fail_exit, parse_input, parse_object, read_modules, tokio, Format};
 use super::show::{instance_exit, instance_text, s};
 use super::usage_error;
 use clap::Args;
@@ -46,7 +46,7 @@ pub struct DeployArgs {
 pub struct StartArgs {
     /// The process id.
     pub process: String,
-    /// The start variables, a JSON object.
+    /// The start variables, a JSON object (a States-language execution takes any JSON value).
     #[arg(long, default_value = "{}")]
     pub input: String,
     /// A retried start with the same key returns the same instance.
@@ -466,7 +466,7 @@ pub fn exec_deploy(args: DeployArgs) -> ExitCode {
 }
 
 pub fn exec_start(args: StartArgs) -> ExitCode {
-    let input = match parse_object(&args.input, "--input") {
+    let input = match parse_input(&args.input, "--input") {
         Ok(m) => m,
         Err(e) => return usage_error(e),
     };
@@ -482,7 +482,7 @@ pub fn exec_start(args: StartArgs) -> ExitCode {
             &opts,
             reqwest::Method::POST,
             &path,
-            Body::Json(json!({ "variables": input })),
+            Body::Json(json!({ "variables": crate::engine::document::input_document(&input) })),
             &headers,
         )
         .await

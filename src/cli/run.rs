@@ -21,7 +21,7 @@ pub struct RunArgs {
     /// A task module: `NAME=component.wasm` for each task the process calls (BPMN `registered:NAME`, HX `impl="NAME"`, States `"Resource": "NAME"`).
     #[arg(long = "task", value_name = "NAME=FILE")]
     pub tasks: Vec<String>,
-    /// The start variables, a JSON object.
+    /// The start variables, a JSON object (a States-language execution takes any JSON value).
     #[arg(long, default_value = "{}")]
     pub input: String,
     /// Which process to start when the file has several executable ones.
@@ -86,6 +86,18 @@ pub(crate) fn read_modules(pairs: &[String]) -> Result<BTreeMap<String, Vec<u8>>
         out.insert(name.to_string(), bytes);
     }
     Ok(out)
+}
+
+/// An execution input: any JSON value (an object is the start variables; any
+/// other value is a States-language execution's input document, which the
+/// engine refuses for a process that starts with variables).
+pub(crate) fn parse_input(
+    text: &str,
+    what: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    serde_json::from_str::<serde_json::Value>(text)
+        .map(crate::engine::document::start_variables)
+        .map_err(|e| format!("{what} is not JSON: {e}"))
 }
 
 pub(crate) fn parse_object(
@@ -156,7 +168,7 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         Ok(m) => m,
         Err(e) => return usage_error(e),
     };
-    let input = match parse_object(&args.input, "--input") {
+    let input = match parse_input(&args.input, "--input") {
         Ok(m) => m,
         Err(e) => return usage_error(e),
     };

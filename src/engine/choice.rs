@@ -94,7 +94,13 @@ fn order(operand: Operand, l: &Value, r: &Value) -> Option<Ordering> {
     }
 }
 
+/// An RFC 3339 date-time with a `T` between date and time, as Step
+/// Functions reads one (`2016-12-05 21:29:29Z`, which RFC 3339 allows, is
+/// no timestamp there).
 pub fn timestamp(s: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    if !matches!(s.as_bytes().get(10), Some(b'T' | b't')) {
+        return None;
+    }
     chrono::DateTime::parse_from_rfc3339(s)
         .ok()
         .map(|t| t.with_timezone(&chrono::Utc))

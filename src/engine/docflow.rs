@@ -37,7 +37,7 @@ impl Machine<'_> {
                 "Id": self.snap.instance_id,
                 "Name": self.snap.instance_id,
                 "StartTime": self.snap.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                "Input": Value::Object(self.snap.input.clone()),
+                "Input": doc::input_document(&self.snap.input),
             },
             "StateMachine": {
                 "Id": self.snap.process_id,
@@ -70,7 +70,7 @@ impl Machine<'_> {
         self.snap
             .token(token)
             .and_then(|t| t.doc.clone())
-            .unwrap_or_else(|| Value::Object(self.snap.variables.clone()))
+            .unwrap_or_else(|| doc::input_document(&self.snap.variables))
     }
 
     fn set_doc(&mut self, token: u64, value: Value) {
@@ -440,19 +440,17 @@ impl Machine<'_> {
         let due = input.and_then(|input| match from {
             TimerFrom::Seconds(p) => {
                 let v = doc::read(p, &input, &context)?;
-                let secs = v
-                    .as_f64()
-                    .filter(|s| *s >= 0.0 && s.is_finite())
-                    .ok_or_else(|| {
-                        DocError::new(
-                            Code::StatesRuntime,
-                            format!(
-                                "`{}` must be a non-negative number of seconds, not {v}",
-                                p.text
-                            ),
-                        )
-                    })?;
-                let d = chrono::Duration::milliseconds((secs.min(3.2e9) * 1000.0) as i64);
+                // Step Functions reads an integer (a long): 1.5 and -1 are refused.
+                let secs = v.as_u64().ok_or_else(|| {
+                    DocError::new(
+                        Code::StatesRuntime,
+                        format!(
+                            "`{}` must be a non-negative integer number of seconds, not {v}",
+                            p.text
+                        ),
+                    )
+                })?;
+                let d = chrono::Duration::seconds(secs.min(3_200_000_000) as i64);
                 Ok(self
                     .inputs
                     .now

@@ -11,6 +11,29 @@ use crate::model::{DataFlow, DocPath, PathRoot, ResultPath, Selection, Step, Tem
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+/// The one key of the start variables that carry an execution input that is
+/// no JSON object (a States-language execution takes any JSON value: an
+/// array, a string, a number, null). Only a start node with a data flow
+/// accepts it; [`input_document`] unwraps it.
+pub const INPUT_KEY: &str = "$sutra.input";
+
+/// The start variables as the API and the CLI carry any execution input:
+/// an object as it is, any other value wrapped under [`INPUT_KEY`].
+pub fn start_variables(input: Value) -> Map<String, Value> {
+    match input {
+        Value::Object(m) => m,
+        other => Map::from_iter([(INPUT_KEY.to_string(), other)]),
+    }
+}
+
+/// The execution input document the start variables carry.
+pub fn input_document(vars: &Map<String, Value>) -> Value {
+    match vars.get(INPUT_KEY) {
+        Some(v) if vars.len() == 1 => v.clone(),
+        _ => Value::Object(vars.clone()),
+    }
+}
+
 /// A data-flow failure: the code it raises and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DocError {
@@ -125,13 +148,8 @@ pub fn template(t: &Template, input: &Value, scope: &mut Scope<'_>) -> DocResult
             }
             Value::Object(m)
         }
-        Template::Computed(e) => compute(e, input, scope).map_err(|e| {
-            if e.code == Code::StatesRuntime {
-                DocError::new(Code::StatesParameterPathFailure, e.message)
-            } else {
-                e
-            }
-        })?,
+        // A path that matches nothing is `States.Runtime`, as Step Functions names it.
+        Template::Computed(e) => compute(e, input, scope)?,
     })
 }
 

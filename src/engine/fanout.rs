@@ -18,7 +18,7 @@ use super::document::{self as doc, DocError, Scope};
 use super::machine::{Machine, Raised};
 use super::snapshot::{FanoutState, NodeState, TokenStatus};
 use crate::codes::Code;
-use crate::model::{DataFlow, Fanout, Node, NodeKind, StartTrigger};
+use crate::model::{Bound, DataFlow, Fanout, Items, Node, NodeKind, StartTrigger};
 use serde_json::{json, Value};
 
 impl<'a> Machine<'a> {
@@ -81,6 +81,13 @@ impl<'a> Machine<'a> {
                 }
             },
         };
+        let (limit, tolerated) = match &fan.items {
+            Some(it) => match bounds(it, &input, &context) {
+                Ok(b) => b,
+                Err(e) => return self.raise_doc_error(token, node, e),
+            },
+            None => (None, None),
+        };
         if attempt == 1 {
             self.arm_boundaries(token, node);
         }
@@ -99,6 +106,9 @@ impl<'a> Machine<'a> {
                 attempt,
                 granted,
                 backoff: None,
+                limit,
+                failed: 0,
+                tolerated,
             },
         );
         self.fanout_fill(token);
@@ -113,8 +123,11 @@ impl<'a> Machine<'a> {
             return;
         };
         let limit = match &fan.items {
-            Some(it) if it.max_concurrency > 0 => it.max_concurrency as usize,
-            _ => usize::MAX,
+            Some(it) => match st.limit.unwrap_or(it.max_concurrency) {
+                0 => usize::MAX,
+                n => n as usize,
+            },
+            None => usize::MAX,
         };
         let mut running = self
             .snap
@@ -298,12 +311,45 @@ impl<'a> Machine<'a> {
         let Some(fan) = t.scope else {
             return false;
         };
-        let absorbs = self
-            .fanout_of(fan)
-            .and_then(|(_, f)| f.items.as_ref())
-            .is_some_and(|it| !it.fail_on_partial);
-        if !absorbs {
+        let Some((node, Some(it))) = self.fanout_of(fan).map(|(n, f)| (n, f.items.as_ref())) else {
             return false;
+        };
+        let Some(mut st) = self.fanout_state(fan) else {
+            return false;
+        };
+        match st.tolerated {
+            // Tolerances decide (as on Step Functions), whatever FailOnPartial says.
+            Some((count, milli_percent)) => {
+                let failed = st.failed.saturating_add(1);
+                let total = st.results.len() as u64;
+                let over = count.is_some_and(|c| u64::from(failed) > c)
+                    || milli_percent
+                        .is_some_and(|p| u64::from(failed) * 100_000 > p.saturating_mul(total));
+                if over {
+                    self.discard(token);
+                    self.journal(
+                        "tolerance_exceeded",
+                        Some(&node.id),
+                        json!({ "failed": failed, "items": total }),
+                    );
+                    let raised = Raised {
+                        code: Code::StatesExceedToleratedFailureThreshold.as_str().to_string(),
+                        message: format!(
+                            "{failed} of the {total} iterations of `{}` failed, more than it tolerates",
+                            node.id
+                        ),
+                        details: None,
+                        failure: None,
+                        also: Vec::new(),
+                    };
+                    self.raise_from(Some(fan), raised, &node.id);
+                    return true;
+                }
+                st.failed = failed;
+                self.set_fanout_state(fan, st);
+            }
+            None if it.fail_on_partial => return false,
+            None => {}
         }
         let (code, cause) = match &raised.failure {
             Some(f) => (f.code.clone(), f.message.clone()),
@@ -368,6 +414,9 @@ impl<'a> Machine<'a> {
                 attempt: st.attempt + 1,
                 granted,
                 backoff: Some(park),
+                limit: None,
+                failed: 0,
+                tolerated: None,
             },
         );
         true
@@ -383,4 +432,67 @@ impl<'a> Machine<'a> {
         }
         true
     }
+}
+
+/// What a Map reads when it starts: its concurrency limit (`MaxConcurrencyPath`)
+/// and its tolerances (failed items; percentage in thousandths of a percent).
+/// A value of the wrong kind is `States.Runtime`.
+#[allow(clippy::type_complexity)]
+fn bounds(
+    it: &Items,
+    input: &Value,
+    context: &Value,
+) -> Result<(Option<u32>, Option<(Option<u64>, Option<u64>)>), DocError> {
+    let read = |b: &Bound, what: &str, max: f64| -> Result<f64, DocError> {
+        let v = match b {
+            Bound::Fixed(x) => return Ok(*x),
+            Bound::Path(p) => doc::read(p, input, context)?,
+        };
+        v.as_f64()
+            .filter(|x| (0.0..=max).contains(x))
+            .ok_or_else(|| {
+                DocError::new(
+                    Code::StatesRuntime,
+                    format!("`{what}` must be a number from 0 to {max}, not {v}"),
+                )
+            })
+    };
+    let limit = match &it.max_concurrency_path {
+        None => None,
+        Some(p) => {
+            let v = doc::read(p, input, context)?;
+            Some(
+                v.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| {
+                        DocError::new(
+                            Code::StatesRuntime,
+                            format!(
+                                "`MaxConcurrencyPath` `{}` must be a non-negative integer, not {v}",
+                                p.text
+                            ),
+                        )
+                    })?,
+            )
+        }
+    };
+    let count = match &it.tolerated_count {
+        None => None,
+        Some(b) => {
+            let n = read(b, "ToleratedFailureCount", u32::MAX as f64)?;
+            if n.fract() != 0.0 {
+                return Err(DocError::new(
+                    Code::StatesRuntime,
+                    format!("`ToleratedFailureCount` must be an integer, not {n}"),
+                ));
+            }
+            Some(n as u64)
+        }
+    };
+    let percent = match &it.tolerated_percentage {
+        None => None,
+        Some(b) => Some((read(b, "ToleratedFailurePercentage", 100.0)? * 1000.0).round() as u64),
+    };
+    let tolerated = (count.is_some() || percent.is_some()).then_some((count, percent));
+    Ok((limit, tolerated))
 }

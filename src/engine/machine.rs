@@ -108,6 +108,18 @@ impl<'a> Machine<'a> {
                     )
                 })?,
         };
+        let wrapped =
+            new.variables.len() == 1 && new.variables.contains_key(super::document::INPUT_KEY);
+        if wrapped && start.data.is_none() {
+            // Only a start with a data flow (a States-language machine) takes a document.
+            return Err(EngineError::new(
+                Code::InstanceInputInvalid,
+                format!(
+                    "process `{}` starts with a JSON object of variables (a BPMN or HX process names its inputs); only a States-language execution takes any JSON value as its input",
+                    process.id
+                ),
+            ));
+        }
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
         m.journal(
@@ -118,7 +130,7 @@ impl<'a> Machine<'a> {
         let doc = start
             .data
             .as_ref()
-            .map(|_| Value::Object(new.variables.clone()));
+            .map(|_| super::document::input_document(&new.variables));
         m.spawn_doc(start.ix, None, None, doc);
         m.run();
         Ok(m.finish())

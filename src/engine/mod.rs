@@ -34,6 +34,7 @@ mod vars;
 
 pub use channel::{call_of, correlation_of, parse_correlation, CallView, ChannelRequest};
 pub use child::{child_id, ChildOutcome, ChildStart};
+pub use intrinsics::constant;
 pub use migrate::migrate;
 pub use snapshot::{
     Cause, Compensation, CompensationFailure, InstanceError, InstanceState, MessageKey, NodeState,

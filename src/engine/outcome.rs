@@ -422,9 +422,14 @@ fn judge(
     if policy.non_retryable_codes.iter().any(|c| c == code) {
         return stop(format!("{code} is listed in nonRetryableCodes"));
     }
-    // A policy that names the classes it retries (HX `retryOn`) is
-    // authoritative; otherwise a code's default retryability applies.
-    if !retryable && policy.retry_on.is_none() {
+    // A policy that names the classes it retries (HX `retryOn`), or the code
+    // itself (an explicit States-language `ErrorEquals`), is authoritative;
+    // otherwise a code's default retryability applies.
+    let named = policy
+        .error_equals
+        .as_ref()
+        .is_some_and(|codes| codes.iter().any(|c| c == code));
+    if !retryable && policy.retry_on.is_none() && !named {
         return stop(format!("{code} is not retryable"));
     }
     if let Some(classes) = &policy.retry_on {

@@ -311,6 +311,20 @@ pub struct FanoutState {
     /// The retry park while waiting out a backoff.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff: Option<u64>,
+    /// Iterations running at once, when read from the input (0 = all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Failed iterations so far (counted against the tolerances).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed: u32,
+    /// The tolerances read when the fan-out started: failed items, and the
+    /// percentage in thousandths of a percent (an integer, so the state stays `Eq`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerated: Option<(Option<u64>, Option<u64>)>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -299,9 +299,30 @@ pub struct Items {
     pub selector: Option<Template>,
     /// Iterations running at once (0 = all).
     pub max_concurrency: u32,
+    /// Read from the effective input when the fan-out starts (`MaxConcurrencyPath`);
+    /// replaces `max_concurrency`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrency_path: Option<Box<DocPath>>,
     /// `true`: one failed iteration fails the whole fan-out; `false`: each
     /// failed item's `{Error, Cause}` takes its place in the result array.
+    /// Ignored when a tolerance is set.
     pub fail_on_partial: bool,
+    /// How many failed iterations are tolerated (`ToleratedFailureCount[Path]`);
+    /// with either tolerance set, failed items take their place as `{Error, Cause}`
+    /// until one is exceeded, which fails the fan-out with
+    /// `States.ExceedToleratedFailureThreshold`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerated_count: Option<Box<Bound>>,
+    /// Which percentage of failed iterations is tolerated (`ToleratedFailurePercentage[Path]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tolerated_percentage: Option<Box<Bound>>,
+}
+
+/// A number written in the definition or read from the document when used.
+#[derive(Debug, Clone, Serialize)]
+pub enum Bound {
+    Fixed(f64),
+    Path(DocPath),
 }
 
 #[derive(Debug, Clone, Serialize)]

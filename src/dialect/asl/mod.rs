@@ -3,9 +3,12 @@
 //!
 //! - `json`: strict JSON with positions; size, depth and duplicate keys refused;
 //! - `paths`: JSONPath, intrinsic calls and payload templates;
+//! - `checks`: what can never succeed (intrinsics over bad literals, context paths
+//!   outside the context object), refused at load;
 //! - `rules`: Choice rules;
 //! - `build`: machines, branches and transitions into nodes and flows;
-//! - `states`: each state type's fields into nodes, data flows, retriers and catchers.
+//! - `states`: each state type's fields into nodes, data flows, retriers and catchers;
+//! - `map`: the Map state (items, concurrency, failure tolerance).
 //!
 //! Every refusal is a diagnostic with a stable code and line:column: one of
 //! the `SUTRA.CONFIG.STATES.*` codes for an invalid definition, or
@@ -13,9 +16,11 @@
 //! States language that Sutra does not run. Never panics.
 
 mod build;
+mod checks;
 mod handlers;
 mod json;
 mod jsonata;
+mod map;
 mod paths;
 mod rules;
 mod states;
@@ -30,6 +35,8 @@ use paths::Refusal;
 /// Diagnostics being collected.
 pub(crate) struct Ctx {
     pub diags: Vec<Diagnostic>,
+    /// Building a Map's item selector or item processor (where `$$.Map` exists).
+    pub in_map: bool,
 }
 
 impl Ctx {
@@ -79,7 +86,7 @@ impl Ctx {
             );
             return None;
         };
-        match paths::path(text) {
+        match paths::path(text).and_then(|p| checks::path(&p, self.in_map).map(|()| p)) {
             Ok(p) => Some(p),
             Err(r) => {
                 self.refusal(r, j.pos, element, field);
@@ -103,7 +110,10 @@ pub fn load(source: &str) -> Loaded {
             }
         }
     };
-    let mut cx = Ctx { diags: Vec::new() };
+    let mut cx = Ctx {
+        diags: Vec::new(),
+        in_map: false,
+    };
     let process = build::process(&mut cx, &root);
     let mut diagnostics = cx.diags;
     diagnostics.sort_by_key(|d| (d.line, d.column));

@@ -117,9 +117,17 @@ fn reference_steps(rest: &str) -> Option<Vec<Step>> {
                         let mut name = String::new();
                         loop {
                             match chars.get(i)? {
+                                // Jayway (and so Step Functions): `\'` is the quote,
+                                // `\\` a backslash; any other backslash is itself.
                                 '\\' => {
-                                    name.push(*chars.get(i + 1)?);
-                                    i += 2;
+                                    let n = *chars.get(i + 1)?;
+                                    if n == q || n == '\\' {
+                                        name.push(n);
+                                        i += 2;
+                                    } else {
+                                        name.push('\\');
+                                        i += 1;
+                                    }
                                 }
                                 c if *c == q => {
                                     i += 1;
@@ -490,7 +498,9 @@ pub fn template(
                         ok = false;
                         continue;
                     };
-                    match value_expr(text) {
+                    match value_expr(text)
+                        .and_then(|e| super::checks::expr(&e, cx.in_map).map(|()| e))
+                    {
                         Ok(e) => Template::Computed(e),
                         Err(r) => {
                             cx.refusal(r, v.pos, state, field);

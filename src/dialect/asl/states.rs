@@ -7,7 +7,7 @@ use super::{jsonata, paths, rules};
 use crate::codes::Code;
 use crate::diag::Pos;
 use crate::model::{
-    CatchTrigger, DataFlow, EndKind, Expr, Fanout, Items, MessageRef, NodeIx, NodeKind, OnTimeout,
+    CatchTrigger, DataFlow, EndKind, Expr, Fanout, MessageRef, NodeIx, NodeKind, OnTimeout,
     ResultPath, Selection, ServiceTask, TaskImpl, TaskTimeout, Template, TimerFrom,
 };
 use crate::time::{IsoDuration, TimerSpec};
@@ -68,6 +68,11 @@ fn allowed(ty: &str) -> Option<&'static [&'static str]> {
             "ItemSelector",
             "Parameters",
             "MaxConcurrency",
+            "MaxConcurrencyPath",
+            "ToleratedFailureCount",
+            "ToleratedFailureCountPath",
+            "ToleratedFailurePercentage",
+            "ToleratedFailurePercentagePath",
             "FailOnPartial",
             "Next",
             "End",
@@ -104,15 +109,8 @@ fn unsupported(ty: &str, field: &str) -> Option<&'static str> {
         ("Map", "ItemReader") => "distributed Map `ItemReader`",
         ("Map", "ItemBatcher") => "`ItemBatcher`",
         ("Map", "ResultWriter") => "distributed Map `ResultWriter`",
-        ("Map", "ToleratedFailureCount")
-        | ("Map", "ToleratedFailureCountPath")
-        | ("Map", "ToleratedFailurePercentage")
-        | ("Map", "ToleratedFailurePercentagePath") => {
-            "tolerated failures (Sutra has `FailOnPartial`)"
-        }
         ("Map", "Label") => "distributed Map `Label`",
         ("Map", "Items") => "JSONata `Items`",
-        ("Map", "MaxConcurrencyPath") => "`MaxConcurrencyPath`",
         _ => return None,
     })
 }
@@ -251,13 +249,13 @@ impl St<'_, '_, '_> {
         exclusive_in(self.b.cx, self.name, self.j, fields)
     }
 
-    fn node(&mut self, kind: NodeKind, data: Option<DataFlow>) -> NodeIx {
+    pub(super) fn node(&mut self, kind: NodeKind, data: Option<DataFlow>) -> NodeIx {
         self.b
             .node(self.name.to_string(), self.j.pos, self.scope, kind, data)
     }
 
     /// `Next` or `End: true`: exactly one. Returns whether the state ends.
-    fn next_or_end(&mut self, node: NodeIx) -> bool {
+    pub(super) fn next_or_end(&mut self, node: NodeIx) -> bool {
         let next = self.get("Next").cloned();
         let end = self.get("End").cloned();
         let ends = match &end {
@@ -312,7 +310,7 @@ impl St<'_, '_, '_> {
         }
     }
 
-    fn selection(&mut self, field: &str) -> Selection {
+    pub(super) fn selection(&mut self, field: &str) -> Selection {
         if self.jsonata {
             return Selection::Whole;
         }
@@ -377,7 +375,7 @@ impl St<'_, '_, '_> {
         }
     }
 
-    fn template(&mut self, field: &str) -> Option<Template> {
+    pub(super) fn template(&mut self, field: &str) -> Option<Template> {
         if self.jsonata {
             return None;
         }
@@ -386,7 +384,7 @@ impl St<'_, '_, '_> {
     }
 
     /// The common data flow: input, parameters, result selector, result path, output.
-    fn data(&mut self, result_default: ResultPath) -> DataFlow {
+    pub(super) fn data(&mut self, result_default: ResultPath) -> DataFlow {
         let rp = self.get("ResultPath").cloned();
         DataFlow {
             input: self.selection("InputPath"),
@@ -598,7 +596,12 @@ impl St<'_, '_, '_> {
             Some(("Seconds", v)) => self
                 .non_negative_int(&v, "Seconds")
                 .map(|s| CatchTrigger::Timer(TimerSpec::Duration(IsoDuration::from_secs(s)))),
-            Some(("Timestamp", v)) => match v.as_str().map(chrono::DateTime::parse_from_rfc3339) {
+            Some(("Timestamp", v)) => match v
+                .as_str()
+                // Step Functions wants a `T` between date and time (RFC 3339 allows a space).
+                .filter(|s| matches!(s.as_bytes().get(10), Some(b'T' | b't')))
+                .map(chrono::DateTime::parse_from_rfc3339)
+            {
                 Some(Ok(t)) => Some(CatchTrigger::Timer(TimerSpec::Date(t))),
                 _ => {
                     self.err(
@@ -671,7 +674,9 @@ impl St<'_, '_, '_> {
                     ),
                 },
                 Some((_, v)) if !self.jsonata => match v.as_str() {
-                    Some(s) => match paths::value_expr(s) {
+                    Some(s) => match paths::value_expr(s)
+                        .and_then(|e| super::checks::expr(&e, self.b.cx.in_map).map(|()| e))
+                    {
                         Ok(e) => exprs[i] = Some(e),
                         Err(r) => self.b.cx.refusal(r, v.pos, self.name, path),
                     },
@@ -744,144 +749,6 @@ impl St<'_, '_, '_> {
         }
         self.catchers(node);
         (node, self.next_or_end(node))
-    }
-
-    fn map(&mut self) -> (NodeIx, bool) {
-        let mut data = self.data(ResultPath::Replace);
-        self.exclusive(&["Items", "ItemsPath"]);
-        let selector_field = self
-            .exclusive(&["ItemSelector", "Parameters"])
-            .map(|(f, _)| f);
-        // Parameters is the item selector here (the older name), not an input template.
-        data.parameters = None;
-        let selector = selector_field.and_then(|f| self.template(f));
-        self.exclusive(&["ToleratedFailureCount", "ToleratedFailureCountPath"]);
-        self.exclusive(&[
-            "ToleratedFailurePercentage",
-            "ToleratedFailurePercentagePath",
-        ]);
-        if let Some(p) = self.get("ToleratedFailurePercentage").cloned() {
-            let ok = match &p.v {
-                Jv::Num(n) => n.as_f64().is_some_and(|x| (0.0..=100.0).contains(&x)),
-                Jv::Str(_) => true,
-                _ => false,
-            };
-            if !ok {
-                self.err(
-                    Code::StatesInvalidField,
-                    p.pos,
-                    "`ToleratedFailurePercentage` is a number from 0 to 100",
-                );
-            }
-        }
-        if let Some(rc) = self
-            .get("ItemReader")
-            .and_then(|r| r.get("ReaderConfig"))
-            .cloned()
-        {
-            exclusive_in(self.b.cx, self.name, &rc, &["MaxItems", "MaxItemsPath"]);
-        }
-        let path = self.selection("ItemsPath");
-        let max_concurrency = match self.get("MaxConcurrency").cloned() {
-            Some(v) if !self.jsonata => self.non_negative_int(&v, "MaxConcurrency").unwrap_or(0),
-            _ => 0,
-        };
-        let fail_on_partial = match self.get("FailOnPartial").map(|v| v.v.clone()) {
-            None => false,
-            Some(Jv::Bool(b)) => b,
-            Some(_) => {
-                let pos = self.get("FailOnPartial").map(|v| v.pos).unwrap_or_default();
-                self.err(
-                    Code::StatesInvalidField,
-                    pos,
-                    "`FailOnPartial` must be true or false",
-                );
-                false
-            }
-        };
-        let retries = self.retriers();
-        let items = Items {
-            path,
-            selector,
-            max_concurrency: u32::try_from(max_concurrency).unwrap_or(u32::MAX),
-            fail_on_partial,
-        };
-        let node = self.node(
-            NodeKind::Fanout(Fanout {
-                branches: Vec::new(),
-                items: Some(items),
-                retries,
-            }),
-            Some(data),
-        );
-        let processor = self.exclusive(&["ItemProcessor", "Iterator"]);
-        match processor {
-            None => self.err(
-                Code::StatesMissingField,
-                self.j.pos,
-                "a Map needs `ItemProcessor` (or `Iterator`)",
-            ),
-            Some((_, pj)) => {
-                if let Some(cfg) = pj.get("ProcessorConfig") {
-                    self.processor_config(cfg);
-                }
-                let owner = format!("{}#iteration", self.name);
-                let scope = self.b.node(
-                    owner.clone(),
-                    pj.pos,
-                    Some(node),
-                    NodeKind::SubProcess,
-                    None,
-                );
-                self.b.machine(
-                    &pj,
-                    Some(scope),
-                    &owner,
-                    &["ProcessorConfig", "QueryLanguage"],
-                );
-                if let NodeKind::Fanout(f) = &mut self.b.nodes[node.0 as usize].kind {
-                    f.branches = vec![scope];
-                }
-            }
-        }
-        self.catchers(node);
-        (node, self.next_or_end(node))
-    }
-
-    fn processor_config(&mut self, cfg: &J) {
-        let Some(obj) = cfg.as_obj() else {
-            self.err(
-                Code::StatesInvalidField,
-                cfg.pos,
-                "`ProcessorConfig` must be an object",
-            );
-            return;
-        };
-        for (k, v) in obj {
-            match (k.name.as_str(), v.as_str()) {
-                ("Mode", Some("INLINE")) => {}
-                ("Mode", Some("DISTRIBUTED")) => {
-                    self.b
-                        .cx
-                        .unsupported(v.pos, self.name, "distributed Map (`Mode` DISTRIBUTED)")
-                }
-                ("ExecutionType", Some("STANDARD" | "EXPRESS")) => {
-                    self.b
-                        .cx
-                        .unsupported(v.pos, self.name, "distributed Map `ExecutionType`")
-                }
-                ("Mode" | "ExecutionType", _) => self.err(
-                    Code::StatesInvalidField,
-                    v.pos,
-                    format!("`{}` has an unknown value", k.name),
-                ),
-                (other, _) => self.err(
-                    Code::StatesUnknownField,
-                    k.pos,
-                    format!("`ProcessorConfig` has no field `{other}`"),
-                ),
-            }
-        }
     }
 
     fn invoke_flow(&mut self) -> (NodeIx, bool) {
@@ -961,7 +828,7 @@ impl St<'_, '_, '_> {
 }
 
 /// At most one of `fields` in `j` (the first two found are reported).
-fn exclusive_in(
+pub(super) fn exclusive_in(
     cx: &mut super::Ctx,
     name: &str,
     j: &J,
