@@ -50,6 +50,10 @@ const SHARED: &[(&str, &str)] = &[
         "0010_attempt_class.sql",
         include_str!("../../migrations/shared/0010_attempt_class.sql"),
     ),
+    (
+        "0011_egress.sql",
+        include_str!("../../migrations/shared/0011_egress.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.
