@@ -46,7 +46,8 @@ struct Seen {
 }
 
 /// The local API on 127.0.0.1: `/echo` answers the header names it got,
-/// `/redirect` a 302 to the metadata address, `/big` 64 KiB.
+/// `/redirect` a 302 to the metadata address, `/big` 64 KiB, `/hang-once`
+/// never answers the first request it gets.
 struct Api {
     port: u16,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -59,10 +60,19 @@ async fn handle(
     headers: HeaderMap,
 ) -> axum::response::Response {
     let path = uri.path().to_string();
-    seen.lock().unwrap().push(Seen {
-        headers: headers.clone(),
-    });
+    let n = {
+        let mut seen = seen.lock().unwrap();
+        seen.push(Seen {
+            headers: headers.clone(),
+        });
+        seen.len()
+    };
     match path.as_str() {
+        // The first request ever made hangs (the server is killed meanwhile).
+        "/hang-once" if n == 1 => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            "late".into_response()
+        }
         "/redirect" => (
             AxStatus::FOUND,
             [("location", "http://169.254.169.254/latest/meta-data/")],
@@ -450,5 +460,78 @@ async fn the_response_cap_and_the_request_cap() {
             "{calls:?}"
         );
         assert_eq!(api.seen().len(), 2);
+    }
+}
+
+/// A kill -9 while an egress attempt waits for its answer: the attempt was
+/// committed as started, so after the restart its park re-runs it, with the
+/// same idempotency key; the counterpart sees that key on both requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_an_egress_attempt_retries_it_with_the_same_key() {
+    for db in backends() {
+        let Some(srv) =
+            Server::start_on(db, &[("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.1/32")]).await
+        else {
+            continue;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let api = Api::start().await;
+        let rules = json!([{ "host": format!("http://127.0.0.1:{}", api.port) }]);
+        let (status, body) = acme
+            .call(
+                Method::PUT,
+                "/v1/egress/fetch",
+                Some(json!({ "allow": rules })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let (status, body) = acme
+            .deploy(&definition(), &[("fetch", common::guest_bytes("fetch"))])
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        // The start's answer waits for the attempt: do not wait for it.
+        let starter = {
+            let acme = acme.clone();
+            let url = api.url("127.0.0.1", "/hang-once");
+            tokio::spawn(async move { acme.start("call", json!({ "url": url })).await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while api.seen().is_empty() {
+            assert!(Instant::now() < deadline, "the attempt never called out");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        starter.abort();
+        // Kill -9 mid-call; restart after the attempt's lease (30 s deadline + 5 s).
+        let srv = srv.restart_at("2030-01-01T00:01:00Z").await;
+        let acme = server::Api {
+            base: srv.url.clone(),
+            ..acme
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while api.seen().len() < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "the attempt was not re-run; log:\n{}",
+                srv.log()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let seen = api.seen();
+        assert_eq!(seen.len(), 2, "{seen:?}");
+        let key = |s: &Seen| s.headers.get("idempotency-key").unwrap().clone();
+        assert_eq!(
+            key(&seen[0]),
+            key(&seen[1]),
+            "the same key on both requests"
+        );
+        let (_, list) = acme.get("/v1/instances?process=call").await;
+        let id = instance_id(&list["instances"][0]);
+        let done = settled(&acme, &id).await;
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        let (_, attempts) = acme.get(&format!("/v1/instances/{id}/attempts")).await;
+        assert_eq!(
+            attempts["attempts"][0]["calls"]["calls"][0]["status"], 200,
+            "{attempts}"
+        );
     }
 }
