@@ -384,8 +384,8 @@ impl Config {
             c.memory_bytes = Some(parse_bytes(v).map_err(|m| bad("sutra.sandbox.memory", m))?);
         }
         c.compile = compile_values(values, duration)?;
-        c.outbox = outbox_values(values, &duration)?;
-        c.egress = egress_values(values, &duration)?;
+        c.outbox = outbox_values(values, duration)?;
+        c.egress = egress_values(values, duration)?;
         if let Some(v) = values.get("sutra.metrics.token") {
             if v.chars().count() < 16 || v.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
                 return Err(bad(
