@@ -535,3 +535,107 @@ async fn a_kill_during_an_egress_attempt_retries_it_with_the_same_key() {
         );
     }
 }
+
+/// An https server on 127.0.0.1 whose certificate for `api.test` a fresh local CA signed;
+/// it answers every request `200 ok` and counts them.
+async fn tls_server(dir: &std::path::Path) -> (u16, std::path::PathBuf, Arc<Mutex<usize>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["api.test".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca)
+        .unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
+        )
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(Mutex::new(0));
+    let served = count.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            let served = served.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                *served.lock().unwrap() += 1;
+                let _ = tls
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (port, ca_file, count)
+}
+
+/// https with an operator CA file: the local CA's certificate is trusted;
+/// without the file the same call fails its TLS handshake (recorded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_trusts_the_operator_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, ca_file, served) = tls_server(dir.path()).await;
+    let ca = ca_file.display().to_string();
+    for (env_ca, expect_ok) in [(Some(ca.as_str()), true), (None, false)] {
+        let mut env = vec![
+            ("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.1/32"),
+            ("SUTRA_EGRESS_STATIC_HOSTS", "api.test=127.0.0.1"),
+        ];
+        if let Some(ca) = env_ca {
+            env.push(("SUTRA_EGRESS_CA_FILE", ca));
+        }
+        let srv = Server::start_with(&env).await;
+        let acme = srv.tenant("acme", json!({})).await;
+        let before = *served.lock().unwrap();
+        let (done, calls) = run(
+            &acme,
+            json!([{ "host": format!("https://api.test:{port}") }]),
+            json!({ "url": format!("https://api.test:{port}/v1/charges") }),
+        )
+        .await;
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        if expect_ok {
+            assert_eq!(done["state"], "COMPLETED", "{done}");
+            assert_eq!(calls[0]["status"], 200, "{calls:?}");
+            assert_eq!(calls[0]["scheme"], "https");
+            assert_eq!(*served.lock().unwrap(), before + 1);
+        } else {
+            assert_eq!(done["state"], "FAILED", "{done}");
+            assert!(
+                calls[0]["reason"].as_str().unwrap().contains("TLS"),
+                "{calls:?}"
+            );
+            assert_eq!(
+                *served.lock().unwrap(),
+                before,
+                "no request without a trusted certificate"
+            );
+        }
+    }
+}
