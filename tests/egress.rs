@@ -639,3 +639,92 @@ async fn https_trusts_the_operator_ca_file() {
         }
     }
 }
+
+fn sutra(srv: &Server, token: &str, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(args)
+        .env("SUTRA_SERVER", &srv.url)
+        .env("SUTRA_TOKEN", token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run sutra");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// `sutra egress grant|show|list|revoke` and `sutra secret set|list|delete`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_sets_grants_and_write_only_secrets() {
+    let srv = Server::start_with(&[("SUTRA_SECRET_KEY", SECRET_KEY)]).await;
+    let acme = srv.tenant("acme", json!({})).await;
+    let token = acme.token.clone().unwrap();
+    let (srv2, token2) = (&srv, token.as_str());
+    let out = ok(&sutra(
+        srv2,
+        token2,
+        &[
+            "egress",
+            "grant",
+            "fetch",
+            "--host",
+            "https://api.example.com",
+            "--method",
+            "POST",
+            "--secret",
+            "stripe",
+        ],
+        "",
+    ));
+    assert!(
+        out.contains("https://api.example.com") && out.contains("POST"),
+        "{out}"
+    );
+    let out = ok(&sutra(srv2, token2, &["egress", "list"], ""));
+    assert!(out.contains("fetch") && out.contains("stripe"), "{out}");
+    let bad = sutra(
+        srv2,
+        token2,
+        &["egress", "grant", "fetch", "--host", "api.example.com"],
+        "",
+    );
+    assert!(!bad.status.success());
+    ok(&sutra(
+        srv2,
+        token2,
+        &["secret", "set", "stripe"],
+        &format!("{SECRET_VALUE}\n"),
+    ));
+    let out = ok(&sutra(
+        srv2,
+        token2,
+        &["secret", "list", "--format", "json"],
+        "",
+    ));
+    assert!(
+        out.contains("stripe") && !out.contains(SECRET_VALUE),
+        "{out}"
+    );
+    ok(&sutra(srv2, token2, &["secret", "delete", "stripe"], ""));
+    ok(&sutra(srv2, token2, &["egress", "revoke", "fetch"], ""));
+    let gone = sutra(srv2, token2, &["egress", "show", "fetch"], "");
+    assert!(!gone.status.success());
+}
