@@ -728,3 +728,63 @@ async fn the_cli_sets_grants_and_write_only_secrets() {
     let gone = sutra(srv2, token2, &["egress", "show", "fetch"], "");
     assert!(!gone.status.success());
 }
+
+/// `sutra run --allow-host` grants the run's modules; `sutra task run
+/// --allow-host` the one attempt; without it the request is denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_runs_grant_with_allow_host() {
+    let api = Api::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let def = dir.path().join("call.bpmn");
+    std::fs::write(&def, definition()).unwrap();
+    let fetch = common::guest("fetch");
+    let host = format!("http://127.0.0.1:{}", api.port);
+    let input = json!({ "url": api.url("127.0.0.1", "/echo") }).to_string();
+    let run = |extra: &[&str]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"));
+        cmd.arg("run")
+            .arg(&def)
+            .arg("--task")
+            .arg(format!("fetch={}", fetch.display()))
+            .args(["--input", &input, "--format", "json"])
+            .args(extra)
+            .env("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.1/32");
+        cmd
+    };
+    // Blocking here holds one worker; the local API is served by the other.
+    let granted = run(&["--allow-host", &host]).output().unwrap();
+    let refused = run(&[]).output().unwrap();
+    assert!(
+        granted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&granted.stderr)
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stdout).contains("egress grant")
+            || String::from_utf8_lossy(&refused.stderr).contains("egress grant"),
+        "{refused:?}"
+    );
+    let task = |allow: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"));
+        cmd.args(["task", "run"])
+            .arg(&fetch)
+            .args(["--input", &input])
+            .env("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.1/32");
+        if allow {
+            cmd.args(["--allow-host", &host]);
+        }
+        cmd
+    };
+    let (ok_out, denied) = (task(true).output().unwrap(), task(false).output().unwrap());
+    assert!(
+        ok_out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok_out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&ok_out.stdout).unwrap();
+    assert_eq!(shown["calls"]["calls"][0]["status"], 200, "{shown}");
+    let shown: Value = serde_json::from_slice(&denied.stdout).unwrap();
+    assert_eq!(shown["code"], "SUTRA.TASK.EGRESS_DENIED", "{shown}");
+    assert_eq!(api.seen().len(), 2, "only the granted runs called out");
+}
