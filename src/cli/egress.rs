@@ -42,6 +42,7 @@ pub struct GrantArgs {
 
 #[derive(Debug, Args)]
 pub struct ModuleArgs {
+    /// The task module (the registered task's name).
     pub module: String,
     #[command(flatten)]
     pub server: ServerOpts,
@@ -59,6 +60,7 @@ pub enum SecretCommand {
 
 #[derive(Debug, Args)]
 pub struct SecretNameArgs {
+    /// The secret's name (used as `{{secret:NAME}}`).
     pub name: String,
     #[command(flatten)]
     pub server: ServerOpts,
