@@ -405,7 +405,15 @@ impl Session {
         let body = if values.is_empty() {
             body
         } else {
-            Bytes::from(substitute(&body, &values))
+            let substituted = Bytes::from(substitute(&body, &values));
+            if substituted.len() != body.len()
+                && parts.headers.contains_key(http::header::CONTENT_LENGTH)
+            {
+                parts
+                    .headers
+                    .insert(http::header::CONTENT_LENGTH, substituted.len().into());
+            }
+            substituted
         };
         if !values.is_empty() {
             let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
