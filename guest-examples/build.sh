@@ -4,7 +4,7 @@
 #   guest-examples/build.sh            # every guest
 #   guest-examples/build.sh chaos score  # only these
 #
-# Guests: chaos, score (Rust, wit-bindgen), py-task (componentize-py),
+# Guests: chaos, score, fetch (Rust, wit-bindgen), py-task (componentize-py),
 # js-task (componentize-js). Every output is a component of the world
 # `task` in <repo>/wit.
 #
@@ -30,7 +30,7 @@ tools="$root/target/guest-tools"
 logs="$tools/logs"
 
 COMPONENTIZE_PY_VERSION="0.25.1"
-ALL_GUESTS=(chaos score py-task js-task)
+ALL_GUESTS=(chaos score fetch py-task js-task)
 
 mkdir -p "$out" "$logs"
 
@@ -203,7 +203,7 @@ fi
 rust=()
 for name in "${wanted[@]}"; do
     case "$name" in
-        chaos | score) rust+=("$name") ;;
+        chaos | score | fetch) rust+=("$name") ;;
         py-task | js-task) ;;
         *) die "unknown guest '$name' (known: ${ALL_GUESTS[*]})" ;;
     esac

@@ -124,6 +124,11 @@ codes! {
     TaskInputInvalid => "SUTRA.TASK.INPUT_INVALID", InvalidInput, false;
     /// The conventional code a guest uses for input it refuses.
     TaskValidation => "SUTRA.TASK.VALIDATION", InvalidInput, false;
+    /// An outbound request of the attempt was refused by its egress policy
+    /// (host or method not granted, address denied, secret not bound, the
+    /// request cap): in the attempt's call record, and the code of an attempt
+    /// that failed after one. Not retried: the same request meets the same policy.
+    TaskEgressDenied => "SUTRA.TASK.EGRESS_DENIED", InvalidInput, false;
 
     // ---- Runtime (the engine) ----
     /// A retry budget was spent, or a non-retryable code was hit.

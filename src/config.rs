@@ -33,6 +33,17 @@
 //! | `sutra.outbox.max-response-bytes` | `SUTRA_OUTBOX_MAX_RESPONSE_BYTES` | `64KiB` |
 //! | `sutra.external-task.retries` | `SUTRA_EXTERNAL_TASK_RETRIES` | `3` |
 //! | `sutra.metrics.token` | `SUTRA_METRICS_TOKEN` | none (`/metrics` takes the admin key only) |
+//! | `sutra.egress.allowed-hosts` | `SUTRA_EGRESS_ALLOWED_HOSTS` | `*` (any host a grant names) |
+//! | `sutra.egress.allowed-cidrs` | `SUTRA_EGRESS_ALLOWED_CIDRS` | none (no denied range is opened) |
+//! | `sutra.egress.static-hosts` | `SUTRA_EGRESS_STATIC_HOSTS` | none (`NAME=IP` entries answered without DNS, still checked) |
+//! | `sutra.egress.max-requests` | `SUTRA_EGRESS_MAX_REQUESTS` | `16` per attempt |
+//! | `sutra.egress.max-response-bytes` | `SUTRA_EGRESS_MAX_RESPONSE_BYTES` | `1MiB` per response |
+//! | `sutra.egress.max-request-bytes` | `SUTRA_EGRESS_MAX_REQUEST_BYTES` | `1MiB` per request body |
+//! | `sutra.egress.connect-timeout` | `SUTRA_EGRESS_CONNECT_TIMEOUT` | `PT5S` |
+//! | `sutra.egress.first-byte-timeout` | `SUTRA_EGRESS_FIRST_BYTE_TIMEOUT` | `PT30S` |
+//! | `sutra.egress.ca-file` | `SUTRA_EGRESS_CA_FILE` | none (the system's roots only) |
+//! | `sutra.secret.key` | `SUTRA_SECRET_KEY` | none (secrets cannot be set) |
+//! | `sutra.secret.previous-keys` | `SUTRA_SECRET_PREVIOUS_KEYS` | none |
 //!
 //! Invariant: a bad value is refused at start with `SUTRA.CONFIG.INVALID` and
 //! the key named; nothing reads configuration after start.
@@ -83,6 +94,39 @@ pub struct Config {
     /// A bearer token that reads `/metrics` (and nothing else); at least 16
     /// characters. The admin key reads it too.
     pub metrics_token: Option<String>,
+    /// Outbound HTTP of tasks (`sutra.egress.*`, `sutra.secret.*`).
+    pub egress: EgressConfig,
+}
+
+/// The operator's ceiling on tasks' outbound HTTP (see `crate::egress`).
+#[derive(Clone, PartialEq, Default)]
+pub struct EgressConfig {
+    /// Host patterns a grant may use (`scheme://host[:port]`, `*.domain`, or `*`).
+    pub allowed_hosts: Vec<String>,
+    /// CIDRs that open denied ranges (loopback, private...) to granted calls.
+    pub allowed_cidrs: Vec<String>,
+    /// `NAME=IP` entries answered without DNS (checked like resolved ones).
+    pub static_hosts: Vec<String>,
+    pub limits: crate::egress::Limits,
+    /// Extra CA certificates (PEM) trusted beside the system's roots.
+    pub ca_file: Option<String>,
+    /// The key sealing secrets (32 bytes, hex or base64); `None`: no secrets.
+    pub secret_key: Option<String>,
+    /// Keys rows may still be sealed by (rotation).
+    pub previous_secret_keys: Vec<String>,
+}
+
+impl std::fmt::Debug for EgressConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressConfig")
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_cidrs", &self.allowed_cidrs)
+            .field("static_hosts", &self.static_hosts)
+            .field("limits", &self.limits)
+            .field("ca_file", &self.ca_file)
+            .field("secret_key", &self.secret_key.as_ref().map(|_| "[set]"))
+            .finish_non_exhaustive()
+    }
 }
 
 /// How uploaded components are compiled (see `sandbox::compile`).
@@ -164,6 +208,10 @@ impl Default for Config {
             compile: CompileConfig::default(),
             outbox: OutboxConfig::default(),
             metrics_token: None,
+            egress: EgressConfig {
+                allowed_hosts: vec!["*".to_string()],
+                ..EgressConfig::default()
+            },
         }
     }
 }
@@ -184,7 +232,18 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 29] = [
+const KEYS: [&str; 40] = [
+    "sutra.egress.allowed-hosts",
+    "sutra.egress.allowed-cidrs",
+    "sutra.egress.static-hosts",
+    "sutra.egress.max-requests",
+    "sutra.egress.max-response-bytes",
+    "sutra.egress.max-request-bytes",
+    "sutra.egress.connect-timeout",
+    "sutra.egress.first-byte-timeout",
+    "sutra.egress.ca-file",
+    "sutra.secret.key",
+    "sutra.secret.previous-keys",
     "sutra.sandbox.compile.max-module-bytes",
     "sutra.sandbox.compile.max-functions",
     "sutra.sandbox.compile.cpu-time",
@@ -364,6 +423,7 @@ impl Config {
         }
         c.compile = compile_values(values, duration)?;
         c.outbox = outbox_values(values, duration)?;
+        c.egress = egress_values(values, duration)?;
         if let Some(v) = values.get("sutra.metrics.token") {
             if v.chars().count() < 16 || v.chars().any(|ch| ch.is_whitespace() || ch.is_control()) {
                 return Err(bad(
@@ -518,6 +578,111 @@ fn outbox_values(
         o.external_task_retries = n;
     }
     Ok(o)
+}
+
+/// A comma-separated list (a TOML array is flattened to one).
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(|h| {
+            h.trim()
+                .trim_matches(|c| c == '[' || c == ']' || c == '"')
+                .trim()
+        })
+        .filter(|h| !h.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `sutra.egress.*` and `sutra.secret.*` keys (each checked by building
+/// what it configures, so a bad value names its key at start).
+fn egress_values(
+    values: &BTreeMap<String, String>,
+    duration: impl Fn(&str) -> Result<Option<IsoDuration>, ConfigError>,
+) -> Result<EgressConfig, ConfigError> {
+    let mut e = Config::default().egress;
+    if let Some(v) = values.get("sutra.egress.allowed-hosts") {
+        e.allowed_hosts = list(v);
+        crate::egress::Ceiling::new(&e.allowed_hosts)
+            .map_err(|m| bad("sutra.egress.allowed-hosts", m))?;
+    }
+    if let Some(v) = values.get("sutra.egress.allowed-cidrs") {
+        e.allowed_cidrs = list(v);
+        for c in &e.allowed_cidrs {
+            crate::egress::address::Cidr::parse(c)
+                .map_err(|m| bad("sutra.egress.allowed-cidrs", m))?;
+        }
+    }
+    if let Some(v) = values.get("sutra.egress.static-hosts") {
+        e.static_hosts = list(v);
+        for h in &e.static_hosts {
+            let ok = h.split_once('=').is_some_and(|(n, ip)| {
+                !n.trim().is_empty() && ip.trim().parse::<std::net::IpAddr>().is_ok()
+            });
+            if !ok {
+                return Err(bad(
+                    "sutra.egress.static-hosts",
+                    format!("`{h}` is not NAME=IP"),
+                ));
+            }
+        }
+    }
+    if let Some(v) = values.get("sutra.egress.max-requests") {
+        e.limits.max_requests = v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| {
+                bad(
+                    "sutra.egress.max-requests",
+                    format!("`{v}` is not a number from 1 to 10000"),
+                )
+            })?;
+    }
+    for (key, slot) in [
+        (
+            "sutra.egress.max-response-bytes",
+            &mut e.limits.max_response_bytes,
+        ),
+        (
+            "sutra.egress.max-request-bytes",
+            &mut e.limits.max_request_bytes,
+        ),
+    ] {
+        if let Some(v) = values.get(key) {
+            *slot = parse_bytes(v).map_err(|m| bad(key, m))?;
+        }
+    }
+    for (key, slot) in [
+        (
+            "sutra.egress.connect-timeout",
+            &mut e.limits.connect_timeout,
+        ),
+        (
+            "sutra.egress.first-byte-timeout",
+            &mut e.limits.first_byte_timeout,
+        ),
+    ] {
+        if let Some(d) = duration(key)? {
+            if d == IsoDuration::ZERO {
+                return Err(bad(key, "must be longer than PT0S"));
+            }
+            *slot = d.as_std();
+        }
+    }
+    if let Some(v) = values.get("sutra.egress.ca-file") {
+        e.ca_file = Some(v.clone());
+    }
+    if let Some(v) = values.get("sutra.secret.key") {
+        e.secret_key = Some(v.clone());
+    }
+    if let Some(v) = values.get("sutra.secret.previous-keys") {
+        e.previous_secret_keys = list(v);
+    }
+    if let Some(k) = &e.secret_key {
+        crate::egress::secrets::Keyring::new(k, &e.previous_secret_keys)
+            .map_err(|m| bad("sutra.secret.key", m))?;
+    }
+    Ok(e)
 }
 
 /// `67108864`, `64MiB`, `64 MB` → bytes.

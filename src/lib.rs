@@ -9,6 +9,8 @@ pub mod config;
 pub mod diag;
 pub mod diagram;
 pub mod dialect;
+// Outbound HTTP of tasks: grants, the address check, limits, call records, secrets (issue 30).
+pub mod egress;
 pub mod engine;
 pub mod model;
 pub mod runtime;

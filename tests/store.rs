@@ -807,6 +807,7 @@ backends::store_tests! {
     async fn attempt_outputs_are_kept_on_their_rows(db) {
         let d = deploy(&*db, "d1").await;
         let out = |node: &str, n: i64, stderr: Option<&str>, logs: Option<&str>| AttemptOutput {
+            calls: None,
             token: 1,
             node: node.to_string(),
             attempt: n,

@@ -164,6 +164,12 @@ pub struct AttemptBody {
     /// Its last `host.log` lines (at most 32 holding 4 KiB of text, a first
     /// marker line when earlier ones were not kept).
     pub logs: Vec<LogLineBody>,
+    /// Its outbound HTTP calls (method, scheme, host, port, path without
+    /// query, status, bytes, duration; each denial with
+    /// `SUTRA.TASK.EGRESS_DENIED` and its reason), the first 32; absent when
+    /// it made none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<crate::egress::CallRecord>,
 }
 
 /// One line a guest logged.
@@ -204,10 +210,12 @@ pub async fn attempts(
         .into_iter()
         .map(|a| {
             let out = outputs.remove(&(a.token, a.node.clone(), a.attempt));
-            let (stderr, logs) = out.map_or((None, None), |o| (o.stderr, o.logs));
-            (a, stderr, logs)
+            let (stderr, logs, calls) =
+                out.map_or((None, None, None), |o| (o.stderr, o.logs, o.calls));
+            (a, stderr, logs, calls)
         })
-        .map(|(a, stderr, logs)| AttemptBody {
+        .map(|(a, stderr, logs, calls)| AttemptBody {
+            calls: calls.and_then(|c| serde_json::from_str(&c).ok()),
             class: a.shown_class(),
             task: a.node,
             token: a.token,
@@ -270,6 +278,7 @@ fn with_worker_failures(
                 worker: Some(f.worker),
                 retries_left: Some(f.retries_left),
                 stderr: None,
+                calls: None,
                 logs: Vec::new(),
             },
         );
@@ -360,6 +369,7 @@ mod tests {
             worker: None,
             retries_left: None,
             stderr: None,
+            calls: None,
             logs: Vec::new(),
         }
     }

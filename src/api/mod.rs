@@ -20,6 +20,7 @@ pub mod conns;
 pub mod console;
 pub mod deployments;
 pub mod diagram;
+pub mod egress;
 pub mod error;
 pub mod events;
 pub mod external;
@@ -238,6 +239,18 @@ fn channel_routes() -> Router<Arc<AppState>> {
         .route("/v1/incidents", get(incidents::list))
         .route("/v1/incidents/{id}/resolve", post(incidents::resolve))
         .route("/v1/instances/{id}/migrate", post(migrate::migrate))
+        .route("/v1/egress", get(egress::list_grants))
+        .route(
+            "/v1/egress/{module}",
+            put(egress::put_grant)
+                .get(egress::get_grant)
+                .delete(egress::delete_grant),
+        )
+        .route("/v1/secrets", get(egress::list_secrets))
+        .route(
+            "/v1/secrets/{name}",
+            put(egress::put_secret).delete(egress::delete_secret),
+        )
 }
 
 /// Serve `router` on `listener` until `shutdown` resolves.

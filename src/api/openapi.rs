@@ -2,7 +2,7 @@
 //! from the handlers' annotations (so it cannot drift from the routes' types).
 
 use super::{
-    admin, channels, deployments, diagram, events, external, incidents, instances, migrate,
+    admin, channels, deployments, diagram, egress, events, external, incidents, instances, migrate,
     seed_routes, types,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -36,6 +36,8 @@ impl Modify for BearerAuth {
         external::fetch_and_lock, external::complete, external::failure, external::bpmn_error,
         external::extend_lock, external::unlock, incidents::list, incidents::resolve, migrate::migrate,
         diagram::diagram, diagram::modules, diagram::attempts, diagram::counts,
+        egress::put_grant, egress::get_grant, egress::list_grants, egress::delete_grant,
+        egress::put_secret, egress::list_secrets, egress::delete_secret,
     ),
     components(schemas(
         types::ErrorBody, types::DeploymentBody, types::DeploymentList, types::ScheduleBody, types::ScheduleEventBody,
@@ -48,6 +50,8 @@ impl Modify for BearerAuth {
         external::CompleteBody, external::FailureBody, external::BpmnErrorBody, external::ExtendLockBody,
         incidents::IncidentBody, incidents::IncidentList, incidents::ResolveAnswer, migrate::MigrateBody,
         diagram::ModuleBody, diagram::ModuleList, diagram::AttemptBody, diagram::LogLineBody, diagram::AttemptList, diagram::CountsBody,
+        egress::GrantBody, egress::GrantList, egress::SecretPutBody, egress::SecretBody, egress::SecretList,
+        crate::egress::Grant, crate::egress::GrantRule, crate::egress::Call, crate::egress::CallRecord,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -100,6 +100,17 @@ fn channel_text(v: &Value) -> String {
     out
 }
 
+/// Call the server and render (also for `egress.rs`).
+pub(super) fn exec_on(
+    opts: ServerOpts,
+    method: reqwest::Method,
+    path: String,
+    body: Body,
+    text: fn(&Value) -> String,
+) -> ExitCode {
+    exec(opts, method, path, body, text)
+}
+
 fn exec(
     opts: ServerOpts,
     method: reqwest::Method,

@@ -10,10 +10,12 @@ mod check;
 mod client;
 mod compile_worker;
 mod demo;
+// `sutra egress` and `sutra secret` (issue 30).
 /// The HX payment flow of `sutra demo` (called by `demo`).
 pub mod demo_hx;
 /// The States-language flow of the demo (the demo calls `demo_states::run`).
 pub mod demo_states;
+mod egress;
 mod new;
 mod resume;
 mod run;
@@ -81,6 +83,12 @@ enum Command {
     /// Configure a tenant's channels on a server (`channel set <name> --push URL | --pull`).
     #[command(subcommand)]
     Channel(channels::ChannelCommand),
+    /// A task module's outbound HTTP grant on a server (`egress grant <module> --host PATTERN`).
+    #[command(subcommand)]
+    Egress(egress::EgressCommand),
+    /// A tenant's secrets on a server (`secret set <name>` reads the value from stdin; never shown).
+    #[command(subcommand)]
+    Secret(egress::SecretCommand),
     /// List a server's incidents (`incidents resolve <id>` re-arms one).
     Incidents(channels::IncidentsArgs),
     /// Move a WAITING or FAILED instance onto another deployment of its process.
@@ -123,6 +131,8 @@ pub fn main() -> ExitCode {
         Command::Send(args) => client::exec_send(args),
         Command::Channel(cmd) => channels::exec_channel(cmd),
         Command::Incidents(args) => channels::exec_incidents(args),
+        Command::Egress(cmd) => egress::exec_egress(cmd),
+        Command::Secret(cmd) => egress::exec_secret(cmd),
         Command::Migrate(args) => channels::exec_migrate(args),
         Command::Resume(args) => resume::exec(args),
         Command::Compile(args) => compile_worker::exec(args),

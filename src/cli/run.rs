@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// Configure a channel the process calls: `NAME=URL` (push; loopback allowed) or `NAME=pull`.
     #[arg(long = "channel", value_name = "NAME=URL|pull")]
     pub channels: Vec<String>,
+    /// Grant every task module outbound HTTP to `scheme://host[:port]` (or
+    /// `*.domain`), any method (repeatable). A denied address (loopback,
+    /// private...) also needs `SUTRA_EGRESS_ALLOWED_CIDRS`.
+    #[arg(long = "allow-host", value_name = "PATTERN")]
+    pub allow_hosts: Vec<String>,
     /// The datasource (`sqlite://file.db`, `postgres://...`, `sqlite::memory:` for an
     /// ephemeral run). Default: a temporary SQLite file.
     #[arg(long)]
@@ -210,6 +215,14 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         for (name, spec) in channels {
             if let Err(e) = runtime.set_channel(LOCAL_TENANT, &name, spec).await {
                 return fail_exit(&format!("--channel {name}: {e}"));
+            }
+        }
+        if !args.allow_hosts.is_empty() {
+            let grant = crate::egress::Grant::allowing(&args.allow_hosts);
+            for name in modules.keys() {
+                if let Err(e) = runtime.put_grant(LOCAL_TENANT, name, &grant).await {
+                    return usage_error(format!("--allow-host: {}", e.message));
+                }
             }
         }
         let deployments = match runtime.deploy(LOCAL_TENANT, &source, &modules).await {

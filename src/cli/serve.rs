@@ -154,6 +154,15 @@ pub fn exec(args: ServeArgs) -> ExitCode {
             Ok(r) => r,
             Err(e) => return fail_exit(&e.to_string()),
         };
+        // Key rotation: re-seal the secrets an old key sealed (reads work meanwhile).
+        let resealing = runtime.clone();
+        tokio::spawn(async move {
+            match resealing.reseal_secrets().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("re-sealed {n} secrets under the current SUTRA_SECRET_KEY"),
+                Err(e) => tracing::warn!(error = %e, "re-sealing secrets failed; the next start tries again"),
+            }
+        });
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;

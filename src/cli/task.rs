@@ -64,6 +64,10 @@ pub struct RunArgs {
     /// The idempotency key the guest sees (default: derived from the component and input).
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Let the component call `scheme://host[:port]` (or `*.domain`), any
+    /// method, under the `sutra.egress.*` ceiling of the environment (repeatable).
+    #[arg(long = "allow-host", value_name = "PATTERN")]
+    pub allow_hosts: Vec<String>,
 }
 
 pub fn exec(cmd: TaskCommand) -> ExitCode {
@@ -152,14 +156,59 @@ fn run(args: RunArgs) -> ExitCode {
             .clone()
             .unwrap_or_else(|| format!("local-{}", &key_digest(component.digest(), &args.input))),
     };
-    let report = runtime.block_on(sandbox.attempt(&component, &ctx, &args.input, &limits));
+    let egress = match egress_session(&args, &component, &ctx) {
+        Ok(e) => e,
+        Err(message) => return super::usage_error(message),
+    };
+    let stop = sutra_stop();
+    let report = runtime.block_on(sandbox.attempt_with_egress(
+        &component,
+        &ctx,
+        &args.input,
+        &limits,
+        &stop,
+        egress,
+    ));
     show_on_stderr(&report);
-    print_json(&render(&report.outcome, &report.stderr));
+    let mut shown = render(&report.outcome, &report.stderr);
+    if !report.calls.is_empty() {
+        shown["calls"] = serde_json::to_value(&report.calls).unwrap_or_default();
+    }
+    print_json(&shown);
     if report.outcome.is_completed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     }
+}
+
+fn sutra_stop() -> crate::sandbox::Stop {
+    crate::sandbox::Stop::default()
+}
+
+/// The attempt's egress session under `--allow-host` and the environment's
+/// `sutra.egress.*` ceiling (`None` when the component makes no call).
+fn egress_session(
+    args: &RunArgs,
+    component: &crate::sandbox::LoadedComponent,
+    ctx: &TaskContext,
+) -> Result<Option<std::sync::Arc<crate::egress::Session>>, String> {
+    if component.egress_import().is_none() {
+        return Ok(None);
+    }
+    let config = crate::config::Config::from_env(None).map_err(|e| e.to_string())?;
+    let egress = crate::egress::Egress::from_config(&config.egress)?;
+    let grant = crate::egress::Grant::allowing(&args.allow_hosts);
+    grant
+        .check(&egress.ceiling)
+        .map_err(|e| format!("--allow-host: {e}"))?;
+    let policy = grant.policy(&egress.ceiling);
+    Ok(Some(std::sync::Arc::new(crate::egress::Session::new(
+        std::sync::Arc::new(egress),
+        policy,
+        Default::default(),
+        Some(ctx.idempotency_key.clone()),
+    ))))
 }
 
 /// Check the arguments and read the component: every failure is a usage error.

@@ -165,6 +165,9 @@ impl<S: Store> Runtime<S> {
                 loaded.insert(name.to_string(), (digest(bytes), component));
             }
         }
+        // A module that calls out needs its tenant's grant (egress.rs).
+        self.check_egress_grants(tenant, loaded.iter().map(|(n, (_, c))| (n, c)))
+            .await?;
         for (name, (d, _)) in &loaded {
             if let Some(bytes) = modules.get(name) {
                 self.inner.store.put_module(tenant, d, bytes).await?;

@@ -479,11 +479,15 @@ impl<S: Store> Runtime<S> {
         }
         let input = req.input.to_string();
         // Stoppable once a committed step abandons it (interrupt.rs).
+        // A module that calls out gets its egress session (egress.rs).
+        let egress = self
+            .session_for(tenant, &req.task, component, &req.idempotency_key)
+            .await;
         let entered = self.inner.running.enter(id, req.token, req.attempt);
         let report = self
             .inner
             .sandbox
-            .attempt_until(component, &ctx, &input, &limits, &entered.stop)
+            .attempt_with_egress(component, &ctx, &input, &limits, &entered.stop, egress)
             .await;
         drop(entered);
         tracing::debug!(instance = %id, task = %req.node, attempt = req.attempt, outcome = ?report.outcome, "attempt ended");

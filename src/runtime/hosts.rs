@@ -10,7 +10,8 @@
 //! Invariants:
 //! - an address is allowed only if an entry allows it for that host; `*`
 //!   never allows a loopback, private, link-local, unspecified, multicast or
-//!   broadcast address, so the default (`*`) reaches the public internet only;
+//!   broadcast address (nor their IPv4-mapped or NAT64 spellings), so the
+//!   default (`*`) reaches the public internet only;
 //! - the check is made at `PUT /v1/channels/{name}` (the URL is refused) and
 //!   again at every connection: the HTTP client resolves names through
 //!   [`PolicyResolver`], which drops every address the policy does not
@@ -82,73 +83,9 @@ fn parse_entry(s: &str) -> Result<Entry, String> {
     Err(format!("`{s}` is not an allowed-hosts entry"))
 }
 
-/// The IPv4 address an IPv4-mapped IPv6 address stands for.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
-}
-
-fn is_loopback(ip: IpAddr) -> bool {
-    canonical(ip).is_loopback()
-}
-
-fn is_private(ip: IpAddr) -> bool {
-    match canonical(ip) {
-        IpAddr::V4(v4) => {
-            let o = v4.octets();
-            v4.is_private()
-                || v4.is_link_local()
-                // 100.64.0.0/10 (carrier-grade NAT)
-                || (o[0] == 100 && (o[1] & 0xc0) == 64)
-        }
-        IpAddr::V6(v6) => {
-            let first = v6.segments()[0];
-            // fc00::/7 unique local, fe80::/10 link-local
-            (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80
-        }
-    }
-}
-
-/// Neither loopback nor private nor anything special: reachable on the internet.
-fn is_public(ip: IpAddr) -> bool {
-    let ip = canonical(ip);
-    let special = match ip {
-        IpAddr::V4(v4) => {
-            v4.is_unspecified()
-                || v4.is_broadcast()
-                || v4.is_multicast()
-                || v4.is_documentation()
-                || v4.octets()[0] == 0
-                || v4.octets()[0] >= 240
-        }
-        IpAddr::V6(v6) => v6.is_unspecified() || v6.is_multicast(),
-    };
-    !special && !is_loopback(ip) && !is_private(ip)
-}
-
-fn in_cidr(ip: IpAddr, net: IpAddr, bits: u8) -> bool {
-    match (canonical(ip), canonical(net)) {
-        (IpAddr::V4(a), IpAddr::V4(n)) => {
-            let mask = if bits == 0 {
-                0
-            } else {
-                u32::MAX << (32 - u32::from(bits.min(32)))
-            };
-            (u32::from(a) & mask) == (u32::from(n) & mask)
-        }
-        (IpAddr::V6(a), IpAddr::V6(n)) => {
-            let mask = if bits == 0 {
-                0
-            } else {
-                u128::MAX << (128 - u32::from(bits.min(128)))
-            };
-            (u128::from(a) & mask) == (u128::from(n) & mask)
-        }
-        _ => false,
-    }
-}
+// The address classification is shared with task egress (`crate::egress::address`):
+// one checker for every outbound path.
+use crate::egress::address::{canonical, in_cidr, is_loopback, is_private, is_public};
 
 impl HostPolicy {
     /// Parses the entries; the first bad one is the error.

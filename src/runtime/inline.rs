@@ -284,6 +284,7 @@ impl<S: Store> Runtime<S> {
                     attempt: a.attempt,
                     stderr: o.stderr.clone(),
                     logs: o.logs.clone(),
+                    calls: o.calls.clone(),
                 })
             })
             .collect();
@@ -435,7 +436,18 @@ impl<S: Store> Runtime<S> {
             // step committed and the attempt in flight, as without speculation.
             let end = self.next_wait(&spec.snapshot).map_or(end0, |t| t.min(end0));
             if spec.steps < MAX_INLINE_STEPS && tokio::time::Instant::now() < end {
-                for req in std::mem::take(&mut spec.pending) {
+                // An attempt with egress has effects outside: it runs only
+                // after its step committed it as started (its attempt park).
+                let (outside, quick): (Vec<_>, Vec<_>) = std::mem::take(&mut spec.pending)
+                    .into_iter()
+                    .partition(|r| {
+                        deployed
+                            .components
+                            .get(&r.task)
+                            .is_some_and(|c| c.egress_import().is_some())
+                    });
+                spec.pending = outside;
+                for req in quick {
                     spec.inflight.insert((req.token, req.attempt));
                     let (rt, id, deployed) = (self.clone(), id.to_string(), deployed.clone());
                     let tenant = spec.snapshot.tenant.clone();

@@ -21,6 +21,8 @@ mod channel;
 mod children;
 mod deployed;
 mod driver;
+// Task egress: grants, secrets, the per-attempt session (issue 30).
+mod egress;
 mod events;
 mod external;
 mod hosts;
@@ -193,6 +195,10 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) hosts: Arc<hosts::HostPolicy>,
     /// The outbox's HTTP client (`outbox.rs`).
     pub(crate) http: reqwest::Client,
+    /// Outbound HTTP of tasks: the ceiling, CIDRs, limits, TLS (`crate::egress`).
+    pub(crate) egress: Arc<crate::egress::Egress>,
+    /// The keys sealing secrets; `None`: no `SUTRA_SECRET_KEY`.
+    pub(crate) keyring: Option<Arc<crate::egress::secrets::Keyring>>,
     /// Told when pull requests may have become fetchable (long polls wait on it).
     pub(crate) pull_wake: tokio::sync::Notify,
     /// The attempts running in this process, to stop abandoned ones (`interrupt.rs`).
@@ -258,6 +264,21 @@ impl<S: Store> Runtime<S> {
             .map_err(|e| {
                 RuntimeError::new(Code::ConfigInvalid, format!("outbox HTTP client: {e}"))
             })?;
+        let egress = Arc::new(
+            crate::egress::Egress::from_config(&opts.config.egress)
+                .map_err(|e| RuntimeError::new(Code::ConfigInvalid, e))?,
+        );
+        let keyring = opts
+            .config
+            .egress
+            .secret_key
+            .as_deref()
+            .map(|k| {
+                crate::egress::secrets::Keyring::new(k, &opts.config.egress.previous_secret_keys)
+            })
+            .transpose()
+            .map_err(|e| RuntimeError::new(Code::ConfigInvalid, format!("sutra.secret.key: {e}")))?
+            .map(Arc::new);
         let alarms = if opts.alarms && opts.clock.is_wall_clock() {
             alarm::Alarms::start()
                 .map_err(|e| tracing::warn!(error = %e, "no alarm thread; short waits go through the poller"))
@@ -291,6 +312,8 @@ impl<S: Store> Runtime<S> {
                 channels: channel::ChannelCache::default(),
                 hosts,
                 http,
+                egress,
+                keyring,
                 pull_wake: tokio::sync::Notify::new(),
                 running: interrupt::Running::default(),
             }),

@@ -27,12 +27,27 @@ pub(crate) struct Written {
     pub stderr: Option<String>,
     /// The last log lines, a JSON array of `{"level", "message"}`.
     pub logs: Option<String>,
+    /// Its outbound calls, a JSON `CallRecord` (bounded by `egress::calls`).
+    pub calls: Option<String>,
 }
 
 impl Written {
-    /// The bounded output of an attempt; `None` when it wrote nothing.
+    /// The bounded output of an attempt; `None` when it wrote nothing and called nothing.
     pub(crate) fn of(report: &AttemptReport) -> Option<Written> {
-        bound(&report.stderr, &report.logs)
+        let calls = (!report.calls.is_empty())
+            .then(|| serde_json::to_string(&report.calls).ok())
+            .flatten();
+        match (bound(&report.stderr, &report.logs), calls) {
+            (Some(mut w), calls) => {
+                w.calls = calls;
+                Some(w)
+            }
+            (None, Some(calls)) => Some(Written {
+                calls: Some(calls),
+                ..Written::default()
+            }),
+            (None, None) => None,
+        }
     }
 }
 
@@ -41,6 +56,7 @@ pub(crate) fn bound(stderr: &str, logs: &[LogLine]) -> Option<Written> {
     let w = Written {
         stderr: (!stderr.is_empty()).then(|| stderr_tail(stderr)),
         logs: (!logs.is_empty()).then(|| log_tail(logs)),
+        calls: None,
     };
     (w.stderr.is_some() || w.logs.is_some()).then_some(w)
 }

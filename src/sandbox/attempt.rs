@@ -25,6 +25,7 @@ pub(super) async fn run(
     input: &str,
     limits: &Limits,
     stop: &Stop,
+    egress: Option<Arc<crate::egress::Session>>,
 ) -> AttemptReport {
     let tenant: Arc<str> = Arc::from(ctx.tenant.as_str());
     // A slot of the pool, then a lane, each fairly across tenants (lanes.rs).
@@ -37,13 +38,17 @@ pub(super) async fn run(
         _ = stop.stopped() => return report(interrupted(), Instant::now()),
     };
     let started = Instant::now();
+    if let (Some(session), Some(at)) = (&egress, started.checked_add(limits.deadline)) {
+        session.set_deadline(at);
+    }
+    let calls = egress.as_ref().map(|s| s.log().clone());
     let stderr = TailCapture::new(limits.capture_bytes);
     let logs = Arc::new(Mutex::new(LogCapture::new(limits.capture_bytes)));
     let limiter = MemoryLimiter::new(limits.memory_bytes, inner.cfg.max_table_elements);
     let ready = component.ready();
     let mut store = Store::new(
         ready.pre.engine(),
-        HostState::new(limiter, stderr.clone(), logs.clone()),
+        HostState::new(limiter, stderr.clone(), logs.clone(), egress),
     );
     store.limiter(|s| &mut s.limiter);
     // The lane is free while the guest is in a host call (a sleep, a poll).
@@ -125,13 +130,42 @@ pub(super) async fn run(
             outcome::classify_return(returned.map_err(guest_error), limits.output_bytes)
         }
     };
+    let calls = calls.map(|c| (c.denied(), c.snapshot()));
+    let outcome = match (outcome, &calls) {
+        (
+            Outcome::Failed {
+                code,
+                message,
+                details,
+                ..
+            },
+            Some((true, _)),
+        ) => egress_denied(code, message, details),
+        (other, _) => other,
+    };
     AttemptReport {
         outcome,
         stderr: stderr_text,
         logs: logs.lock().map(|mut l| l.take()).unwrap_or_default(),
         fuel_used,
         elapsed: started.elapsed(),
+        calls: calls.map(|(_, r)| r).unwrap_or_default(),
     }
+}
+
+/// An attempt that failed after its egress policy denied one of its
+/// requests fails with `SUTRA.TASK.EGRESS_DENIED` (class `invalid_input`,
+/// not retried: the same request meets the same policy); what the guest
+/// said is kept in the details.
+fn egress_denied(code: String, message: String, details: Option<serde_json::Value>) -> Outcome {
+    let mut out = Outcome::failed(
+        Code::TaskEgressDenied,
+        format!("an outbound request was denied by the egress policy (see the attempt's calls); the attempt then failed: {code}: {message}"),
+    );
+    if let Outcome::Failed { details: d, .. } = &mut out {
+        *d = Some(serde_json::json!({ "guest_code": code, "guest_details": details }));
+    }
+    out
 }
 
 /// The hostcall fuel of an attempt: its memory cap, and at least enough for
@@ -172,6 +206,7 @@ fn report(outcome: Outcome, started: Instant) -> AttemptReport {
         logs: Vec::new(),
         fuel_used: 0,
         elapsed: started.elapsed(),
+        calls: Default::default(),
     }
 }
 
@@ -195,7 +230,7 @@ pub(super) async fn warm(inner: &Inner, component: &LoadedComponent) {
     let ready = component.ready();
     let mut store = Store::new(
         ready.pre.engine(),
-        HostState::new(limiter, TailCapture::new(0), logs),
+        HostState::new(limiter, TailCapture::new(0), logs, None),
     );
     store.limiter(|s| &mut s.limiter);
     if store.set_fuel(WARM_FUEL).is_err() {

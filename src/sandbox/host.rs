@@ -4,7 +4,10 @@
 //! Invariant: a guest gets no preopened directory, no environment variable, no
 //! argument, no network, no inherited stdio; clocks and randomness only. What
 //! it writes to stderr or logs is kept within the attempt's capture caps and
-//! never fails or blocks the guest (excess is dropped, not refused).
+//! never fails or blocks the guest (excess is dropped, not refused). Its only
+//! way out is `wasi:http/outgoing-handler`, and every request goes through
+//! the attempt's egress session (`crate::egress::Session`): without one (no
+//! grant) each request is denied (`HttpRequestDenied`).
 
 use super::limits::MemoryLimiter;
 use super::outcome::{LogLevel, LogLine};
@@ -14,6 +17,7 @@ use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
 
 wasmtime::component::bindgen!({
     path: "wit/task.wit",
@@ -36,6 +40,8 @@ pub(crate) struct HostState {
     stderr: TailCapture,
     pub(crate) limiter: MemoryLimiter,
     logs: Arc<Mutex<LogCapture>>,
+    http: WasiHttpCtx,
+    hooks: EgressHooks,
 }
 
 impl HostState {
@@ -43,6 +49,7 @@ impl HostState {
         limiter: MemoryLimiter,
         stderr: TailCapture,
         logs: Arc<Mutex<LogCapture>>,
+        egress: Option<Arc<crate::egress::Session>>,
     ) -> HostState {
         HostState {
             wasi: None,
@@ -50,6 +57,79 @@ impl HostState {
             stderr,
             limiter,
             logs,
+            http: WasiHttpCtx::new(),
+            hooks: EgressHooks { session: egress },
+        }
+    }
+}
+
+/// wasi:http's hooks: every request goes through the attempt's egress session.
+pub(crate) struct EgressHooks {
+    session: Option<Arc<crate::egress::Session>>,
+}
+
+type HttpError = wasmtime_wasi_http::Error;
+type Io = Box<dyn std::future::Future<Output = Result<(), HttpError>> + Send>;
+
+fn http_error(f: crate::egress::Failure) -> HttpError {
+    use crate::egress::Failure;
+    match f {
+        Failure::Denied(_) => HttpError::HttpRequestDenied,
+        Failure::Dns(m) => HttpError::DnsError {
+            rcode: Some(m),
+            info_code: None,
+        },
+        Failure::Connect(_) => HttpError::ConnectionRefused,
+        Failure::ConnectTimeout => HttpError::ConnectionTimeout,
+        Failure::FirstByteTimeout => HttpError::HttpResponseTimeout,
+        Failure::Tls(_) => HttpError::TlsProtocolError,
+        Failure::RequestTooLarge(n) => HttpError::HttpRequestBodySize(Some(n)),
+        Failure::Protocol(_) => HttpError::HttpProtocolError,
+    }
+}
+
+impl WasiHttpHooks for EgressHooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<wasmtime_wasi_http::WasiBody>,
+        _options: Option<wasmtime_wasi_http::RequestOptions>,
+        _fut: Io,
+    ) -> Box<
+        dyn std::future::Future<
+                Output = Result<(http::Response<wasmtime_wasi_http::WasiBody>, Io), HttpError>,
+            > + Send,
+    > {
+        use crate::egress::session::BodyError;
+        use http_body_util::BodyExt;
+        let session = self.session.clone();
+        Box::new(async move {
+            let Some(session) = session else {
+                return Err(HttpError::HttpRequestDenied);
+            };
+            let (response, connection) = session.send(request).await.map_err(http_error)?;
+            let response = response.map(|b| {
+                b.map_err(|e| match e {
+                    BodyError::TooLarge(n) => HttpError::HttpResponseBodySize(Some(n)),
+                    BodyError::Deadline => HttpError::ConnectionReadTimeout,
+                    BodyError::Hyper(e) => HttpError::Hyper(e),
+                })
+                .boxed_unsync()
+            });
+            let io: Io = Box::new(async move {
+                connection.await;
+                Ok(())
+            });
+            Ok((response, io))
+        })
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            hooks: &mut self.hooks,
+            table: &mut self.table,
+            ctx: &mut self.http,
         }
     }
 }
@@ -97,10 +177,13 @@ impl sutra::task::host::Host for HostState {
     }
 }
 
-/// The linker every attempt instantiates through: WASI p2 plus `sutra:task/host`.
+/// The linker every attempt instantiates through: WASI p2, wasi:http's
+/// outgoing handler and types (used only by components deployed with a
+/// grant, see `loader::import_policy`), plus `sutra:task/host`.
 pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
     Task::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)?;
     Ok(linker)
 }

@@ -113,6 +113,15 @@ impl LoadedComponent {
     pub fn imports(&self) -> &[String] {
         &self.inner.imports
     }
+
+    /// The first import that needs an egress grant (outbound HTTP), if any.
+    pub fn egress_import(&self) -> Option<&str> {
+        self.inner
+            .imports
+            .iter()
+            .map(String::as_str)
+            .find(|n| needs_egress_grant(n))
+    }
 }
 
 impl std::fmt::Debug for LoadedComponent {
@@ -145,8 +154,12 @@ pub(crate) fn check_kind(bytes: &[u8]) -> Result<(), LoadError> {
 ///   no environment, no network: socket creation and name lookup fail).
 ///   Sockets are allowed as imports because a language's standard library
 ///   may reference them; they are refused at run time.
-/// - Nothing else: not `wasi:http` (the host offers no HTTP), not WASI p3,
-///   not a bare function, not another package.
+/// - `wasi:http/outgoing-handler` and `wasi:http/types` at `0.2.x`: only for
+///   a task module with an egress grant — the sandbox loads it, and the
+///   deploy refuses a module whose grant is missing ([`needs_egress_grant`]);
+///   every request goes through the attempt's egress session.
+/// - Nothing else: not `wasi:http/incoming-handler`, not WASI p3, not a bare
+///   function, not another package.
 pub fn import_policy(name: &str) -> Result<(), String> {
     let (path, version) = name.split_once('@').unwrap_or((name, ""));
     let (package, interface) = path.split_once('/').unwrap_or((path, ""));
@@ -154,16 +167,24 @@ pub fn import_policy(name: &str) -> Result<(), String> {
         "sutra:task" => matches!(interface, "host" | "types") && version.starts_with("0.1."),
         "wasi:cli" | "wasi:clocks" | "wasi:filesystem" | "wasi:io" | "wasi:random"
         | "wasi:sockets" => !interface.is_empty() && version.starts_with("0.2."),
-        _ => false,
+        _ => needs_egress_grant(name),
     };
     if ok {
         Ok(())
     } else {
         Err(format!(
             "the component imports `{name}`, which a task may not use \
-             (allowed: sutra:task/host@0.1, and WASI 0.2 cli, clocks, filesystem, io, random, sockets)"
+             (allowed: sutra:task/host@0.1, WASI 0.2 cli, clocks, filesystem, io, random, sockets, \
+             and wasi:http 0.2 outgoing-handler and types under an egress grant)"
         ))
     }
+}
+
+/// Whether an import is outbound HTTP, which a module may use only under an
+/// egress grant.
+pub fn needs_egress_grant(name: &str) -> bool {
+    let (path, version) = name.split_once('@').unwrap_or((name, ""));
+    matches!(path, "wasi:http/outgoing-handler" | "wasi:http/types") && version.starts_with("0.2.")
 }
 
 /// Check every import of `component` against [`import_policy`]; returns the names.
@@ -219,9 +240,12 @@ mod tests {
 
     #[test]
     fn everything_else_is_refused_by_name() {
+        assert!(import_policy("wasi:http/outgoing-handler@0.2.0").is_ok());
+        assert!(needs_egress_grant("wasi:http/types@0.2.12"));
+        assert!(!needs_egress_grant("wasi:io/streams@0.2.12"));
         for name in [
-            "wasi:http/outgoing-handler@0.2.0",
-            "wasi:http/types@0.2.0",
+            "wasi:http/incoming-handler@0.2.0",
+            "wasi:http/outgoing-handler@0.3.0",
             "wasi:cli/environment@0.3.0",
             "wasi:cli/environment",
             "evil:net/raw@1.0.0",

@@ -37,7 +37,7 @@ mod tiered;
 pub use compile::{count_functions, run_worker, CompileLimits, WorkerArgs};
 pub use engine::Tier;
 pub use limits::Limits;
-pub use loader::{import_policy, LoadError, LoadedComponent};
+pub use loader::{import_policy, needs_egress_grant, LoadError, LoadedComponent};
 pub use outcome::{AttemptReport, LogLevel, LogLine, Outcome};
 
 use serde::{Deserialize, Serialize};
@@ -422,7 +422,23 @@ impl Sandbox {
         limits: &Limits,
         stop: &Stop,
     ) -> AttemptReport {
-        attempt::run(&self.inner, component, ctx, input, limits, stop).await
+        attempt::run(&self.inner, component, ctx, input, limits, stop, None).await
+    }
+
+    /// [`Sandbox::attempt_until`] with an egress session: the guest's
+    /// wasi:http requests go through it (its deadline is set to the
+    /// attempt's when the attempt starts), and its calls come back in
+    /// [`AttemptReport::calls`].
+    pub async fn attempt_with_egress(
+        &self,
+        component: &LoadedComponent,
+        ctx: &TaskContext,
+        input: &str,
+        limits: &Limits,
+        stop: &Stop,
+        egress: Option<Arc<crate::egress::Session>>,
+    ) -> AttemptReport {
+        attempt::run(&self.inner, component, ctx, input, limits, stop, egress).await
     }
 
     fn remembered(&self, digest: &str) -> Option<LoadedComponent> {

@@ -103,6 +103,8 @@ pub struct AttemptReport {
     /// Wall-clock time from the start of the attempt (waiting for a pool slot
     /// excluded) to its end.
     pub elapsed: Duration,
+    /// Its outbound calls (empty without an egress session).
+    pub calls: crate::egress::CallRecord,
 }
 
 /// The error half of the WIT `result`, already out of the bindings.

@@ -54,6 +54,10 @@ const SHARED: &[(&str, &str)] = &[
         "0011_closed_instances.sql",
         include_str!("../../migrations/shared/0011_closed_instances.sql"),
     ),
+    (
+        "0012_egress.sql",
+        include_str!("../../migrations/shared/0012_egress.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

@@ -27,6 +27,8 @@
 pub mod any;
 pub mod channels;
 pub mod children;
+// Egress grants and sealed secrets (issue 30).
+pub mod egress;
 pub mod failpoint;
 mod migrations;
 mod outbox;
@@ -281,6 +283,8 @@ pub struct AttemptOutput {
     pub stderr: Option<String>,
     /// Its last log lines, a JSON array of `{"level", "message"}`.
     pub logs: Option<String>,
+    /// Its outbound calls, a JSON `crate::egress::CallRecord` (migration 0011).
+    pub calls: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
@@ -376,7 +380,7 @@ pub struct DeploymentLoad {
 /// Tenancy and schedule storage ([`tenancy::TenancyStore`]) and channel storage
 /// ([`channels::ChannelStore`]) are supertraits.
 pub trait Store:
-    tenancy::TenancyStore + channels::ChannelStore + Send + Sync + Clone + 'static
+    tenancy::TenancyStore + channels::ChannelStore + egress::EgressStore + Send + Sync + Clone + 'static
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

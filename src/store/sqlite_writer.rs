@@ -552,6 +552,7 @@ fn apply_rows(
                 out.and_then(|o| o.stderr.as_deref()),
                 out.and_then(|o| o.logs.as_deref()),
                 a.class,
+                out.and_then(|o| o.calls.as_deref()),
             ])?;
         }
     }
