@@ -91,12 +91,15 @@ async fn malformed_requests_are_4xx_with_a_code_and_never_5xx() {
             StatusCode::BAD_REQUEST,
         ),
         (
+            // Well-formed, but a BPMN process starts with an object of
+            // variables (only a States-language execution takes any JSON
+            // value, issue 34): 422 SUTRA.RUNTIME.INSTANCE.INPUT_INVALID.
             "variables not an object",
             Method::POST,
             "/v1/processes/order/instances".into(),
             json_ct,
             br#"{"variables":[1]}"#.to_vec(),
-            StatusCode::BAD_REQUEST,
+            StatusCode::UNPROCESSABLE_ENTITY,
         ),
         (
             "a JSON array",

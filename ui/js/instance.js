@@ -214,9 +214,10 @@ export async function instancePage(page, id) {
     fill(actions, buttons);
   }
 
-  // What the instance waits for by message (a States-language event wait is
-  // a message wait named after its event).
+  // What the instance waits for by message, and by event (a States-language
+  // `EventName` wait: kind `event`, its name in `event`).
   const messageWait = () => (view.waits || []).find(w => w.kind === 'message') || {};
+  const eventWait = () => (view.waits || []).find(w => w.kind === 'event') || {};
 
   function cancelDialog() {
     const reason = h('input', { id: 'cancel-reason', placeholder: 'reason (optional)' });
@@ -236,7 +237,7 @@ export async function instancePage(page, id) {
   }
 
   function eventDialog() {
-    const evName = h('input', { id: 'event-name', placeholder: 'event name', value: messageWait().message || '' });
+    const evName = h('input', { id: 'event-name', placeholder: 'event name', value: eventWait().event || '' });
     const evData = h('textarea', { id: 'event-data', rows: 3 }, '{}');
     return act('Resume a wait on an event',
       [h('label', {}, 'Event ', evName), h('label', {}, 'Data (JSON) ', evData)],
