@@ -106,23 +106,35 @@ impl Drop for Permit {
     }
 }
 
-fn admit(counts: &Arc<Mutex<Counts>>, limits: ConnLimits, ip: IpAddr) -> Option<Permit> {
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Full {
+    /// Its source address holds `per_addr` connections.
+    Address,
+    /// The server holds `max`.
+    Server,
+}
+
+fn admit(counts: &Arc<Mutex<Counts>>, limits: ConnLimits, ip: IpAddr) -> Result<Permit, Full> {
     let mut c = counts.lock().unwrap_or_else(|p| p.into_inner());
     let from = c.by_addr.get(&ip).copied().unwrap_or(0);
-    if c.total >= limits.max || from >= limits.per_addr {
-        return None;
+    if from >= limits.per_addr {
+        return Err(Full::Address);
+    }
+    if c.total >= limits.max {
+        return Err(Full::Server);
     }
     c.total += 1;
     *c.by_addr.entry(ip).or_insert(0) += 1;
-    Some(Permit {
+    Ok(Permit {
         counts: counts.clone(),
         ip,
     })
 }
 
 /// The answer an excess connection gets.
-fn refusal(limits: ConnLimits, per_addr: bool) -> Vec<u8> {
-    let message = if per_addr {
+fn refusal(limits: ConnLimits, full: Full) -> Vec<u8> {
+    let message = if full == Full::Address {
         format!(
             "this address holds {} connections already, the most one address may",
             limits.per_addr
@@ -171,20 +183,19 @@ impl axum::serve::Listener for LimitedListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
             let (mut io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-            if let Some(permit) = admit(&self.counts, self.limits, addr.ip()) {
-                return (
-                    Counted {
-                        io,
-                        _permit: permit,
-                    },
-                    addr,
-                );
-            }
-            let per_addr = {
-                let c = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-                c.by_addr.get(&addr.ip()).copied().unwrap_or(0) >= self.limits.per_addr
+            let full = match admit(&self.counts, self.limits, addr.ip()) {
+                Ok(permit) => {
+                    return (
+                        Counted {
+                            io,
+                            _permit: permit,
+                        },
+                        addr,
+                    )
+                }
+                Err(full) => full,
             };
-            let answer = refusal(self.limits, per_addr);
+            let answer = refusal(self.limits, full);
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(Duration::from_secs(1), async {
                     let _ = io.write_all(&answer).await;
@@ -261,9 +272,17 @@ mod tests {
         let b: IpAddr = "127.0.0.2".parse().unwrap();
         let a1 = admit(&counts, limits, a).expect("first of a");
         let _a2 = admit(&counts, limits, a).expect("second of a");
-        assert!(admit(&counts, limits, a).is_none(), "a is at its cap");
+        assert_eq!(
+            admit(&counts, limits, a).err(),
+            Some(Full::Address),
+            "a is at its cap"
+        );
         let _b1 = admit(&counts, limits, b).expect("b has room");
-        assert!(admit(&counts, limits, b).is_none(), "the server is full");
+        assert_eq!(
+            admit(&counts, limits, b).err(),
+            Some(Full::Server),
+            "the server is full"
+        );
         drop(a1);
         let _a3 = admit(&counts, limits, a).expect("a's place came back");
         let c = counts.lock().unwrap();
@@ -277,7 +296,7 @@ mod tests {
                 max: 9,
                 per_addr: 4,
             },
-            true,
+            Full::Address,
         ))
         .unwrap();
         assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
