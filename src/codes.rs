@@ -140,7 +140,8 @@ codes! {
     /// A condition failed to evaluate at run time (a type error, a missing variable).
     ConditionFailed => "SUTRA.RUNTIME.CONDITION.FAILED", InvalidInput, false;
     /// A condition or correlation key whose cost bound over the instance's
-    /// variables is over the evaluation budget; it was not evaluated.
+    /// variables is over the evaluation budget; it was not evaluated. Also a
+    /// JSONata expression stopped at the same budget (steps, depth, memory).
     ConditionBudgetExceeded => "SUTRA.RUNTIME.CONDITION.BUDGET_EXCEEDED", InvalidInput, false;
     /// The instance was cancelled.
     Cancelled => "SUTRA.RUNTIME.CANCELLED", Internal, false;
@@ -431,6 +432,8 @@ codes! {
     StatesExceedToleratedFailureThreshold => "States.ExceedToleratedFailureThreshold", Internal, false;
     /// A Fail state that names no `Error`.
     StatesFail => "States.Fail", Internal, false;
+    /// A JSONata expression failed to evaluate, or yielded a value of the wrong type.
+    StatesQueryEvaluationError => "States.QueryEvaluationError", InvalidInput, false;
     /// A task returned a failure without a specific code.
     ActionFailed => "ActionFailed", Internal, true;
     /// A `Resource` names no deployed module.

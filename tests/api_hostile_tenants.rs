@@ -47,6 +47,23 @@ const SIMPLE: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
   </bpmn:process>
 </bpmn:definitions>"#;
 
+/// JSONata expressions a hostile tenant could write: a huge range, endless
+/// recursion, a string doubled until it fills the memory.
+const JSONATA_BOMB: &str = r#"{
+  "Name": "ata-bomb",
+  "QueryLanguage": "JSONata",
+  "StartAt": "Pick",
+  "States": {
+    "Pick": {"Type": "Choice", "Choices": [
+      {"Condition": "{% $states.input.kind = 'range' %}", "Next": "Range"},
+      {"Condition": "{% $states.input.kind = 'recursion' %}", "Next": "Recursion"}
+    ], "Default": "Strings"},
+    "Range": {"Type": "Pass", "Output": "{% $count([1..100000000].($ * 2)) %}", "End": true},
+    "Recursion": {"Type": "Pass", "Output": "{% ($f := function($x){$f($x)}; $f(1)) %}", "End": true},
+    "Strings": {"Type": "Pass", "Output": "{% ($f := function($s){$f($s & $s)}; $f('ab')) %}", "End": true}
+  }
+}"#;
+
 const WAITER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="https://example.com">
   <bpmn:message id="Go" name="go"/>
@@ -210,6 +227,34 @@ on_both! {
         let (status, small) = acme.start("bomb", json!({ "a": [1, 2, 3], "b": [4, 5] })).await;
         assert_eq!(status, StatusCode::CREATED, "{small}");
         assert_eq!(small["state"], "COMPLETED", "{small}");
+    }
+
+    /// Issue 34 item 6: a hostile JSONata expression (a range of 10⁸, endless
+    /// recursion, a string doubled without end) ends its state with the
+    /// budget code CEL conditions have, promptly, and the other tenant's
+    /// instance completes meanwhile; the server keeps answering.
+    async fn a_hostile_jsonata_expression_ends_its_state_at_the_budget(db) {
+        let Some(srv) = Server::start_on(db, &[]).await else {
+            return;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let globex = srv.tenant("globex", json!({})).await;
+        let (status, body) = acme.deploy(JSONATA_BOMB, &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (status, body) = globex.deploy(SIMPLE, &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        for kind in ["range", "recursion", "strings"] {
+            let began = std::time::Instant::now();
+            let (status, inst) = acme.start("ata-bomb", json!({ "kind": kind })).await;
+            assert_eq!(status, StatusCode::CREATED, "{kind}: {inst}");
+            assert_eq!(inst["state"], "FAILED", "{kind}: {inst}");
+            let text = inst["error"].to_string();
+            assert!(text.contains("SUTRA.RUNTIME.CONDITION.BUDGET_EXCEEDED"), "{kind}: {inst}");
+            assert!(began.elapsed() < std::time::Duration::from_secs(10), "{kind} took {:?}", began.elapsed());
+            let (status, other) = globex.start("simple", json!({})).await;
+            assert_eq!(status, StatusCode::CREATED, "{other}");
+            assert_eq!(other["state"], "COMPLETED", "{other}");
+        }
     }
 
     /// Item 3: with one lane and a one-hour deadline, a cancelled instance's

@@ -52,6 +52,7 @@ impl Machine<'_> {
         if let Some(m) = item {
             context["Map"] = m;
         }
+        self.with_vars(token, &mut context);
         context
     }
 
@@ -129,19 +130,20 @@ impl Machine<'_> {
         self.mirror(token, &raw);
         let context = self.context_of(token, node, 0);
         let mut draws = self.draws(token);
-        let mut scope = Scope {
-            context: &context,
-            draws: &mut draws,
-        };
+        let mut scope = Scope::new(&context, &mut draws);
         let result = match &node.kind {
             NodeKind::Pass { set } => {
                 doc::effective_input(df, &raw, &mut scope).and_then(|input| {
                     let result = set.clone().unwrap_or(input);
-                    doc::finish(df, raw.clone(), result, &mut scope)
+                    doc::complete(df, raw.clone(), result, &mut scope)
                 })
             }
+            NodeKind::End(EndKind::None) if df.jsonata => {
+                doc::complete(df, raw.clone(), raw.clone(), &mut scope)
+            }
             NodeKind::End(EndKind::None) => doc::select(&df.input, raw.clone(), &context)
-                .and_then(|v| doc::select(&df.output, v, &context)),
+                .and_then(|v| doc::select(&df.output, v, &context))
+                .map(|v| (v, None)),
             NodeKind::End(EndKind::Error { code, message }) => {
                 return self.doc_throw(token, node, df, &raw, code, message.as_deref());
             }
@@ -152,8 +154,9 @@ impl Machine<'_> {
         };
         match result {
             Err(e) => self.raise_doc_error(token, node, e),
-            Ok(out) => {
+            Ok((out, vars)) => {
                 self.set_doc(token, out);
+                self.assign_vars(token, &node.id, vars);
                 self.snap.completed.push(node.id.clone());
                 match node.kind {
                     NodeKind::End(_) => {
@@ -181,10 +184,7 @@ impl Machine<'_> {
     ) -> bool {
         let context = self.context_of(token, node, 0);
         let mut draws = self.draws(token);
-        let mut scope = Scope {
-            context: &context,
-            draws: &mut draws,
-        };
+        let mut scope = Scope::new(&context, &mut draws);
         let text = |v: Value| match v {
             Value::String(s) => s,
             other => other.to_string(),
@@ -243,9 +243,24 @@ impl Machine<'_> {
             let flow = self.process.flow(f);
             let holds = match &flow.condition {
                 None => Ok(true),
-                Some(c) => match c.as_rule() {
-                    Some(rule) => choice::eval(rule, &input, &context),
-                    None => c
+                Some(c) => match (c.as_rule(), c.as_jsonata()) {
+                    (Some(rule), _) => choice::eval(rule, &input, &context),
+                    (None, Some(j)) => {
+                        let mut draws = self.draws(token);
+                        let mut scope = Scope::new(&context, &mut draws);
+                        super::jsonata::eval(j, &input, &mut scope).and_then(|v| match v {
+                            Value::Bool(b) => Ok(b),
+                            other => Err(DocError::new(
+                                Code::StatesQueryEvaluationError,
+                                format!(
+                                    "the `Condition` {{% {} %}} yielded {}, not a boolean",
+                                    j.source(),
+                                    doc::kind(&other)
+                                ),
+                            )),
+                        })
+                    }
+                    (None, None) => c
                         .eval_bool(&self.snap.variables)
                         .map_err(|e| DocError::new(e.code(), e.to_string())),
                 },
@@ -273,13 +288,16 @@ impl Machine<'_> {
             self.raise_doc_error(token, node, e);
             return true;
         };
-        let out = match doc::select(&df.output, input, &context) {
+        let mut draws = self.draws(token);
+        let mut scope = Scope::new(&context, &mut draws);
+        let (out, vars) = match doc::complete(df, input.clone(), input, &mut scope) {
             Ok(v) => v,
             Err(e) => {
                 self.raise_doc_error(token, node, e);
                 return true;
             }
         };
+        self.assign_vars(token, &node.id, vars);
         self.snap.completed.push(node.id.clone());
         let scope = self.snap.token(token).and_then(|t| t.scope);
         self.discard(token);
@@ -301,10 +319,7 @@ impl Machine<'_> {
         }
         let context = self.context_of(token, node, attempt.saturating_sub(1));
         let mut draws = self.draws(token);
-        let mut scope = Scope {
-            context: &context,
-            draws: &mut draws,
-        };
+        let mut scope = Scope::new(&context, &mut draws);
         match doc::effective_input(df, &raw, &mut scope) {
             Ok(v) => Some(v),
             Err(e) => {
@@ -322,13 +337,11 @@ impl Machine<'_> {
         let raw = self.doc_of(token);
         let context = self.context_of(token, node, 0);
         let mut draws = self.draws(token);
-        let mut scope = Scope {
-            context: &context,
-            draws: &mut draws,
-        };
-        match doc::finish(df, raw, output, &mut scope) {
-            Ok(out) => {
+        let mut scope = Scope::new(&context, &mut draws);
+        match doc::complete(df, raw, output, &mut scope) {
+            Ok((out, vars)) => {
                 self.set_doc(token, out);
+                self.assign_vars(token, &node.id, vars);
                 self.complete_task(token, &node.id);
             }
             Err(e) => self.raise_doc_error(token, node, e),
@@ -355,20 +368,20 @@ impl Machine<'_> {
         let raw = self.doc_of(token);
         let context = self.context_of(token, node, 0);
         let mut draws = self.draws(token);
-        let mut scope = Scope {
-            context: &context,
-            draws: &mut draws,
-        };
+        let mut scope = Scope::new(&context, &mut draws);
         // A wait passes its effective input on (with an event's data at its result path).
         let out = doc::select(&df.input, raw, &context).and_then(|input| {
             if park.kind == ParkKind::Message {
-                doc::finish(df, input, Value::Object(variables), &mut scope)
+                doc::complete(df, input, Value::Object(variables), &mut scope)
             } else {
-                doc::select(&df.output, input, &context)
+                doc::complete(df, input.clone(), input, &mut scope)
             }
         });
         match out {
-            Ok(v) => self.set_doc(token, v),
+            Ok((v, vars)) => {
+                self.set_doc(token, v);
+                self.assign_vars(token, &node.id, vars);
+            }
             Err(e) => {
                 // The park is gone; the wait fails where it stands.
                 if let Some(t) = self.snap.token_mut(token) {
@@ -387,7 +400,7 @@ impl Machine<'_> {
     /// input with them; an input that is not an object is replaced (there
     /// is nothing to merge into). docs/states.md, "Where Sutra departs".
     pub(super) fn caught_doc(
-        &self,
+        &mut self,
         activity: u64,
         boundary: &Node,
         raised: &Raised,
@@ -400,6 +413,29 @@ impl Machine<'_> {
             Some(f) => (f.code.clone(), f.message.clone()),
             None => (raised.code.clone(), raised.message.clone()),
         };
+        let error_output = json!({ "Error": code, "Cause": cause });
+        if df.jsonata || df.assign.is_some() {
+            // A catcher's `Assign` (and JSONata `Output`) see the error
+            // (`$states.errorOutput`; `$` in a JSONPath `Assign`).
+            let context = self.context_of(activity, boundary, 0);
+            let mut draws = self.draws(activity);
+            let mut scope = Scope::new(&context, &mut draws);
+            scope.error_output = Some(error_output.clone());
+            let vars = if df.jsonata {
+                doc::assign(df, &raw, &mut scope)?
+            } else {
+                doc::assign(df, &error_output, &mut scope)?
+            };
+            let out = match (&df.output_template, df.jsonata) {
+                (Some(t), _) => Some(doc::template(t, &raw, &mut scope)?),
+                (None, true) => Some(error_output.clone()),
+                (None, false) => None,
+            };
+            self.assign_vars(activity, &boundary.id, vars);
+            if let Some(out) = out {
+                return Ok(Some(out));
+            }
+        }
         let raw = match (&df.result_path, raw) {
             (ResultPath::Replace, Value::Object(mut input)) => {
                 input.insert("Error".into(), Value::String(code));
@@ -408,12 +444,7 @@ impl Machine<'_> {
             }
             (_, raw) => raw,
         };
-        doc::place(
-            &df.result_path,
-            raw,
-            json!({ "Error": code, "Cause": cause }),
-        )
-        .map(Some)
+        doc::place(&df.result_path, raw, error_output).map(Some)
     }
 
     /// A token with a document ends: at top level its document is the output.
@@ -437,16 +468,18 @@ impl Machine<'_> {
             Some(df) => doc::select(&df.input, raw, &context),
             None => Ok(raw),
         };
+        let mut draws = self.draws(token);
+        let mut scope = Scope::new(&context, &mut draws);
         let due = input.and_then(|input| match from {
             TimerFrom::Seconds(p) => {
-                let v = doc::read(p, &input, &context)?;
+                let v = doc::compute(p, &input, &mut scope)?;
                 // Step Functions reads an integer (a long): 1.5 and -1 are refused.
                 let secs = v.as_u64().ok_or_else(|| {
                     DocError::new(
                         Code::StatesRuntime,
                         format!(
                             "`{}` must be a non-negative integer number of seconds, not {v}",
-                            p.text
+                            p.text()
                         ),
                     )
                 })?;
@@ -458,11 +491,11 @@ impl Machine<'_> {
                     .unwrap_or(self.inputs.now))
             }
             TimerFrom::Timestamp(p) => {
-                let v = doc::read(p, &input, &context)?;
+                let v = doc::compute(p, &input, &mut scope)?;
                 v.as_str().and_then(choice::timestamp).ok_or_else(|| {
                     DocError::new(
                         Code::StatesRuntime,
-                        format!("`{}` must be an RFC 3339 timestamp, not {v}", p.text),
+                        format!("`{}` must be an RFC 3339 timestamp, not {v}", p.text()),
                     )
                 })
             }

@@ -26,6 +26,12 @@ pub fn start_variables(input: Value) -> Map<String, Value> {
     }
 }
 
+/// The key of the context object (`docflow::context_of`) under which the
+/// variables a node sees travel (`Assign`; inner scopes over outer ones). No
+/// context path can name it (`dialect::asl::checks` refuses any first name
+/// but the context's own), and reading `$$` leaves it out.
+pub const VARS_KEY: &str = "$sutra.variables";
+
 /// The execution input document the start variables carry.
 pub fn input_document(vars: &Map<String, Value>) -> Value {
     match vars.get(INPUT_KEY) {
@@ -84,17 +90,45 @@ impl Draws {
 
 /// What templates and paths can see besides the value at hand.
 pub struct Scope<'a> {
-    /// The context object (`$$`).
+    /// The context object (`$$`), with the variables under [`VARS_KEY`].
     pub context: &'a Value,
     pub draws: &'a mut Draws,
+    /// The node's result (JSONata's `$states.result`), while its output and
+    /// assignments are computed.
+    pub result: Option<Value>,
+    /// The error a catcher caught (JSONata's `$states.errorOutput`).
+    pub error_output: Option<Value>,
+}
+
+impl<'a> Scope<'a> {
+    pub fn new(context: &'a Value, draws: &'a mut Draws) -> Self {
+        Scope {
+            context,
+            draws,
+            result: None,
+            error_output: None,
+        }
+    }
 }
 
 /// Read a path: a reference path yields the value it names (missing → error);
 /// a query yields the array of its matches.
 pub fn read(path: &DocPath, doc: &Value, context: &Value) -> DocResult<Value> {
+    let stripped;
     let root = match path.root {
         PathRoot::Document => doc,
-        PathRoot::Context => context,
+        PathRoot::Context => match context.get(VARS_KEY) {
+            None => context,
+            Some(_) => {
+                let mut c = context.clone();
+                if let Value::Object(m) = &mut c {
+                    m.remove(VARS_KEY);
+                }
+                stripped = c;
+                &stripped
+            }
+        },
+        PathRoot::Variables => context.get(VARS_KEY).unwrap_or(&Value::Null),
     };
     let found = path.query.query(root);
     if path.is_reference() {
@@ -128,6 +162,7 @@ pub fn compute(e: &ValueExpr, input: &Value, scope: &mut Scope<'_>) -> DocResult
     match e {
         ValueExpr::Path(p) => read(p, input, scope.context),
         ValueExpr::Call(c) => intrinsics::call(c, input, scope),
+        ValueExpr::Jsonata(j) => super::jsonata::eval(j, input, scope),
     }
 }
 
@@ -165,12 +200,61 @@ pub fn effective_input(df: &DataFlow, raw: &Value, scope: &mut Scope<'_>) -> Doc
 /// The document after a node produced `result` from its raw input `raw`:
 /// the result selector, the result path, then the output selection.
 pub fn finish(df: &DataFlow, raw: Value, result: Value, scope: &mut Scope<'_>) -> DocResult<Value> {
+    complete(df, raw, result, scope).map(|(out, _)| out)
+}
+
+/// [`finish`], and the variables the node assigns (`Assign`), both computed
+/// with the variables as they were when the node was entered. A JSONata
+/// node's `Output` and `Assign` see `$states.input` (`raw`) and
+/// `$states.result`; a JSONPath node's `Assign` reads its result after the
+/// result selector (`$`).
+pub fn complete(
+    df: &DataFlow,
+    raw: Value,
+    result: Value,
+    scope: &mut Scope<'_>,
+) -> DocResult<(Value, Option<Map<String, Value>>)> {
+    if df.jsonata {
+        scope.result = Some(result);
+        let assigned = assign(df, &raw, scope);
+        let out = match &df.output_template {
+            Some(t) => template(t, &raw, scope),
+            None => Ok(match scope.result.take() {
+                Some(r) => place(&df.result_path, raw, r)?,
+                None => raw,
+            }),
+        };
+        scope.result = None;
+        return Ok((out?, assigned?));
+    }
     let result = match &df.result_selector {
         Some(t) => template(t, &result, scope)?,
         None => result,
     };
+    let assigned = assign(df, &result, scope)?;
     let placed = place(&df.result_path, raw, result)?;
-    select(&df.output, placed, scope.context)
+    Ok((select(&df.output, placed, scope.context)?, assigned))
+}
+
+/// The variables a node assigns, its `Assign` template over `over`.
+pub fn assign(
+    df: &DataFlow,
+    over: &Value,
+    scope: &mut Scope<'_>,
+) -> DocResult<Option<Map<String, Value>>> {
+    let Some(t) = &df.assign else {
+        return Ok(None);
+    };
+    match template(t, over, scope)? {
+        Value::Object(m) => Ok(Some(m)),
+        other => Err(DocError::new(
+            Code::StatesRuntime,
+            format!(
+                "`Assign` yielded {}, not an object of variables",
+                kind(&other)
+            ),
+        )),
+    }
 }
 
 /// Place `result` into `input` at the result path.

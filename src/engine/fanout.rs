@@ -52,17 +52,17 @@ impl<'a> Machine<'a> {
         let raw = self.doc_of(token);
         let context = self.context_of(token, node, attempt.saturating_sub(1));
         let mut draws = self.draws(token);
-        let mut scope = Scope {
-            context: &context,
-            draws: &mut draws,
-        };
+        let mut scope = Scope::new(&context, &mut draws);
         let input = match doc::effective_input(&df, &raw, &mut scope) {
             Ok(v) => v,
             Err(e) => return self.raise_doc_error(token, node, e),
         };
         let (count, items) = match &fan.items {
             None => (fan.branches.len(), Vec::new()),
-            Some(it) => match doc::select(&it.path, input.clone(), &context) {
+            Some(it) => match match &it.expr {
+                Some(t) => doc::template(t, &input, &mut scope),
+                None => doc::select(&it.path, input.clone(), &context),
+            } {
                 Ok(Value::Array(a)) => (a.len(), a),
                 Ok(other) => {
                     let e = DocError::new(
@@ -180,10 +180,7 @@ impl<'a> Machine<'a> {
                         let mut context = self.context_of(token, node, 0);
                         context["Map"] = json!({ "Item": { "Index": slot, "Value": item } });
                         let mut draws = self.draws(token);
-                        let mut scope = Scope {
-                            context: &context,
-                            draws: &mut draws,
-                        };
+                        let mut scope = Scope::new(&context, &mut draws);
                         doc::template(t, &st.input, &mut scope)
                     }
                 };
@@ -228,16 +225,14 @@ impl<'a> Machine<'a> {
         let raw = self.doc_of(token);
         let context = self.context_of(token, node, 0);
         let mut draws = self.draws(token);
-        let mut scope = Scope {
-            context: &context,
-            draws: &mut draws,
-        };
-        match doc::finish(&df, raw, results, &mut scope) {
-            Ok(out) => {
+        let mut scope = Scope::new(&context, &mut draws);
+        match doc::complete(&df, raw, results, &mut scope) {
+            Ok((out, vars)) => {
                 self.journal("fanout_completed", Some(&node.id), json!({}));
                 if let Some(t) = self.snap.token_mut(token) {
                     t.doc = Some(out);
                 }
+                self.assign_vars(token, &node.id, vars);
                 self.complete_task(token, &node.id);
             }
             Err(e) => self.raise_doc_error(token, node, e),

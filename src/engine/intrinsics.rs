@@ -148,10 +148,7 @@ pub fn constant(c: &Call) -> Option<DocResult<Value>> {
     }
     let context = Value::Null;
     let mut draws = super::document::Draws::new("", 0.0, 0);
-    let mut scope = Scope {
-        context: &context,
-        draws: &mut draws,
-    };
+    let mut scope = Scope::new(&context, &mut draws);
     Some(call(c, &Value::Null, &mut scope))
 }
 
@@ -379,7 +376,7 @@ pub fn render(v: &Value, out: &mut String) {
     }
 }
 
-fn hash(f: Intrinsic, alg: &str, data: &[u8]) -> DocResult<String> {
+pub(super) fn hash(f: Intrinsic, alg: &str, data: &[u8]) -> DocResult<String> {
     use sha2::Digest;
     Ok(match alg {
         "MD5" => hex::encode(md5::Md5::digest(data)),
@@ -397,7 +394,7 @@ fn hash(f: Intrinsic, alg: &str, data: &[u8]) -> DocResult<String> {
 }
 
 /// A version-4 UUID from 16 random bytes.
-fn uuid(b: [u8; 32]) -> String {
+pub(super) fn uuid(b: [u8; 32]) -> String {
     let mut u = [0u8; 16];
     u.copy_from_slice(&b[..16]);
     u[6] = (u[6] & 0x0f) | 0x40;

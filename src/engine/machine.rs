@@ -79,6 +79,7 @@ impl<'a> Machine<'a> {
             started_at: now,
             ended_at: None,
             parent: None,
+            assigned: Default::default(),
         }
     }
 
@@ -361,6 +362,7 @@ impl<'a> Machine<'a> {
             }
             self.discard(c);
         }
+        self.snap.assigned.remove(&token);
         if let Some(pos) = self.snap.tokens.iter().position(|t| t.id == token) {
             let t = self.snap.tokens.remove(pos);
             if let TokenStatus::Task(TaskState {

@@ -23,6 +23,7 @@ pub mod document;
 mod fanout;
 mod flow;
 mod intrinsics;
+mod jsonata;
 mod machine;
 mod migrate;
 mod orjoin;
@@ -30,6 +31,7 @@ mod outcome;
 mod parks;
 pub mod snapshot;
 mod unwind;
+mod variables;
 mod vars;
 
 pub use channel::{call_of, correlation_of, parse_correlation, CallView, ChannelRequest};

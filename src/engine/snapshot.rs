@@ -414,6 +414,10 @@ pub struct Snapshot {
     /// delivered to that parent's park.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentLink>,
+    /// Variables (`Assign`) by scope: 0 the top level, else the branch
+    /// token of a Parallel branch or Map iteration (`engine::variables`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub assigned: BTreeMap<u64, Map<String, Value>>,
 }
 
 impl Snapshot {

@@ -23,6 +23,8 @@ pub enum PathRoot {
     Document,
     /// `$$`: the context object (execution, state, map item).
     Context,
+    /// `$name`: the variables (`Assign`); the query's first step is the name.
+    Variables,
 }
 
 /// One step of a reference path.
@@ -177,12 +179,25 @@ pub enum Arg {
     Call(Call),
 }
 
-/// A value computed from the document: a path or an intrinsic call.
+/// A value computed from the document: a path, an intrinsic call, or a
+/// JSONata expression (which sees `$states` and the variables).
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum ValueExpr {
     Path(DocPath),
     Call(Call),
+    Jsonata(super::Jsonata),
+}
+
+impl ValueExpr {
+    /// The expression as written, for messages.
+    pub fn text(&self) -> String {
+        match self {
+            ValueExpr::Path(p) => p.text.clone(),
+            ValueExpr::Call(c) => c.function.name().to_string(),
+            ValueExpr::Jsonata(j) => format!("{{% {} %}}", j.source()),
+        }
+    }
 }
 
 /// A payload template (`Parameters`, `ResultSelector`, ...): literal JSON
@@ -242,6 +257,19 @@ pub struct DataFlow {
     pub error: Option<ValueExpr>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<ValueExpr>,
+    /// The output computed from the node's input (`$states.input`) and its
+    /// result (`$states.result`): JSONata's `Output`. When set it replaces
+    /// the result selector, the result path and the output selection.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_template: Option<Template>,
+    /// Variables the node assigns when it completes (`Assign`): names and
+    /// the templates of their values, evaluated with the variables as they
+    /// were when the node was entered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assign: Option<Template>,
+    /// The node evaluates JSONata (the runtime steps it off the executor).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub jsonata: bool,
 }
 
 impl DataFlow {
@@ -260,7 +288,7 @@ impl DataFlow {
 #[serde(tag = "kind", content = "path", rename_all = "snake_case")]
 pub enum TimerFrom {
     /// A number of seconds from now.
-    Seconds(DocPath),
+    Seconds(ValueExpr),
     /// An RFC 3339 timestamp.
-    Timestamp(DocPath),
+    Timestamp(ValueExpr),
 }

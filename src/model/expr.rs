@@ -22,6 +22,8 @@ enum ExprKind {
     Cel(Arc<cel_interpreter::Program>, Arc<cel_parser::Expression>),
     /// A structured rule over a document (`engine::choice` evaluates it).
     Rule(Arc<super::rule::Rule>),
+    /// A JSONata condition (`engine::jsonata` evaluates it).
+    Jsonata(Arc<super::Jsonata>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -155,7 +157,23 @@ impl Expr {
     pub fn as_rule(&self) -> Option<&super::rule::Rule> {
         match &self.kind {
             ExprKind::Rule(r) => Some(r),
-            ExprKind::Cel(..) => None,
+            _ => None,
+        }
+    }
+
+    /// A JSONata condition (a Choice rule's `Condition`).
+    pub fn jsonata(j: super::Jsonata) -> Expr {
+        Expr {
+            source: j.source().to_string(),
+            kind: ExprKind::Jsonata(Arc::new(j)),
+        }
+    }
+
+    /// The JSONata expression, when this condition is one.
+    pub fn as_jsonata(&self) -> Option<&super::Jsonata> {
+        match &self.kind {
+            ExprKind::Jsonata(j) => Some(j),
+            _ => None,
         }
     }
 
@@ -164,7 +182,7 @@ impl Expr {
     pub fn cost_bound(&self, vars: &serde_json::Map<String, serde_json::Value>) -> Option<u64> {
         match &self.kind {
             ExprKind::Cel(_, tree) => Some(super::expr_cost::bound(tree, vars)),
-            ExprKind::Rule(_) => None,
+            ExprKind::Rule(_) | ExprKind::Jsonata(_) => None,
         }
     }
 
@@ -174,6 +192,7 @@ impl Expr {
         match &self.kind {
             ExprKind::Cel(_, tree) => super::expr_cost::may_iterate(tree),
             ExprKind::Rule(_) => false,
+            ExprKind::Jsonata(_) => true,
         }
     }
 
@@ -188,7 +207,7 @@ impl Expr {
     ) -> Result<serde_json::Value, ExprError> {
         let (program, tree) = match &self.kind {
             ExprKind::Cel(p, t) => (p, t),
-            ExprKind::Rule(_) => {
+            ExprKind::Rule(_) | ExprKind::Jsonata(_) => {
                 return Err(ExprError::new(
                     "a structured rule is evaluated over a document, not over variables",
                 ))
@@ -260,7 +279,7 @@ fn compile_guarded(text: &str) -> Result<cel_interpreter::Program, ExprError> {
 }
 
 /// Run `f`, turning a panic into `None` without printing it.
-pub(super) fn quietly<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Option<T> {
+pub(crate) fn quietly<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Option<T> {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();

@@ -15,6 +15,7 @@ mod document;
 mod expr;
 mod expr_cost;
 mod expr_static;
+mod jsonata;
 mod policy;
 mod rule;
 
@@ -22,8 +23,10 @@ pub use document::{
     Arg, Call, DataFlow, DocPath, Intrinsic, PathRoot, ResultPath, Selection, Step, Template,
     TimerFrom, ValueExpr,
 };
+pub(crate) use expr::quietly;
 pub use expr::{Expr, ExprError};
 pub use expr_cost::BUDGET as CONDITION_BUDGET;
+pub use jsonata::{Jsonata, JsonataRefusal};
 pub use policy::{Backoff, Jitter, OnTimeout, RetryPolicy, TaskTimeout};
 pub use rule::{Against, Compare, Operand, Rule, TypeTest};
 
@@ -106,6 +109,10 @@ impl Process {
             .filter_map(|f| f.condition.as_ref())
             .chain(keys)
             .any(Expr::may_iterate)
+            || self
+                .nodes
+                .iter()
+                .any(|n| n.data.as_deref().is_some_and(|d| d.jsonata))
     }
 
     pub fn find(&self, id: &str) -> Option<&Node> {
@@ -295,6 +302,9 @@ pub struct Fanout {
 pub struct Items {
     /// Where the array is in the effective input (`ItemsPath`).
     pub path: Selection,
+    /// The array computed from the input (JSONata's `Items`); replaces `path`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expr: Option<Template>,
     /// Builds each iteration's input (`ItemSelector`); `None` = the item itself.
     pub selector: Option<Template>,
     /// Iterations running at once (0 = all).

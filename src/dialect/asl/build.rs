@@ -38,6 +38,8 @@ pub struct Builder<'c> {
     names: HashSet<String>,
     /// The top level's `QueryLanguage` is JSONata.
     pub jsonata: bool,
+    /// Every variable an `Assign` names: its scope, name, position and state.
+    pub assigns: Vec<(Option<NodeIx>, String, Pos, String)>,
 }
 
 impl Builder<'_> {
@@ -320,6 +322,43 @@ impl Builder<'_> {
 }
 
 /// The state a transition's source belongs to (a catcher belongs to its activity).
+/// A Parallel branch or Map iteration reads the variables of the scopes
+/// around it but cannot assign them: an `Assign` inside one naming a
+/// variable an enclosing scope assigns is refused, as Step Functions does.
+fn outer_assignments(b: &mut Builder<'_>) {
+    let enclosing = |nodes: &[Node], mut scope: Option<NodeIx>| {
+        let mut out = Vec::new();
+        while let Some(s) = scope {
+            let n = &nodes[s.0 as usize];
+            scope = n.scope;
+            if matches!(n.kind, NodeKind::SubProcess) {
+                // The branch's scope is the fan-out's; the one around it, the fan-out's own.
+                out.push(scope.and_then(|f| nodes[f.0 as usize].scope));
+            }
+        }
+        out
+    };
+    let mut refused = Vec::new();
+    for (scope, name, pos, state) in &b.assigns {
+        for outer in enclosing(&b.nodes, *scope) {
+            if b.assigns.iter().any(|(s, n, ..)| *s == outer && n == name) {
+                refused.push((*pos, state.clone(), name.clone()));
+                break;
+            }
+        }
+    }
+    for (pos, state, name) in refused {
+        b.cx.err(
+            Code::StatesInvalidField,
+            pos,
+            &state,
+            format!(
+                "`Assign`: `{name}` is assigned in an enclosing scope; a Parallel branch or Map iteration reads outer variables but cannot assign them"
+            ),
+        );
+    }
+}
+
 fn state_of(nodes: &[Node], ix: NodeIx) -> NodeIx {
     match &nodes[ix.0 as usize].kind {
         NodeKind::Boundary(b) => b.attached_to,
@@ -365,10 +404,7 @@ pub fn process(cx: &mut Ctx, root: &J) -> Option<Process> {
             "TimeoutSeconds" => cx.unsupported(k.pos, "", "a state machine `TimeoutSeconds`"),
             "QueryLanguage" => match v.as_str() {
                 Some("JSONPath") => {}
-                Some("JSONata") => {
-                    jsonata = true;
-                    cx.unsupported(k.pos, "", "`QueryLanguage` JSONata");
-                }
+                Some("JSONata") => jsonata = true,
                 _ => cx.err(
                     Code::StatesInvalidField,
                     v.pos,
@@ -400,6 +436,7 @@ pub fn process(cx: &mut Ctx, root: &J) -> Option<Process> {
         flows: Vec::new(),
         names: HashSet::new(),
         jsonata,
+        assigns: Vec::new(),
     };
     b.machine(
         root,
@@ -407,6 +444,7 @@ pub fn process(cx: &mut Ctx, root: &J) -> Option<Process> {
         "",
         &["Version", "TimeoutSeconds", "QueryLanguage", "Name"],
     );
+    outer_assignments(&mut b);
     // Synthetic ids must not collide with state names.
     let mut ids = HashSet::new();
     for n in &b.nodes {

@@ -83,6 +83,7 @@ pub fn expr(e: &ValueExpr, in_map: bool) -> Result<(), Refusal> {
     match e {
         ValueExpr::Path(p) => path(p, in_map),
         ValueExpr::Call(c) => call(c, in_map),
+        ValueExpr::Jsonata(_) => Ok(()),
     }
 }
 

@@ -184,12 +184,8 @@ impl St<'_, '_, '_> {
             };
             for (k, _) in obj {
                 match k.name.as_str() {
-                    "ErrorEquals" | "Next" | "ResultPath" | "Comment" => {}
-                    "Assign" | "Output" => {
-                        self.b
-                            .cx
-                            .unsupported(k.pos, self.name, "`Assign`/`Output` on a catcher")
-                    }
+                    "ErrorEquals" | "Next" | "ResultPath" | "Comment" | "Assign" => {}
+                    "Output" if self.jsonata => {}
                     other => self.err(
                         Code::StatesUnknownField,
                         k.pos,
@@ -219,10 +215,17 @@ impl St<'_, '_, '_> {
             let (Some(codes), Some((target, pos))) = (codes, next) else {
                 continue;
             };
-            let data = DataFlow {
+            let mut data = DataFlow {
                 result_path,
+                jsonata: self.jsonata,
                 ..DataFlow::default()
             };
+            if self.jsonata {
+                data.output_template = item.get("Output").map(super::jsonata::template);
+            }
+            if let Some(a) = item.get("Assign") {
+                data.assign = self.assign(a);
+            }
             let id = format!("{}#catch{}", self.name, i + 1);
             let b = self.b.catcher(activity, id, item.pos, codes, data);
             self.transitions.push(Pending {

@@ -1,11 +1,55 @@
-//! JSONata states are refused as unsupported, but only once they are known
-//! to be well-formed: every `{% ... %}` expression must be complete on one
-//! line and parse. A malformed one is an invalid definition
-//! (`SUTRA.CONFIG.STATES.JSONATA_SYNTAX`).
+//! JSONata states (`"QueryLanguage": "JSONata"`): every `{% ... %}`
+//! expression must be complete on one line and parse, first against the
+//! grammar's shape (a position for the common mistakes), then with the
+//! JSONata implementation the engine evaluates with (`model::Jsonata`). A
+//! malformed one is an invalid definition (`SUTRA.CONFIG.STATES.JSONATA_SYNTAX`);
+//! one calling a function Sutra does not provide is
+//! `SUTRA.CONFIG.STATES.UNSUPPORTED`, naming the function.
+//!
+//! A field's value becomes a [`Template`]: each `{% ... %}` string an
+//! expression, everything else literal JSON.
 
 use super::json::{Jv, J};
 use super::Ctx;
 use crate::codes::Code;
+use crate::model::{Jsonata, JsonataRefusal, Template, ValueExpr};
+
+/// Fields holding state machines, checked state by state (not as a whole).
+const NESTED_MACHINES: &[&str] = &["Branches", "ItemProcessor", "Iterator"];
+
+/// The expression of a `{% ... %}` string (`None`: not one, or refused:
+/// [`check`] reports why).
+pub fn lift(s: &str) -> Option<Jsonata> {
+    let inner = s
+        .strip_prefix("{% ")
+        .and_then(|r| r.strip_suffix(" %}"))
+        .filter(|inner| !inner.contains(['\n', '\r']))?;
+    parse(inner).ok()?;
+    Jsonata::parse(inner).ok()
+}
+
+/// Whether a string is written as a JSONata expression.
+pub fn is_expression(s: &str) -> bool {
+    s.starts_with("{%") || s.ends_with("%}")
+}
+
+/// A JSONata field's value as a template (its diagnostics come from [`check`]).
+pub fn template(j: &J) -> Template {
+    match &j.v {
+        Jv::Str(s) if is_expression(s) => match lift(s) {
+            Some(e) => Template::Computed(ValueExpr::Jsonata(e)),
+            None => Template::Literal(j.to_value()),
+        },
+        Jv::Arr(items) => Template::Array(items.iter().map(template).collect()),
+        Jv::Obj(props) => Template::Object(
+            props
+                .iter()
+                .map(|(k, v)| (k.name.clone(), template(v)))
+                .collect(),
+        ),
+        _ => Template::Literal(j.to_value()),
+    }
+}
 
 /// The fields a JSONata state may not have (their JSONPath forms).
 pub const JSONPATH_ONLY: &[&str] = &[
@@ -25,6 +69,9 @@ pub const JSONPATH_ONLY: &[&str] = &[
 
 /// Check every JSONata expression in a field's value.
 pub fn check(cx: &mut Ctx, j: &J, state: &str, field: &str) {
+    if NESTED_MACHINES.contains(&field) {
+        return;
+    }
     match &j.v {
         Jv::Str(s) => {
             if !(s.starts_with("{%") || s.ends_with("%}")) {
@@ -41,16 +88,18 @@ pub fn check(cx: &mut Ctx, j: &J, state: &str, field: &str) {
                     state,
                     format!("`{field}`: a JSONata expression is written `{{% expression %}}` on one line"),
                 ),
-                Some(expr) => {
-                    if let Err(why) = parse(expr) {
-                        cx.err(
-                            Code::StatesJsonataSyntax,
-                            j.pos,
-                            state,
-                            format!("`{field}`: the JSONata expression does not parse: {why}"),
-                        );
+                Some(expr) => match parse(expr).map(|()| Jsonata::parse(expr)) {
+                    Err(why) | Ok(Err(JsonataRefusal::Syntax(why))) => cx.err(
+                        Code::StatesJsonataSyntax,
+                        j.pos,
+                        state,
+                        format!("`{field}`: the JSONata expression does not parse: {why}"),
+                    ),
+                    Ok(Err(JsonataRefusal::Unsupported(what))) => {
+                        cx.unsupported(j.pos, state, &format!("`{field}`: {what}"))
                     }
-                }
+                    Ok(Ok(_)) => {}
+                },
             }
         }
         Jv::Arr(items) => items.iter().for_each(|i| check(cx, i, state, field)),

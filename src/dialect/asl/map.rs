@@ -17,20 +17,25 @@ impl St<'_, '_, '_> {
     pub(super) fn map(&mut self) -> (NodeIx, bool) {
         // `Parameters` is the item selector here (the older name), not an input template.
         let rp = self.get("ResultPath").cloned();
-        let data = DataFlow {
+        let mut data = DataFlow {
             input: self.selection("InputPath"),
             result_selector: self.template("ResultSelector"),
             result_path: self.result_path(rp.as_ref(), ResultPath::Replace),
             output: self.selection("OutputPath"),
             ..DataFlow::default()
         };
+        self.extras(&mut data);
         self.exclusive(&["Items", "ItemsPath"]);
         let selector_field = self
             .exclusive(&["ItemSelector", "Parameters"])
             .map(|(f, _)| f);
         // `$$.Map` exists in the item selector and the item processor.
         let outer = std::mem::replace(&mut self.b.cx.in_map, true);
-        let selector = selector_field.and_then(|f| self.template(f));
+        let selector = match selector_field {
+            Some(f) if self.jsonata => self.get(f).map(super::jsonata::template),
+            Some(f) => self.template(f),
+            None => None,
+        };
         self.b.cx.in_map = outer;
         if let Some(rc) = self
             .get("ItemReader")
@@ -41,8 +46,27 @@ impl St<'_, '_, '_> {
         }
         let path = self.selection("ItemsPath");
         let max_concurrency = match self.get("MaxConcurrency").cloned() {
-            Some(v) if !self.jsonata => self.non_negative_int(&v, "MaxConcurrency").unwrap_or(0),
+            Some(v) if self.literal_only(&v, "MaxConcurrency") => {
+                self.non_negative_int(&v, "MaxConcurrency").unwrap_or(0)
+            }
             _ => 0,
+        };
+        let expr = match self.get("Items").cloned() {
+            Some(v) if self.jsonata => match &v.v {
+                Jv::Arr(_) => Some(super::jsonata::template(&v)),
+                Jv::Str(s) if super::jsonata::is_expression(s) => {
+                    Some(super::jsonata::template(&v))
+                }
+                _ => {
+                    self.err(
+                        Code::StatesInvalidField,
+                        v.pos,
+                        "`Items` is an array or a JSONata expression `{% ... %}`",
+                    );
+                    None
+                }
+            },
+            _ => None,
         };
         let max_concurrency_path = match self.exclusive(&["MaxConcurrency", "MaxConcurrencyPath"]) {
             Some(("MaxConcurrencyPath", v)) if !self.jsonata => {
@@ -92,6 +116,7 @@ impl St<'_, '_, '_> {
         let retries = self.retriers();
         let items = Items {
             path,
+            expr,
             selector,
             max_concurrency: u32::try_from(max_concurrency).unwrap_or(u32::MAX),
             max_concurrency_path: max_concurrency_path.map(Box::new),
@@ -187,7 +212,7 @@ impl St<'_, '_, '_> {
             _ => "ToleratedFailurePercentagePath",
         };
         match self.exclusive(&[field, path_field])? {
-            _ if self.jsonata => None,
+            (_, v) if !self.literal_only(&v, field) => None,
             (f, v) if f == path_field => self
                 .b
                 .cx

@@ -40,9 +40,21 @@ pub fn path(text: &str) -> R<DocPath> {
         return invalid(format!("`{text}` is not a path: a path starts with `$`"));
     };
     if rest.starts_with(|c: char| c.is_alphanumeric() || c == '_') {
-        return Err(Refusal::Unsupported(format!(
-            "`{text}` refers to a variable: variables (`Assign`, `$name`) are not supported"
-        )));
+        // `$name...`: a variable (`Assign`); the path runs over the
+        // variables with the name as its first step.
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let (name, tail) = rest.split_at(end);
+        if name == "states" {
+            return invalid(format!(
+                "`{text}`: `$states` exists only in JSONata expressions"
+            ));
+        }
+        let mut p = path(&format!("$.{name}{tail}"))?;
+        p.text = text.to_string();
+        p.root = PathRoot::Variables;
+        return Ok(p);
     }
     if rest.contains("[(") {
         return Err(Refusal::Unsupported(format!(
@@ -563,7 +575,21 @@ mod tests {
         assert_eq!(path("$$.Execution.Id").unwrap().root, PathRoot::Context);
         assert_eq!(path("$").unwrap().steps, Some(vec![]));
         assert!(matches!(path("bug$.x"), Err(Refusal::Invalid(_))));
-        assert!(matches!(path("$foo"), Err(Refusal::Unsupported(_))));
+        // A variable: the path runs over the variables, the name its first step.
+        let v = path("$foo.a[0]").unwrap();
+        assert_eq!(
+            (v.root, v.text.as_str()),
+            (PathRoot::Variables, "$foo.a[0]")
+        );
+        assert_eq!(
+            v.steps,
+            Some(vec![
+                Step::Key("foo".into()),
+                Step::Key("a".into()),
+                Step::Index(0)
+            ])
+        );
+        assert!(matches!(path("$states.input"), Err(Refusal::Invalid(_))));
         assert!(matches!(
             path("$[(@.length-1)].bar"),
             Err(Refusal::Unsupported(_))

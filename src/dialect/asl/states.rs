@@ -8,7 +8,7 @@ use crate::codes::Code;
 use crate::diag::Pos;
 use crate::model::{
     CatchTrigger, DataFlow, EndKind, Expr, Fanout, MessageRef, NodeIx, NodeKind, OnTimeout,
-    ResultPath, Selection, ServiceTask, TaskImpl, TaskTimeout, Template, TimerFrom,
+    ResultPath, Selection, ServiceTask, TaskImpl, TaskTimeout, Template, TimerFrom, ValueExpr,
 };
 use crate::time::{IsoDuration, TimerSpec};
 
@@ -21,7 +21,19 @@ pub struct Built {
 }
 
 const IO: &[&str] = &["InputPath", "OutputPath"];
-const JSONATA_FIELDS: &[&str] = &["Arguments", "Output", "Assign", "Items", "QueryLanguage"];
+const JSONATA_FIELDS: &[&str] = &["Arguments", "Output", "Items", "QueryLanguage"];
+/// The fields only a JSONata state has.
+const JSONATA_ONLY: &[&str] = &["Arguments", "Output", "Items"];
+/// The state types that assign variables (`Assign`).
+const ASSIGNING: &[&str] = &[
+    "Task",
+    "Pass",
+    "Choice",
+    "Wait",
+    "Parallel",
+    "Map",
+    "InvokeFlow",
+];
 
 /// The fields each state type has (besides `Type`, `Comment`, `QueryLanguage`).
 fn allowed(ty: &str) -> Option<&'static [&'static str]> {
@@ -99,8 +111,6 @@ fn allowed(ty: &str) -> Option<&'static [&'static str]> {
 /// Fields Sutra knows but does not run, and the feature each names.
 fn unsupported(ty: &str, field: &str) -> Option<&'static str> {
     Some(match (ty, field) {
-        (_, "Assign") => "`Assign` (variables)",
-        (_, "Output") | (_, "Arguments") => "JSONata `Output`/`Arguments`",
         ("Task", "TimeoutSecondsPath") => "`TimeoutSecondsPath`",
         ("Task", "HeartbeatSeconds") | ("Task", "HeartbeatSecondsPath") => {
             "task heartbeats (`HeartbeatSeconds`)"
@@ -110,7 +120,6 @@ fn unsupported(ty: &str, field: &str) -> Option<&'static str> {
         ("Map", "ItemBatcher") => "`ItemBatcher`",
         ("Map", "ResultWriter") => "distributed Map `ResultWriter`",
         ("Map", "Label") => "distributed Map `Label`",
-        ("Map", "Items") => "JSONata `Items`",
         _ => return None,
     })
 }
@@ -146,13 +155,10 @@ pub fn state(
         );
         return None;
     };
-    // JSONata (this state's or the machine's QueryLanguage): checked, then refused.
+    // JSONata (this state's or the machine's QueryLanguage).
     let jsonata_state = match j.get("QueryLanguage") {
         Some(q) => match q.as_str() {
-            Some("JSONata") => {
-                b.cx.unsupported(q.pos, name, "`QueryLanguage` JSONata");
-                true
-            }
+            Some("JSONata") => true,
             Some("JSONPath") => false,
             _ => {
                 b.cx.err(
@@ -187,6 +193,18 @@ pub fn state(
             }
         }
         if fields.contains(&f) || (IO.contains(&f) && ty != "Fail") {
+            continue;
+        }
+        if f == "Assign" && ASSIGNING.contains(&ty) {
+            continue;
+        }
+        if !jsonata_state && JSONATA_ONLY.contains(&f) {
+            b.cx.err(
+                Code::StatesInvalidField,
+                k.pos,
+                name,
+                format!("`{f}` is a JSONata field: this state's `QueryLanguage` is JSONPath"),
+            );
             continue;
         }
         match unsupported(ty, f) {
@@ -386,13 +404,92 @@ impl St<'_, '_, '_> {
     /// The common data flow: input, parameters, result selector, result path, output.
     pub(super) fn data(&mut self, result_default: ResultPath) -> DataFlow {
         let rp = self.get("ResultPath").cloned();
-        DataFlow {
+        let parameters = if self.jsonata {
+            self.get("Arguments").map(jsonata::template)
+        } else {
+            self.template("Parameters")
+        };
+        let mut df = DataFlow {
             input: self.selection("InputPath"),
-            parameters: self.template("Parameters"),
+            parameters,
             result_selector: self.template("ResultSelector"),
             result_path: self.result_path(rp.as_ref(), result_default),
             output: self.selection("OutputPath"),
             ..DataFlow::default()
+        };
+        self.extras(&mut df);
+        df
+    }
+
+    /// What every state's data flow may have besides: JSONata's `Output`,
+    /// and `Assign` (both query languages).
+    pub(super) fn extras(&mut self, df: &mut DataFlow) {
+        df.jsonata = self.jsonata;
+        if self.jsonata {
+            df.output_template = self.get("Output").map(jsonata::template);
+        }
+        let j = self.get("Assign").cloned();
+        df.assign = j.and_then(|j| self.assign(&j));
+    }
+
+    /// An `Assign` object: its names checked (and recorded for the scope
+    /// check), its values a template in the state's query language.
+    pub(super) fn assign(&mut self, j: &J) -> Option<Template> {
+        let Some(obj) = j.as_obj() else {
+            self.err(
+                Code::StatesInvalidField,
+                j.pos,
+                format!("`Assign` must be an object of variables, not {}", j.kind()),
+            );
+            return None;
+        };
+        let mut ok = true;
+        for (k, _) in obj {
+            let name = if self.jsonata {
+                k.name.as_str()
+            } else {
+                paths::template_key(&k.name).0
+            };
+            let valid = name.len() <= 80
+                && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid || name == "states" {
+                ok = false;
+                self.err(
+                    Code::StatesInvalidField,
+                    k.pos,
+                    format!(
+                        "`Assign`: `{name}` is no variable name (a letter or `_`, then letters, digits or `_`, at most 80; `states` is reserved)"
+                    ),
+                );
+                continue;
+            }
+            self.b
+                .assigns
+                .push((self.scope, name.to_string(), k.pos, self.name.to_string()));
+        }
+        if !ok {
+            return None;
+        }
+        if self.jsonata {
+            Some(jsonata::template(j))
+        } else {
+            paths::template(self.b.cx, j, self.name, "Assign", 0)
+        }
+    }
+
+    /// A JSONata expression where Sutra takes only a literal: refused, naming the field.
+    pub(super) fn literal_only(&mut self, v: &J, field: &str) -> bool {
+        match v.as_str() {
+            Some(s) if self.jsonata && jsonata::is_expression(s) => {
+                self.b.cx.unsupported(
+                    v.pos,
+                    self.name,
+                    &format!("`{field}` as a JSONata expression (write a number)"),
+                );
+                false
+            }
+            _ => true,
         }
     }
 
@@ -447,13 +544,12 @@ impl St<'_, '_, '_> {
         self.exclusive(&["TimeoutSeconds", "TimeoutSecondsPath"]);
         self.exclusive(&["HeartbeatSeconds", "HeartbeatSecondsPath"]);
         let timeout = match self.get("TimeoutSeconds").cloned() {
-            Some(t) if !self.jsonata => {
-                self.positive_int(&t, "TimeoutSeconds")
-                    .map(|s| TaskTimeout {
-                        duration: IsoDuration::from_secs(s),
-                        on_timeout: OnTimeout::Retry,
-                    })
-            }
+            Some(t) if self.literal_only(&t, "TimeoutSeconds") => self
+                .positive_int(&t, "TimeoutSeconds")
+                .map(|s| TaskTimeout {
+                    duration: IsoDuration::from_secs(s),
+                    on_timeout: OnTimeout::Retry,
+                }),
             _ => None,
         };
         let mut data = self.data(ResultPath::Replace);
@@ -495,11 +591,12 @@ impl St<'_, '_, '_> {
     }
 
     fn choice(&mut self) -> (NodeIx, bool) {
-        let data = DataFlow {
+        let mut data = DataFlow {
             input: self.selection("InputPath"),
             output: self.selection("OutputPath"),
             ..DataFlow::default()
         };
+        self.extras(&mut data);
         let node = self.node(NodeKind::ExclusiveGateway { default: None }, Some(data));
         if self.get("Next").is_some() || self.get("End").is_some() {
             self.err(
@@ -518,9 +615,9 @@ impl St<'_, '_, '_> {
                 Some(items) if !items.is_empty() => {
                     for item in items {
                         let rule = if self.jsonata {
-                            None
+                            self.condition(item)
                         } else {
-                            rules::rule(self.b.cx, item, self.name, true, 0)
+                            rules::rule(self.b.cx, item, self.name, true, 0).map(Expr::rule)
                         };
                         if let Some(next) = item
                             .get("Next")
@@ -530,7 +627,7 @@ impl St<'_, '_, '_> {
                                 from: node,
                                 target: next.0,
                                 pos: next.1,
-                                condition: rule.map(Expr::rule),
+                                condition: rule,
                                 default: false,
                             });
                         } else if self.jsonata {
@@ -568,14 +665,63 @@ impl St<'_, '_, '_> {
         (node, false)
     }
 
+    /// A JSONata choice rule's `Condition`.
+    fn condition(&mut self, item: &J) -> Option<Expr> {
+        let Some(obj) = item.as_obj() else {
+            self.err(
+                Code::StatesInvalidField,
+                item.pos,
+                "a choice rule must be an object",
+            );
+            return None;
+        };
+        for (k, _) in obj {
+            match k.name.as_str() {
+                "Condition" | "Next" | "Comment" => {}
+                "Assign" | "Output" => self.b.cx.unsupported(
+                    k.pos,
+                    self.name,
+                    "`Assign`/`Output` on a choice rule (set them on the Choice state)",
+                ),
+                other => self.err(
+                    Code::StatesUnknownField,
+                    k.pos,
+                    format!("a JSONata choice rule has no field `{other}`"),
+                ),
+            }
+        }
+        match item.get("Condition") {
+            None => {
+                self.err(
+                    Code::StatesMissingField,
+                    item.pos,
+                    "a JSONata choice rule needs `Condition`",
+                );
+                None
+            }
+            Some(c) => match c.as_str() {
+                Some(s) if jsonata::is_expression(s) => jsonata::lift(s).map(Expr::jsonata),
+                _ => {
+                    self.err(
+                        Code::StatesInvalidField,
+                        c.pos,
+                        "`Condition` must be a JSONata expression `{% ... %}`",
+                    );
+                    None
+                }
+            },
+        }
+    }
+
     fn wait(&mut self) -> (NodeIx, bool) {
         let rp = self.get("ResultPath").cloned();
-        let data = DataFlow {
+        let mut data = DataFlow {
             input: self.selection("InputPath"),
             output: self.selection("OutputPath"),
             result_path: self.result_path(rp.as_ref(), ResultPath::Discard),
             ..DataFlow::default()
         };
+        self.extras(&mut data);
         let how = self.exclusive(&[
             "Seconds",
             "SecondsPath",
@@ -592,7 +738,18 @@ impl St<'_, '_, '_> {
                 );
                 None
             }
-            Some(_) if self.jsonata => None,
+            Some((f @ ("Seconds" | "Timestamp"), v))
+                if self.jsonata && v.as_str().is_some_and(jsonata::is_expression) =>
+            {
+                let e = v.as_str().and_then(jsonata::lift).map(ValueExpr::Jsonata);
+                e.map(|e| {
+                    CatchTrigger::TimerFrom(if f == "Seconds" {
+                        TimerFrom::Seconds(e)
+                    } else {
+                        TimerFrom::Timestamp(e)
+                    })
+                })
+            }
             Some(("Seconds", v)) => self
                 .non_negative_int(&v, "Seconds")
                 .map(|s| CatchTrigger::Timer(TimerSpec::Duration(IsoDuration::from_secs(s)))),
@@ -616,12 +773,12 @@ impl St<'_, '_, '_> {
                 .b
                 .cx
                 .path_field(&v, self.name, "SecondsPath")
-                .map(|p| CatchTrigger::TimerFrom(TimerFrom::Seconds(p))),
+                .map(|p| CatchTrigger::TimerFrom(TimerFrom::Seconds(ValueExpr::Path(p)))),
             Some(("TimestampPath", v)) => self
                 .b
                 .cx
                 .path_field(&v, self.name, "TimestampPath")
-                .map(|p| CatchTrigger::TimerFrom(TimerFrom::Timestamp(p))),
+                .map(|p| CatchTrigger::TimerFrom(TimerFrom::Timestamp(ValueExpr::Path(p)))),
             Some((_, v)) => match v.as_str() {
                 Some(e) if !e.is_empty() && e.len() <= 128 => {
                     Some(CatchTrigger::Message(MessageRef {
@@ -649,11 +806,12 @@ impl St<'_, '_, '_> {
     }
 
     fn succeed(&mut self) -> (NodeIx, bool) {
-        let data = DataFlow {
+        let mut data = DataFlow {
             input: self.selection("InputPath"),
             output: self.selection("OutputPath"),
             ..DataFlow::default()
         };
+        self.extras(&mut data);
         (self.node(NodeKind::End(EndKind::None), Some(data)), true)
     }
 
@@ -665,6 +823,13 @@ impl St<'_, '_, '_> {
             .enumerate()
         {
             match self.exclusive(&[lit, path]) {
+                Some((f, v))
+                    if f == lit
+                        && self.jsonata
+                        && v.as_str().is_some_and(jsonata::is_expression) =>
+                {
+                    exprs[i] = v.as_str().and_then(jsonata::lift).map(ValueExpr::Jsonata);
+                }
                 Some((f, v)) if f == lit => match v.as_str() {
                     Some(s) => texts[i] = Some(s.to_string()),
                     None => self.err(
@@ -694,6 +859,7 @@ impl St<'_, '_, '_> {
         let data = DataFlow {
             error,
             cause,
+            jsonata: self.jsonata,
             ..DataFlow::default()
         };
         let kind = NodeKind::End(EndKind::Error {
@@ -774,7 +940,7 @@ impl St<'_, '_, '_> {
             }
         };
         let timeout = match self.get("TimeoutSeconds").cloned() {
-            Some(t) if !self.jsonata => self
+            Some(t) if self.literal_only(&t, "TimeoutSeconds") => self
                 .positive_int(&t, "TimeoutSeconds")
                 .map(IsoDuration::from_secs),
             _ => None,
