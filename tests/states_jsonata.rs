@@ -72,6 +72,14 @@ async fn run(rt: &Runtime<AnyStore>, def: Value, input: Value) -> InstanceView {
     rt.inspect(&id).await.unwrap()
 }
 
+/// The codes a failed run reports: its error's code and its cause's.
+fn raised(view: &InstanceView) -> Vec<String> {
+    let e = view.error.clone().expect("an error");
+    std::iter::once(e.code)
+        .chain(e.cause.map(|c| c.code))
+        .collect()
+}
+
 fn out(view: &InstanceView) -> Value {
     Value::Object(view.variables.clone())
 }
@@ -154,7 +162,7 @@ backends::store_tests! {
         });
         let view = run(&rt, bad, json!({"value": 3})).await;
         assert_eq!(view.state, "FAILED");
-        assert_eq!(view.error.unwrap().cause.unwrap().code, "States.QueryEvaluationError");
+        assert!(raised(&view).contains(&"States.QueryEvaluationError".to_string()), "{view:?}");
     }
 
     async fn map_items_and_item_selector_in_jsonata(db) {
@@ -213,7 +221,7 @@ backends::store_tests! {
         });
         let view = run(&rt, def, json!({})).await;
         assert_eq!(view.state, "FAILED");
-        assert_eq!(view.error.unwrap().cause.unwrap().code, "States.Runtime");
+        assert!(raised(&view).contains(&"States.Runtime".to_string()), "{view:?}");
     }
 
     async fn fail_error_and_cause_from_jsonata(db) {
@@ -310,10 +318,9 @@ backends::store_tests! {
             });
             let view = run(&rt, def, json!({})).await;
             assert_eq!(view.state, "FAILED", "{hostile}");
-            assert_eq!(
-                view.error.unwrap().cause.unwrap().code,
-                "SUTRA.RUNTIME.CONDITION.BUDGET_EXCEEDED",
-                "{hostile}"
+            assert!(
+                raised(&view).contains(&"SUTRA.RUNTIME.CONDITION.BUDGET_EXCEEDED".to_string()),
+                "{hostile}: {view:?}"
             );
         }
     }

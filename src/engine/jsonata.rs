@@ -96,9 +96,18 @@ pub fn eval(j: &Jsonata, input: &Value, scope: &mut Scope<'_>) -> DocResult<Valu
             .stack_size(STACK)
             .spawn_scoped(s, || {
                 NATIVES.with(|n| *n.borrow_mut() = natives);
-                crate::model::quietly(std::panic::AssertUnwindSafe(|| {
-                    evaluate(source, &states, &vars)
-                }))
+                let arena = Bump::new();
+                arena.set_allocation_limit(Some(MAX_BYTES));
+                let out = crate::model::quietly_why(std::panic::AssertUnwindSafe(|| {
+                    evaluate(&arena, source, &states, &vars)
+                }));
+                // An allocation that met the arena's limit panics in the
+                // library (bumpalo's "out of memory"): the memory budget.
+                match out {
+                    Err(why) if why.contains("out of memory") => Some(Err(Failure::Budget)),
+                    Err(_) => None,
+                    Ok(v) => Some(v),
+                }
             })
             .map(|h| h.join())
     });
@@ -119,10 +128,13 @@ enum Failure {
     Error(String),
 }
 
-fn evaluate(source: &str, states: &Value, vars: &Map<String, Value>) -> Result<Value, Failure> {
-    let arena = Bump::new();
-    arena.set_allocation_limit(Some(MAX_BYTES));
-    let j = JsonAta::new(source, &arena).map_err(|e| Failure::Error(e.to_string()))?;
+fn evaluate(
+    arena: &Bump,
+    source: &str,
+    states: &Value,
+    vars: &Map<String, Value>,
+) -> Result<Value, Failure> {
+    let j = JsonAta::new(source, arena).map_err(|e| Failure::Error(e.to_string()))?;
     for (name, v) in vars {
         j.assign_var(name, j.json_value_to_value(v));
     }

@@ -280,6 +280,11 @@ fn compile_guarded(text: &str) -> Result<cel_interpreter::Program, ExprError> {
 
 /// Run `f`, turning a panic into `None` without printing it.
 pub(crate) fn quietly<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Option<T> {
+    quietly_why(f).ok()
+}
+
+/// [`quietly`], with the panic's message.
+pub(crate) fn quietly_why<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Result<T, String> {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
@@ -292,7 +297,13 @@ pub(crate) fn quietly<T>(f: impl FnOnce() -> T + std::panic::UnwindSafe) -> Opti
     QUIET.with(|q| q.set(true));
     let result = std::panic::catch_unwind(f);
     QUIET.with(|q| q.set(false));
-    result.ok()
+    result.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default()
+    })
 }
 
 fn nesting_depth(s: &str) -> usize {

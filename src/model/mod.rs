@@ -23,7 +23,7 @@ pub use document::{
     Arg, Call, DataFlow, DocPath, Intrinsic, PathRoot, ResultPath, Selection, Step, Template,
     TimerFrom, ValueExpr,
 };
-pub(crate) use expr::quietly;
+pub(crate) use expr::quietly_why;
 pub use expr::{Expr, ExprError};
 pub use expr_cost::BUDGET as CONDITION_BUDGET;
 pub use jsonata::{Jsonata, JsonataRefusal};

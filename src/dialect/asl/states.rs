@@ -21,7 +21,6 @@ pub struct Built {
 }
 
 const IO: &[&str] = &["InputPath", "OutputPath"];
-const JSONATA_FIELDS: &[&str] = &["Arguments", "Output", "Items", "QueryLanguage"];
 /// The fields only a JSONata state has.
 const JSONATA_ONLY: &[&str] = &["Arguments", "Output", "Items"];
 /// The state types that assign variables (`Assign`).
@@ -188,7 +187,13 @@ pub fn state(
                 );
                 continue;
             }
-            if JSONATA_FIELDS.contains(&f) || (ty == "Map" && f == "ItemSelector") {
+            let has = match f {
+                "Output" => ty != "Fail",
+                "Arguments" => matches!(ty, "Task" | "Parallel" | "InvokeFlow"),
+                "Items" | "ItemSelector" => ty == "Map",
+                _ => false,
+            };
+            if has {
                 continue;
             }
         }
@@ -208,8 +213,7 @@ pub fn state(
             continue;
         }
         match unsupported(ty, f) {
-            Some(feature) if !jsonata_state => b.cx.unsupported(k.pos, name, feature),
-            Some(_) => {}
+            Some(feature) => b.cx.unsupported(k.pos, name, feature),
             None => b.cx.err(
                 Code::StatesUnknownField,
                 k.pos,
