@@ -7,9 +7,10 @@
 //! BUDGET_EXCEEDED`), counted, never timed, so a replay ends the same way:
 //! at most [`MAX_STEPS`] evaluated nodes, a nesting of [`MAX_DEPTH`], and
 //! an arena of [`MAX_BYTES`] (the evaluation stops once half is used). The
-//! evaluation runs on a thread of its own with a large stack (a deep value
-//! or recursion never overflows the caller's), and a panic inside the
-//! library is caught and becomes a `States.QueryEvaluationError`.
+//! evaluation runs on a worker thread with a large stack (a deep value or
+//! recursion never overflows the caller's; each calling thread has its own
+//! worker and waits for its answer), and a panic inside the library is
+//! caught and becomes a `States.QueryEvaluationError`.
 //!
 //! Pure: `$now()`/`$millis()` are the state's entry time from the context
 //! object; `$random()` and `$uuid()` come from the step's draw.
@@ -88,39 +89,101 @@ pub fn eval(j: &Jsonata, input: &Value, scope: &mut Scope<'_>) -> DocResult<Valu
         millis,
         rng: scope.draws.next_u64(),
     };
-    let states = Value::Object(states);
-    let source = j.source();
-    let outcome = std::thread::scope(|s| {
-        std::thread::Builder::new()
-            .name("sutra-jsonata".into())
-            .stack_size(STACK)
-            .spawn_scoped(s, || {
-                NATIVES.with(|n| *n.borrow_mut() = natives);
-                let arena = Bump::new();
-                arena.set_allocation_limit(Some(MAX_BYTES));
-                let out = crate::model::quietly_why(std::panic::AssertUnwindSafe(|| {
-                    evaluate(&arena, source, &states, &vars)
-                }));
-                // An allocation that met the arena's limit panics in the
-                // library (bumpalo's "out of memory"): the memory budget.
-                match out {
-                    Err(why) if why.contains("out of memory") => Some(Err(Failure::Budget)),
-                    Err(_) => None,
-                    Ok(v) => Some(v),
-                }
-            })
-            .map(|h| h.join())
-    });
-    match outcome {
-        Err(e) => Err(query_error(&what, format!("no thread to evaluate on: {e}"))),
-        Ok(Err(_)) | Ok(Ok(None)) => Err(query_error(
+    let job = Job {
+        source: j.source().to_string(),
+        states: Value::Object(states),
+        vars,
+        natives,
+    };
+    match on_worker(job) {
+        Err(why) => Err(query_error(&what, why)),
+        Ok(None) => Err(query_error(
             &what,
             "the evaluation failed inside the JSONata library",
         )),
-        Ok(Ok(Some(Err(Failure::Budget)))) => Err(budget(&what)),
-        Ok(Ok(Some(Err(Failure::Error(why))))) => Err(query_error(&what, why)),
-        Ok(Ok(Some(Ok(v)))) => Ok(v),
+        Ok(Some(Err(Failure::Budget))) => Err(budget(&what)),
+        Ok(Some(Err(Failure::Error(why)))) => Err(query_error(&what, why)),
+        Ok(Some(Ok(v))) => Ok(v),
     }
+}
+
+/// One evaluation, handed to the worker.
+struct Job {
+    source: String,
+    states: Value,
+    vars: Map<String, Value>,
+    natives: Natives,
+}
+
+/// What the worker answers: `None` when the library panicked.
+type Answer = Option<Result<Value, Failure>>;
+
+/// A thread with a large stack that evaluates for the thread that started
+/// it (one per calling thread, started at its first JSONata evaluation; it
+/// ends when that thread does, its channel dropped).
+struct Worker {
+    jobs: std::sync::mpsc::Sender<Job>,
+    answers: std::sync::mpsc::Receiver<Answer>,
+}
+
+thread_local! {
+    static WORKER: RefCell<Option<Worker>> = const { RefCell::new(None) };
+}
+
+fn run_job(job: Job) -> Answer {
+    NATIVES.with(|n| *n.borrow_mut() = job.natives);
+    let arena = Bump::new();
+    arena.set_allocation_limit(Some(MAX_BYTES));
+    let out = crate::model::quietly_why(std::panic::AssertUnwindSafe(|| {
+        evaluate(&arena, &job.source, &job.states, &job.vars)
+    }));
+    // An allocation that met the arena's limit panics in the library
+    // (bumpalo's "out of memory"): the memory budget.
+    match out {
+        Err(why) if why.contains("out of memory") => Some(Err(Failure::Budget)),
+        Err(_) => None,
+        Ok(v) => Some(v),
+    }
+}
+
+fn spawn_worker() -> Result<Worker, String> {
+    let (jobs, job_rx) = std::sync::mpsc::channel::<Job>();
+    let (answer_tx, answers) = std::sync::mpsc::channel::<Answer>();
+    std::thread::Builder::new()
+        .name("sutra-jsonata".into())
+        .stack_size(STACK)
+        .spawn(move || {
+            while let Ok(job) = job_rx.recv() {
+                if answer_tx.send(run_job(job)).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(|e| format!("no thread to evaluate on: {e}"))?;
+    Ok(Worker { jobs, answers })
+}
+
+fn on_worker(job: Job) -> Result<Answer, String> {
+    WORKER.with(|w| {
+        let mut w = w.borrow_mut();
+        if w.is_none() {
+            *w = Some(spawn_worker()?);
+        }
+        let worker = w.as_ref().ok_or("no worker")?;
+        let answer = worker
+            .jobs
+            .send(job)
+            .ok()
+            .and_then(|()| worker.answers.recv().ok());
+        match answer {
+            Some(a) => Ok(a),
+            None => {
+                // The worker is gone (it cannot panic, but a thread can die): a new one next time.
+                *w = None;
+                Err("the JSONata worker stopped".to_string())
+            }
+        }
+    })
 }
 
 enum Failure {

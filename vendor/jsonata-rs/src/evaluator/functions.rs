@@ -1,6 +1,8 @@
 use base64::Engine;
 use chrono::{TimeZone, Utc};
-use hashbrown::{DefaultHashBuilder, HashMap};
+use hashbrown::HashMap;
+// Sutra: a fixed-seed hasher, so an object's key order is the same in every run.
+type DefaultHashBuilder = foldhash::fast::FixedState;
 use rand::Rng;
 use regress::{Range, Regex};
 use std::borrow::{Borrow, Cow};

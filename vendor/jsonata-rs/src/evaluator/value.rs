@@ -5,7 +5,8 @@ use bumpalo::boxed::Box;
 use bumpalo::collections::String as BumpString;
 use bumpalo::collections::Vec as BumpVec;
 use bumpalo::Bump;
-use hashbrown::DefaultHashBuilder;
+// Sutra: a fixed-seed hasher, so an object's key order is the same in every run.
+pub type DefaultHashBuilder = foldhash::fast::FixedState;
 use hashbrown::HashMap;
 
 use super::frame::Frame;
@@ -130,7 +131,7 @@ impl<'a> Value<'a> {
     }
 
     pub fn object(arena: &Bump) -> &mut Value {
-        arena.alloc(Value::Object(HashMap::new_in(arena)))
+        arena.alloc(Value::Object(HashMap::with_hasher_in(DefaultHashBuilder::default(), arena)))
     }
 
     pub fn object_from<H>(
@@ -145,7 +146,7 @@ impl<'a> Value<'a> {
     }
 
     pub fn object_with_capacity(arena: &Bump, capacity: usize) -> &mut Value {
-        arena.alloc(Value::Object(HashMap::with_capacity_in(capacity, arena)))
+        arena.alloc(Value::Object(HashMap::with_capacity_and_hasher_in(capacity, DefaultHashBuilder::default(), arena)))
     }
 
     pub fn lambda(
