@@ -102,8 +102,17 @@ pub fn rule(cx: &mut Ctx, j: &J, state: &str, top: bool, depth: usize) -> Option
                 "a choice rule cannot end the machine (`End`): it names a `Next` state",
             ),
             "Variable" => variable = Some(v),
-            "Condition" => cx.unsupported(k.pos, state, "`Condition` (a JSONata choice rule)"),
-            "Assign" => cx.unsupported(k.pos, state, "`Assign` (variables)"),
+            "Condition" => cx.err(
+                Code::StatesInvalidField,
+                k.pos,
+                state,
+                "`Condition` is a JSONata field: this Choice's `QueryLanguage` is JSONPath",
+            ),
+            "Assign" => cx.unsupported(
+                k.pos,
+                state,
+                "`Assign` on a choice rule (set it on the Choice state)",
+            ),
             name if is_operator(name) => {
                 if let Some((first, _)) = operator {
                     cx.err(
