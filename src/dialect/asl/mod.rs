@@ -8,13 +8,16 @@
 //! - `rules`: Choice rules;
 //! - `build`: machines, branches and transitions into nodes and flows;
 //! - `states`: each state type's fields into nodes, data flows, retriers and catchers;
-//! - `map`: the Map state (items, concurrency, failure tolerance).
+//! - `map`: the Map state (items, concurrency, failure tolerance);
+//! - `assign`: `Assign` (both query languages), JSONata `Output` and choice `Condition`;
+//! - `jsonata`: `{% ... %}` expressions checked and turned into templates.
 //!
 //! Every refusal is a diagnostic with a stable code and line:column: one of
 //! the `SUTRA.CONFIG.STATES.*` codes for an invalid definition, or
 //! `SUTRA.CONFIG.STATES.UNSUPPORTED` (naming the field) for well-formed
 //! States language that Sutra does not run. Never panics.
 
+mod assign;
 mod build;
 mod checks;
 mod handlers;
