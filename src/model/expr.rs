@@ -405,6 +405,13 @@ mod tests {
             ("a.b == 'x'", "a.b != 'x'"),
             ("kind == 'a'", "kind == 'b'"),
             ("1 == n", "n == 2"),
+            // A negation across map and list literals (found by dialect::props).
+            (
+                "x < 1 && {\"k\": 1}.k < 0",
+                "!((x < 1 && {\"k\": 1}.k < 0))",
+            ),
+            ("[x, 1] == l", "!([x, 1] == l)"),
+            ("l.all(e, e > x)", "!l.all(e, e > x)"),
         ] {
             assert!(ex(a, b), "{a} / {b}");
             assert!(ex(b, a), "{b} / {a}");
@@ -415,6 +422,12 @@ mod tests {
             ("kind == 'a'", "kind == 'a'"),
             ("n == 1", "n == 1.0"),
             ("a || b", "!a"),
+            ("{\"k\": x}.k > 1", "!({\"k\": y}.k > 1)"),
+            (
+                "{\"a\": 1, \"b\": x}.a > 1",
+                "!({\"b\": x, \"a\": 1}.a > 1)",
+            ),
+            ("l.all(e, e > x)", "!l.exists(e, e > x)"),
         ] {
             assert!(!ex(a, b), "{a} / {b}");
         }
