@@ -99,6 +99,7 @@ fn attempt(node: &str, n: i64) -> AttemptRow {
         code: Some("SUTRA.TASK.TRAP".to_string()),
         class: Some("transient".to_string()),
         message: Some(format!("attempt {n}")),
+        calls: None,
     }
 }
 

@@ -37,6 +37,10 @@ pub struct AttemptView {
     /// as the attempts route gives it (`AttemptRow::shown_class`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// Its outbound HTTP calls and denials (a task with an egress grant), as
+    /// the attempts route gives them: no query, no header, no body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<crate::egress::CallRecord>,
 }
 
 /// One thing an instance waits for: a park of its snapshot.
@@ -132,6 +136,10 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
         outcome: a.outcome.clone(),
         code: a.code.clone(),
         class: a.shown_class(),
+        calls: a
+            .calls
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok()),
     }
 }
 
