@@ -33,6 +33,7 @@ pub mod openapi;
 pub mod seed_routes;
 pub mod shape;
 pub mod types;
+pub mod whoami;
 
 use crate::runtime::Runtime;
 use crate::store::AnyStore;
@@ -185,6 +186,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/admin/clock/advance", post(admin::advance))
         .route("/v1/openapi.json", get(openapi_json))
+        .route("/v1/whoami", get(whoami::whoami))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))

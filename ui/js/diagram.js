@@ -5,7 +5,7 @@
 // `sutra:node`; original BPMN elements are their node ids.
 
 import { get } from './api.js';
-import { h } from './dom.js';
+import { h, when } from './dom.js';
 
 export class Diagram {
   constructor(container) {
@@ -14,6 +14,7 @@ export class Diagram {
     this.byNode = new Map();
     this.overlayIds = [];
     this.markers = [];
+    this.stacks = new Map();
   }
 
   /** Load a deployment's diagram for `process`; answers 'original' or 'generated'. */
@@ -54,6 +55,15 @@ export class Diagram {
     }
   }
 
+  /** The name drawn for IR node `node` (its BPMN `name`), if any. */
+  name(node) {
+    const id = this.element(node);
+    if (!id) return null;
+    const el = this.viewer.get('elementRegistry').get(id);
+    const name = el && el.businessObject && el.businessObject.name;
+    return name ? String(name) : null;
+  }
+
   /** The diagram element of IR node `node`, if drawn. */
   element(node) {
     return this.byNode.get(node);
@@ -66,6 +76,7 @@ export class Diagram {
     const overlays = this.viewer.get('overlays');
     for (const id of this.overlayIds) overlays.remove(id);
     this.overlayIds = [];
+    this.stacks.clear();
   }
 
   mark(node, cls) {
@@ -75,13 +86,24 @@ export class Diagram {
     this.markers.push([id, cls]);
   }
 
-  /** A text badge on a node (a DOM element, never HTML text). */
-  badge(node, position, cls, text, title) {
+  /**
+   * A text badge on a node (a DOM element, never HTML text). A node's badges
+   * stack in one column that grows upward from just above its shape, so they
+   * cover neither each other nor the node's label (drawn inside a task, below
+   * an event or a gateway); each shows its whole text and a tooltip.
+   */
+  badge(node, cls, text, title) {
     const id = this.element(node);
     if (!id) return;
-    const html = h('div', { class: `overlay ${cls}`, title: title || null }, text);
-    html.dataset.node = node;
-    this.overlayIds.push(this.viewer.get('overlays').add(id, { position, html }));
+    let stack = this.stacks.get(node);
+    if (!stack) {
+      stack = h('div', { class: 'badges', dataset: { node } });
+      this.overlayIds.push(this.viewer.get('overlays').add(id, { position: { top: -4, left: 0 }, html: stack }));
+      this.stacks.set(node, stack);
+    }
+    const el = h('div', { class: `overlay ${cls}`, title: title || text }, text);
+    el.dataset.node = node;
+    stack.append(el);
   }
 
   /**
@@ -102,13 +124,13 @@ export class Diagram {
       this.mark(node, `sutra-${state.toLowerCase()}`);
     }
     for (const [node, c] of perNode) {
-      this.badge(node, { top: -12, right: 12 }, 'attempts', `×${c.n}`, `${c.n} attempt(s)`);
+      this.badge(node, 'attempts', `×${c.n}`, `${c.n} attempt(s)`);
     }
     for (const [node, state] of Object.entries(view.nodes || {})) {
       if (state !== 'FAILED') continue;
       const last = perNode.get(node)?.last;
       const code = (last && last.code) || (view.error && view.error.code) || 'FAILED';
-      this.badge(node, { bottom: -6, left: 0 }, 'failed-code', code, last && last.message);
+      this.badge(node, 'failed-code', code, last && last.message ? `${code}: ${last.message}` : code);
     }
     for (const w of view.waits || []) {
       let text = w.kind;
@@ -120,7 +142,7 @@ export class Diagram {
       else if (w.kind === 'child') text = `child ${w.child}`;
       else if (w.kind === 'channel' && w.channel) text = `channel ${w.channel}`;
       this.mark(w.node, 'sutra-token');
-      this.badge(w.node, { bottom: -6, left: 0 }, 'wait', text);
+      this.badge(w.node, 'wait', text, w.due ? `${text} (due ${when(w.due)})` : text);
     }
   }
 
@@ -129,6 +151,15 @@ export class Diagram {
   }
 }
 
+/**
+ * A due time for a badge: the time of day when it falls today (UTC, as
+ * every time in the console), else its date and time, so a timer due
+ * tomorrow never reads as already overdue.
+ */
 function short(iso) {
-  return iso ? String(iso).replace(/^\d{4}-\d{2}-\d{2}T/, '').replace(/\.\d+/, '').replace('Z', 'Z') : '?';
+  if (!iso) return '?';
+  const s = String(iso);
+  const today = new Date().toISOString().slice(0, 10);
+  const time = s.replace(/^\d{4}-\d{2}-\d{2}T/, '').replace(/\.\d+/, '').replace(/Z$|\+00:00$/, '');
+  return s.slice(0, 10) === today ? `${time} UTC` : `${s.slice(0, 10)} ${time} UTC`;
 }

@@ -1,0 +1,376 @@
+//! The console as an operator's tool (issue 35; issue 30's calls), in a real
+//! headless Chromium against a spawned `sutra serve`: the Incidents page
+//! across instances, the sign-in that names the tenant and loads nothing
+//! that fails, badges that show their date, their whole text and a tooltip
+//! without covering labels or each other, times in UTC or local time, the
+//! deployment's version, actions offered only for what an instance waits
+//! for, large variables folded, and an attempt's outbound calls.
+//!
+//! Without chromium and chromedriver these print "skipped" unless
+//! `SUTRA_REQUIRE_BROWSER` is set (`.ci/run` installs both and sets it).
+
+mod common;
+#[path = "common/console_kit.rs"]
+mod kit;
+#[path = "common/server.rs"]
+mod server;
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use kit::*;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use server::Server;
+use webdriver::Browser;
+
+/// start → "Wait a day" (a timer of 25 h) → end.
+fn waits_a_day(process: &str) -> String {
+    format!(
+        r#"{HEADER}
+  <bpmn:process id="{process}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="wait"/>
+    <bpmn:intermediateCatchEvent id="wait" name="Wait a day"><bpmn:timerEventDefinition><bpmn:timeDuration>PT25H</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:intermediateCatchEvent>
+    <bpmn:sequenceFlow id="f2" sourceRef="wait" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+/// The page's resources (fetches included) that answered 400 or more.
+async fn failed_loads(b: &Browser) -> Value {
+    b.js(
+        "return performance.getEntriesByType('resource').filter(e => e.responseStatus >= 400).map(e => `${e.responseStatus} ${e.name}`);",
+        json!([]),
+    )
+    .await
+}
+
+/// Whether the boxes of two elements (CSS selectors) overlap on screen.
+async fn overlap(b: &Browser, a: &str, c: &str) -> bool {
+    let v = b
+        .js(
+            "const [a, c] = [...arguments].map(s => document.querySelector(s).getBoundingClientRect()); \
+             return a.left < c.right && c.left < a.right && a.top < c.bottom && c.top < a.bottom;",
+            json!([a, c]),
+        )
+        .await;
+    v.as_bool().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incidents_are_triaged_across_instances_and_resolved_from_their_page() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    api.pull_channel("reviews").await;
+    deploy(&api, &channel_call("review"), &[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, started) = api.start("review", json!({"doc": 1})).await;
+        assert_eq!(status, StatusCode::CREATED, "{started}");
+        ids.push(started["instance"].as_str().unwrap().to_string());
+    }
+    // A worker fails each external task until its retries are spent; two
+    // with one message, the third with another.
+    let fetch =
+        json!({"workerId": "w1", "channels": ["reviews"], "maxTasks": 1, "lockDuration": 60000});
+    let mut failed = 0;
+    loop {
+        let (status, body) = api
+            .post("/v1/external-tasks/fetch-and-lock", fetch.clone())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let Some(task) = body["tasks"][0]["id"].as_str() else {
+            break;
+        };
+        let message = if body["tasks"][0]["instance"] == ids[2].as_str() {
+            "printer jammed"
+        } else {
+            "scanner offline"
+        };
+        let (status, body) = api
+            .post(
+                &format!("/v1/external-tasks/{task}/failure"),
+                json!({"workerId": "w1", "errorMessage": message}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        failed += 1;
+        assert!(failed < 100, "the retries never ran out");
+    }
+    let (_, listed) = api.get("/v1/incidents?state=OPEN").await;
+    assert_eq!(listed["incidents"].as_array().unwrap().len(), 3, "{listed}");
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.click("#nav a[href=\"#/incidents\"]").await;
+    b.wait_css("#incident-groups-table").await;
+    let groups = b
+        .js(
+            "return [...document.querySelectorAll('#incident-groups-table tbody tr')].map(r => [r.cells[0].textContent, r.cells[4].textContent]);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        groups,
+        json!([["2", "scanner offline"], ["1", "printer jammed"]]),
+        "grouped by message, the biggest group first"
+    );
+    let rows = b
+        .js(
+            "return document.querySelectorAll('#incidents-table tbody tr[data-state=\"OPEN\"]').length;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(rows, json!(3));
+    b.screenshot(&screenshots().join("incidents.png")).await;
+
+    // Resolve one from the page: it asks, then the list holds two open.
+    let first = format!(
+        "#incidents-table tr[data-instance=\"{}\"] button.resolve",
+        ids[0]
+    );
+    b.click(&first).await;
+    b.wait_css("dialog#confirm[open]").await;
+    b.click("#confirm-ok").await;
+    b.wait_css("#resolve-outcome").await;
+    b.wait_for(
+        "the resolved incident to leave the open list",
+        "document.querySelectorAll('#incidents-table tbody tr[data-state=\"OPEN\"]').length === 2",
+        json!(null),
+    )
+    .await;
+    // The filter is in the URL: a reload keeps it.
+    b.goto(&format!("{}/ui/#/incidents?state=any", srv.url))
+        .await;
+    b.wait_for(
+        "every incident, resolved too",
+        "document.querySelectorAll('#incidents-table tbody tr').length === 3 \
+         && document.querySelector('#incident-state').value === 'any' \
+         && document.querySelectorAll('#incidents-table tr[data-state=\"RESOLVED\"]').length === 1",
+        json!(null),
+    )
+    .await;
+    assert_eq!(failed_loads(&b).await, json!([]));
+    no_csp_violations(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn badges_show_their_date_and_whole_text_without_covering_labels_or_each_other() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &waits_a_day("daily"), &[]).await;
+    let (_, waiting) = api.start("daily", json!({})).await;
+    assert_eq!(waiting["state"], "WAITING", "{waiting}");
+    let wid = waiting["instance"].as_str().unwrap().to_string();
+    deploy(&api, &one_task("order"), &["chaos"]).await;
+    let code = "PAYMENT.DECLINED_BY_THE_ISSUING_BANK_FOR_INSUFFICIENT_FUNDS";
+    let (_, failed) = api
+        .start(
+            "order",
+            json!({"do": "fail", "code": code, "message": "card 4242 declined"}),
+        )
+        .await;
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    let fid = failed["instance"].as_str().unwrap().to_string();
+    let (status, icon) = server::Api {
+        token: None,
+        ..api.clone()
+    }
+    .get("/ui/favicon.svg")
+    .await;
+    assert_eq!(status, StatusCode::OK, "{icon}");
+
+    // The sign-in names the tenant and loads nothing that fails (no 403 probe).
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    assert_eq!(b.text("#who").await, "tenant acme");
+    assert_eq!(failed_loads(&b).await, json!([]));
+
+    // A timer due tomorrow says its date; nothing to send it.
+    b.goto(&format!("{}/ui/#/instances/{wid}", srv.url)).await;
+    b.wait_css(".overlay.wait[data-node=\"wait\"]").await;
+    assert_eq!(
+        b.text(".overlay.wait").await,
+        "timer at 2030-01-02 01:00:00 UTC"
+    );
+    b.wait_css("#diagram .djs-element[data-element-id=\"wait_label\"]")
+        .await;
+    assert!(
+        !overlap(
+            &b,
+            ".overlay.wait",
+            "#diagram .djs-element[data-element-id=\"wait_label\"]"
+        )
+        .await,
+        "the badge covers the event's label"
+    );
+    let offered = b
+        .js(
+            "return [!!document.querySelector('#send-message'), !!document.querySelector('#send-event'), !!document.querySelector('#cancel')];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        offered,
+        json!([false, false, true]),
+        "only what it waits for"
+    );
+    assert_eq!(b.text("#instance-version").await, "v1");
+    b.screenshot(&screenshots().join("badge-timer.png")).await;
+
+    // A failed task: the count and the whole code, apart, each with a tooltip.
+    b.goto(&format!("{}/ui/#/instances/{fid}", srv.url)).await;
+    b.wait_css(".overlay.failed-code[data-node=\"T\"]").await;
+    assert_eq!(b.text(".overlay.failed-code").await, code);
+    assert!(!overlap(&b, ".overlay.failed-code", ".overlay.attempts").await);
+    let shown = b
+        .js(
+            "const e = document.querySelector('.overlay.failed-code'); \
+             return [e.scrollWidth <= e.clientWidth, e.title, getComputedStyle(e).pointerEvents];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!([true, format!("{code}: card 4242 declined"), "auto"]),
+        "not cut, a tooltip, hoverable"
+    );
+    // Names, not ids: the attempts table says the task's name (its id as a tooltip).
+    let task = b
+        .js(
+            "const e = document.querySelector('#attempts-table tbody tr td .node-name'); return [e.textContent, e.title];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(task, json!(["Reserve stock", "T"]));
+    b.screenshot(&screenshots().join("badge-failed.png")).await;
+
+    // Times in the browser's zone on request, with the offset said.
+    let utc = b.text("#instance-head .meta").await;
+    assert!(utc.contains(" UTC"), "{utc}");
+    b.click("#time-mode").await;
+    b.wait_for(
+        "local times",
+        "document.querySelector('#time-mode').textContent === 'Times: local' \
+         && /UTC[+-]\\d\\d:\\d\\d/.test(document.querySelector('#instance-head .meta').textContent)",
+        json!(null),
+    )
+    .await;
+    b.click("#time-mode").await;
+    b.wait_for(
+        "UTC again",
+        "document.querySelector('#time-mode').textContent === 'Times: UTC'",
+        json!(null),
+    )
+    .await;
+    assert_eq!(failed_loads(&b).await, json!([]));
+    no_csp_violations(&b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_variable_is_folded_not_drawn_in_full() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &waits_a_day("daily"), &[]).await;
+    let big = "x".repeat(400_000);
+    let many: Vec<u64> = (0..500).collect();
+    let (_, started) = api
+        .start("daily", json!({"big": big, "many": many, "small": "ok"}))
+        .await;
+    let id = started["instance"].as_str().unwrap().to_string();
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#variables .json-long").await;
+    let drawn = b
+        .js(
+            "const long = document.querySelector('#variables .json-long'); \
+             const many = [...document.querySelectorAll('#variables details.json-node')].find(d => d.querySelector(':scope > summary .json-key')?.textContent === 'many'); \
+             return [long.querySelector('summary').textContent.length < 400, long.querySelector('summary .json-count').textContent, \
+                     many.open, many.querySelectorAll(':scope > .json-children > .json-leaf').length, many.querySelector('.json-more').textContent];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        drawn,
+        json!([
+            true,
+            "400000 characters",
+            false,
+            100,
+            "show 100 more of 400"
+        ])
+    );
+    b.click("#variables .json-more").await;
+    let more = b
+        .js(
+            "return document.querySelectorAll('#variables .json-children .json-children > .json-leaf').length;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(more, json!(200));
+    no_csp_violations(&b).await;
+}
+/// An attempt's outbound calls (issue 30): a task with an egress grant
+/// whose requests the default policy denies (loopback) lists each call on
+/// the instance page, folded behind a count, with the denial's code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempts_outbound_calls_are_listed_with_their_denials() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let (status, body) = api
+        .call(
+            Method::PUT,
+            "/v1/egress/fetch",
+            Some(json!({"allow": [{"host": "http://127.0.0.1:9"}]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let def = one_task("fetcher").replace("registered:chaos", "registered:fetch");
+    let (status, body) = api
+        .deploy(&def, &[("fetch", common::guest_bytes("fetch"))])
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, started) = api
+        .start(
+            "fetcher",
+            json!({"requests": [{"url": "http://127.0.0.1:9/rates?day=1"}]}),
+        )
+        .await;
+    let id = started["instance"].as_str().unwrap().to_string();
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    let row = "#attempts-table tr[data-task=\"T\"][data-attempt=\"1\"]";
+    b.wait_css(&format!("{row} details.calls summary")).await;
+    assert_eq!(
+        b.text(&format!("{row} details.calls summary")).await,
+        "1 call · 1 denied"
+    );
+    b.click(&format!("{row} details.calls summary")).await;
+    let line = b
+        .text(&format!("{row} details.calls[open] li.call.denied"))
+        .await;
+    assert!(
+        line.starts_with("GET http://127.0.0.1:9/rates SUTRA.TASK.EGRESS_DENIED "),
+        "no query, the code and the reason: {line}"
+    );
+    assert!(line.contains("127.0.0.1"), "{line}");
+    b.screenshot(&screenshots().join("instance-attempt-calls.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
