@@ -253,6 +253,36 @@ async fn badges_show_their_date_and_whole_text_without_covering_labels_or_each_o
     assert_eq!(task, json!(["Reserve stock", "T"]));
     b.screenshot(&screenshots().join("badge-failed.png")).await;
 
+    // Nothing is clipped: every shape and badge lies inside the canvas,
+    // also after the box shrinks (it refits itself); the zoom buttons zoom.
+    const INSIDE: &str = "const box = document.querySelector('#diagram').getBoundingClientRect(); \
+        return [...document.querySelectorAll('#diagram .djs-element.djs-shape, #diagram .overlay')].every(e => { \
+          const r = e.getBoundingClientRect(); \
+          return r.left >= box.left && r.right <= box.right && r.top >= box.top && r.bottom <= box.bottom; });";
+    assert_eq!(b.js(INSIDE, json!([])).await, json!(true), "clipped");
+    b.js(
+        "document.querySelector('#diagram').style.height = '160px'; return true;",
+        json!([]),
+    )
+    .await;
+    b.wait_for(
+        "the diagram to refit its smaller box",
+        &format!(
+            "document.querySelector('#diagram').getBoundingClientRect().height < 200 && (() => {{ {INSIDE} }})()"
+        ),
+        json!(null),
+    )
+    .await;
+    const SCALE: &str =
+        "const t = document.querySelector('#diagram .viewport').transform.baseVal.consolidate(); \
+        return t ? t.matrix.a : 1;";
+    let before = b.js(SCALE, json!([])).await.as_f64().unwrap();
+    b.click("#diagram .zoom-in").await;
+    let after = b.js(SCALE, json!([])).await.as_f64().unwrap();
+    assert!(after > before * 1.2, "zoom in: {before} -> {after}");
+    b.click("#diagram .zoom-fit").await;
+    assert_eq!(b.js(INSIDE, json!([])).await, json!(true), "fit again");
+
     // Times in the browser's zone on request, with the offset said.
     let utc = b.text("#instance-head .meta").await;
     assert!(utc.contains(" UTC"), "{utc}");
@@ -371,6 +401,57 @@ async fn an_attempts_outbound_calls_are_listed_with_their_denials() {
     );
     assert!(line.contains("127.0.0.1"), "{line}");
     b.screenshot(&screenshots().join("instance-attempt-calls.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
+
+/// A deployment's timer start event: its schedule with its next fire, and
+/// the journal once it fired (issue 35 item 8).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_shows_its_schedules_and_their_journal() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let def = format!(
+        r#"{HEADER}
+  <bpmn:process id="hourly" isExecutable="true">
+    <bpmn:startEvent id="tick" name="Every hour"><bpmn:timerEventDefinition><bpmn:timeCycle>R3/PT1H</bpmn:timeCycle></bpmn:timerEventDefinition></bpmn:startEvent>
+    <bpmn:sequenceFlow id="f1" sourceRef="tick" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    );
+    let id = deploy(&api, &def, &[]).await;
+    srv.advance("PT1H").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (_, s) = api.get(&format!("/v1/deployments/{id}/schedules")).await;
+        if s["schedules"][0]["fires"].as_i64() == Some(1) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never fired: {s}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/deployments/{id}", srv.url)).await;
+    b.wait_css("#schedules tr[data-start=\"tick\"][data-state=\"ARMED\"]")
+        .await;
+    let row = b.text("#schedules tbody tr").await;
+    assert!(
+        row.contains("2030-01-01 02:00:00 UTC"),
+        "the next fire: {row}"
+    );
+    assert_eq!(
+        b.text("#schedule-journal summary").await,
+        "Journal: 1 event(s)"
+    );
+    b.click("#schedule-journal summary").await;
+    let fired = b.text("#schedule-journal tbody tr").await;
+    assert!(fired.contains("fired"), "{fired}");
+    b.screenshot(&screenshots().join("deployment-schedules.png"))
         .await;
     no_csp_violations(&b).await;
 }

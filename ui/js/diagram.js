@@ -10,7 +10,23 @@ import { h, when } from './dom.js';
 export class Diagram {
   constructor(container) {
     this.container = container;
-    this.viewer = new window.BpmnJS({ container });
+    // The drawing gets its own box; zoom and fit buttons sit over it.
+    const canvasBox = h('div', { class: 'diagram-canvas' });
+    const button = (cls, label, title, act) => h('button', { type: 'button', class: `zoom ${cls}`, title, 'aria-label': title, onclick: act }, label);
+    this.controls = h('div', { class: 'diagram-controls' },
+      button('zoom-in', '+', 'Zoom in', () => this.zoomBy(1.25)),
+      button('zoom-out', '−', 'Zoom out', () => this.zoomBy(0.8)),
+      button('zoom-fit', 'Fit', 'Fit the whole diagram', () => this.fit()));
+    container.append(canvasBox, this.controls);
+    this.viewer = new window.BpmnJS({ container: canvasBox });
+    // Refit when the box changes size (a window resize), unless the user zoomed.
+    this.userZoomed = false;
+    this.resize = new ResizeObserver(() => {
+      const canvas = this.viewer.get('canvas');
+      canvas.resized();
+      if (!this.userZoomed) this.fit(true);
+    });
+    this.resize.observe(canvasBox);
     this.byNode = new Map();
     this.overlayIds = [];
     this.markers = [];
@@ -41,8 +57,33 @@ export class Diagram {
     if (wanted && defs.diagrams.length > 1) await this.viewer.open(wanted);
     this.index();
     this.container.dataset.diagram = source;
-    this.viewer.get('canvas').zoom('fit-viewport', 'auto');
+    this.fit(true);
     return source;
+  }
+
+  /**
+   * Fit the whole drawing in the box with a margin (badges above the top
+   * row stay inside), centred; `auto` keeps a later window resize refitting.
+   */
+  fit(auto) {
+    const canvas = this.viewer.get('canvas');
+    canvas.zoom('fit-viewport', 'auto');
+    const box = canvas.viewbox();
+    const margin = 40;
+    const scale = Math.min(1, box.outer.width / (box.inner.width + 2 * margin), box.outer.height / (box.inner.height + 2 * margin + 40));
+    canvas.viewbox({
+      x: box.inner.x - (box.outer.width / scale - box.inner.width) / 2,
+      y: box.inner.y - (box.outer.height / scale - box.inner.height) / 2,
+      width: box.outer.width / scale,
+      height: box.outer.height / scale,
+    });
+    if (!auto) this.userZoomed = false;
+  }
+
+  zoomBy(factor) {
+    const canvas = this.viewer.get('canvas');
+    canvas.zoom(canvas.zoom() * factor, 'auto');
+    this.userZoomed = true;
   }
 
   index() {
@@ -147,6 +188,7 @@ export class Diagram {
   }
 
   destroy() {
+    this.resize.disconnect();
     this.viewer.destroy();
   }
 }
