@@ -137,6 +137,16 @@ async fn settled(api: &server::Api, id: &str) -> Value {
 
 /// Deploy `fetch` (granted first with `rules`), start it with `input`, wait.
 async fn run(tenant: &server::Api, rules: Value, input: Value) -> (Value, Vec<Value>) {
+    run_guest(tenant, "fetch", rules, input).await
+}
+
+/// [`run`] with the example guest `guest` playing the module `fetch`.
+async fn run_guest(
+    tenant: &server::Api,
+    guest: &str,
+    rules: Value,
+    input: Value,
+) -> (Value, Vec<Value>) {
     let (status, body) = tenant
         .call(
             Method::PUT,
@@ -146,7 +156,7 @@ async fn run(tenant: &server::Api, rules: Value, input: Value) -> (Value, Vec<Va
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, body) = tenant
-        .deploy(&definition(), &[("fetch", common::guest_bytes("fetch"))])
+        .deploy(&definition(), &[("fetch", common::guest_bytes(guest))])
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (status, started) = tenant.start("call", input).await;
@@ -526,6 +536,87 @@ async fn a_body_placeholder_is_substituted_and_a_key_rotation_keeps_secrets() {
         sent(&api, 3);
         drop(srv);
     }
+}
+
+/// The JavaScript and Python examples (`guest-examples/js/fetch.js` with
+/// componentize-js's `fetch()`, `guest-examples/py-fetch/app.py` with
+/// componentize-py's wasi:http bindings) go out through the same host, under
+/// the same grant, with the task's Idempotency-Key and the secret filled in;
+/// an ungranted host is denied and recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_and_python_tasks_call_an_api() {
+    for guest in ["js-fetch", "py-fetch"] {
+        guest_calls_an_api(guest).await;
+    }
+}
+
+async fn guest_calls_an_api(guest: &str) {
+    let Some(srv) = Server::start_on(
+        Db::Sqlite,
+        &[
+            ("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.1/32"),
+            ("SUTRA_SECRET_KEY", SECRET_KEY),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let acme = srv.tenant("acme", json!({})).await;
+    let api = Api::start().await;
+    let (status, body) = acme
+        .call(
+            Method::PUT,
+            "/v1/secrets/token",
+            Some(json!({ "value": SECRET_VALUE })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (done, calls) = run_guest(
+        &acme,
+        guest,
+        json!([{ "host": format!("http://127.0.0.1:{}", api.port), "secrets": ["token"] }]),
+        json!({
+            "url": api.url("127.0.0.1", "/echo?from=js"),
+            "method": "POST",
+            "headers": { "authorization": "Bearer {{secret:token}}", "content-type": "application/json" },
+            "body": "{\"n\": 1}",
+        }),
+    )
+    .await;
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    assert_eq!(done["variables"]["status"], 200, "{done}");
+    assert_eq!(done["variables"]["body"]["path"], "/echo", "{done}");
+    let seen = api.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        seen[0].headers.get("authorization").unwrap(),
+        &format!("Bearer {SECRET_VALUE}")
+    );
+    assert!(seen[0].headers.get("idempotency-key").is_some());
+    assert_eq!(String::from_utf8_lossy(&seen[0].body), "{\"n\": 1}");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["method"], "POST");
+    assert_eq!(calls[0]["status"], 200);
+    assert!(!done.to_string().contains(SECRET_VALUE));
+    // Another host: denied by the host, a failure of the guest's own.
+    let (done, calls) = run_guest(
+        &acme,
+        guest,
+        json!([{ "host": format!("http://127.0.0.1:{}", api.port) }]),
+        json!({ "url": format!("http://127.0.0.1:{}/echo", api.port + 1) }),
+    )
+    .await;
+    assert_eq!(done["state"], "FAILED", "{guest}: {done}");
+    assert_eq!(
+        calls[0]["code"], "SUTRA.TASK.EGRESS_DENIED",
+        "{guest}: {calls:?}"
+    );
+    assert_eq!(
+        api.seen().len(),
+        1,
+        "{guest}: the denied request never went out"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
