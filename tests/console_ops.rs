@@ -455,3 +455,134 @@ async fn a_deployment_shows_its_schedules_and_their_journal() {
         .await;
     no_csp_violations(&b).await;
 }
+
+/// The instance list as a triage tool (issue 35 item 2): newest first by
+/// default, what failed and where, open incidents, a sort control and a page
+/// size, every choice and the page in the URL (Back and reload keep them),
+/// and a list that refreshes itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_list_triages_newest_first_and_keeps_its_state_in_the_url() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &one_task("order"), &["chaos"]).await;
+    let mut ids = Vec::new();
+    for n in 0..11 {
+        let input = if n % 3 == 0 {
+            json!({"do": "fail", "code": "STOCK.EMPTY"})
+        } else {
+            json!({"do": "echo"})
+        };
+        let (_, started) = api.start("order", input).await;
+        ids.push(started["instance"].as_str().unwrap().to_string());
+        // Ids begin with their start instant: one virtual millisecond apart.
+        srv.advance("PT0.001S").await;
+    }
+    api.pull_channel("reviews").await;
+    deploy(&api, &channel_call("review"), &[]).await;
+    let (_, waiting) = api.start("review", json!({})).await;
+    let review = waiting["instance"].as_str().unwrap().to_string();
+    let fetch =
+        json!({"workerId": "w1", "channels": ["reviews"], "maxTasks": 1, "lockDuration": 60000});
+    loop {
+        let (_, body) = api
+            .post("/v1/external-tasks/fetch-and-lock", fetch.clone())
+            .await;
+        let Some(task) = body["tasks"][0]["id"].as_str() else {
+            break;
+        };
+        api.post(
+            &format!("/v1/external-tasks/{task}/failure"),
+            json!({"workerId": "w1", "errorMessage": "down"}),
+        )
+        .await;
+    }
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.click("#nav a[href=\"#/instances\"]").await;
+    b.wait_css("#instances").await;
+    let rows = "[...document.querySelectorAll('#instances tbody tr')].map(r => r.dataset.instance)";
+    let shown = b.js(&format!("return {rows};"), json!([])).await;
+    let mut newest: Vec<String> = ids.clone();
+    newest.push(review.clone());
+    newest.reverse();
+    assert_eq!(shown, json!(newest), "newest first");
+    let cells = b
+        .js(
+            "return [...document.querySelector(`#instances tr[data-instance=\"${arguments[0]}\"]`).cells].map(c => c.textContent);",
+            json!([ids[9]]),
+        )
+        .await;
+    assert_eq!(cells[3], "SUTRA.RUNTIME.TASK_FAILEDcause STOCK.EMPTY");
+    assert_eq!(cells[4], "T");
+    assert_eq!(
+        b.text(&format!(
+            "#instances tr[data-instance=\"{review}\"] .incidents"
+        ))
+        .await,
+        "1 open"
+    );
+    // Oldest first, 10 a page: in the URL, kept by a reload; the next page and Back.
+    b.js(
+        "const s = document.querySelector('#sort-order'); s.value = 'oldest'; s.dispatchEvent(new Event('change')); return true;",
+        json!([]),
+    )
+    .await;
+    b.wait_for(
+        "oldest first",
+        &format!("location.hash.includes('order=oldest') && document.querySelector('#instances tbody tr').dataset.instance === '{}'", ids[0]),
+        json!(null),
+    )
+    .await;
+    b.js(
+        "const s = document.querySelector('#page-size'); s.value = '10'; s.dispatchEvent(new Event('change')); return true;",
+        json!([]),
+    )
+    .await;
+    b.wait_for(
+        "ten a page",
+        "location.hash.includes('limit=10') && document.querySelectorAll('#instances tbody tr').length === 10",
+        json!(null),
+    )
+    .await;
+    b.click("#next-page").await;
+    b.wait_for(
+        "the second page",
+        &format!("location.hash.includes('after=') && document.querySelectorAll('#instances tbody tr').length === 2 && document.querySelector('#instances tbody tr').dataset.instance === '{}'", ids[10]),
+        json!(null),
+    )
+    .await;
+    b.js("history.back(); return true;", json!([])).await;
+    b.wait_for(
+        "Back to the first page",
+        "!location.hash.includes('after=') && document.querySelectorAll('#instances tbody tr').length === 10",
+        json!(null),
+    )
+    .await;
+    let url = b.js("return location.href;", json!([])).await;
+    b.goto(url.as_str().unwrap()).await;
+    b.wait_for(
+        "a reload keeps the choices",
+        "document.querySelector('#sort-order')?.value === 'oldest' && document.querySelector('#page-size')?.value === '10'",
+        json!(null),
+    )
+    .await;
+    // A new instance shows up by itself (newest first).
+    b.goto(&format!("{}/ui/#/instances", srv.url)).await;
+    b.wait_css("#instances").await;
+    srv.advance("PT0.001S").await;
+    let (_, late) = api.start("order", json!({"do": "echo"})).await;
+    let late = late["instance"].as_str().unwrap().to_string();
+    b.wait_for(
+        "the list to refresh itself",
+        &format!("document.querySelector('#instances tbody tr')?.dataset.instance === '{late}'"),
+        json!(null),
+    )
+    .await;
+    b.screenshot(&screenshots().join("instances-triage.png"))
+        .await;
+    no_csp_violations(&b).await;
+}

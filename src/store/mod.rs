@@ -369,6 +369,12 @@ pub struct InstanceFilter {
     pub deployment_id: Option<String>,
     /// Keyset paging: ids strictly greater than this.
     pub after_id: Option<String>,
+    /// Ids strictly less than this (newest-first paging, an `until` bound).
+    #[serde(default)]
+    pub before_id: Option<String>,
+    /// Newest first (descending ids, so by start time); else oldest first.
+    #[serde(default)]
+    pub newest_first: bool,
     pub limit: i64,
 }
 
