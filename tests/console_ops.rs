@@ -586,3 +586,78 @@ async fn the_instance_list_triages_newest_first_and_keeps_its_state_in_the_url()
         .await;
     no_csp_violations(&b).await;
 }
+
+/// Fix the data, then retry (issue 35 item 6): a FAILED instance's
+/// variables are edited from its page (who edits is kept in its history),
+/// and a retry from the failure runs on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_instances_variables_are_edited_then_retried_from_the_page() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &one_task("order"), &["chaos"]).await;
+    let (_, failed) = api
+        .start(
+            "order",
+            json!({"do": "fail", "code": "BAD.DATA", "stale": true}),
+        )
+        .await;
+    assert_eq!(failed["state"], "FAILED", "{failed}");
+    let id = failed["instance"].as_str().unwrap().to_string();
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.click("#edit-variables").await;
+    b.wait_css("dialog#confirm[open] #variables-json").await;
+    let shown = b
+        .js(
+            "return JSON.parse(document.querySelector('#variables-json').value);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!({"do": "fail", "code": "BAD.DATA", "stale": true})
+    );
+    b.js(
+        "document.querySelector('#variables-json').value = JSON.stringify({do: 'echo', code: 'BAD.DATA'}); return true;",
+        json!([]),
+    )
+    .await;
+    b.type_into("#variables-by", "alice").await;
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the edited variables",
+        "[...document.querySelectorAll('#variables .json-string')].some(e => e.textContent === '\"echo\"') \
+         && ![...document.querySelectorAll('#variables .json-key')].some(e => e.textContent === 'stale') \
+         && [...document.querySelectorAll('#history-table td')].some(td => td.textContent === 'variables_edited')",
+        json!(null),
+    )
+    .await;
+    let (_, history) = api.get(&format!("/v1/instances/{id}/history")).await;
+    assert!(
+        history.to_string().contains("\"by\":\"alice\""),
+        "{history}"
+    );
+    b.click("#retry-from-failure").await;
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the retry to complete on the fixed data",
+        &format!("location.hash !== '#/instances/{id}' && document.querySelector('.page[data-state=\"COMPLETED\"]')"),
+        json!(null),
+    )
+    .await;
+    // The failed one links to its retry; the list counts it as retried.
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#retried-by a").await;
+    b.goto(&format!("{}/ui/#/instances", srv.url)).await;
+    b.wait_css("#counts a[data-state=\"FAILED\"] .retried")
+        .await;
+    assert_eq!(
+        b.text("#counts a[data-state=\"FAILED\"] .retried").await,
+        " (1 retried)"
+    );
+    no_csp_violations(&b).await;
+}

@@ -33,6 +33,7 @@ pub mod openapi;
 pub mod seed_routes;
 pub mod shape;
 pub mod types;
+pub mod variables;
 pub mod whoami;
 
 use crate::runtime::Runtime;
@@ -167,6 +168,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/cancel", post(instances::cancel))
         .route("/v1/instances/{id}/retry", post(instances::retry))
         .route("/v1/instances/{id}/close", post(instances::close))
+        .route("/v1/instances/{id}/variables", post(variables::edit))
         .merge(seed_routes::routes())
         .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))

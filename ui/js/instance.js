@@ -92,7 +92,8 @@ export async function instancePage(page, id) {
         versionOf.version !== null ? [' ', h('span', { id: 'instance-version', title: v.deployment }, `v${versionOf.version}`)] : '',
         ` · started ${when(v.startedAt)}`, v.endedAt ? ` · ended ${when(v.endedAt)}` : '',
         v.retryOf ? [' · retry of ', link(`/instances/${encodeURIComponent(v.retryOf)}`, h('code', {}, v.retryOf))] : '',
-        v.parent ? [' · child of ', link(`/instances/${encodeURIComponent(v.parent)}`, h('code', {}, v.parent))] : ''));
+        v.parent ? [' · child of ', link(`/instances/${encodeURIComponent(v.parent)}`, h('code', {}, v.parent))] : '',
+        (v.retriedBy || []).length ? [' · retried as ', h('span', { id: 'retried-by' }, v.retriedBy.map((r, i) => [i ? ', ' : '', link(`/instances/${encodeURIComponent(r)}`, h('code', {}, r))]))] : ''));
   }
 
   function renderError(v) {
@@ -252,6 +253,7 @@ export async function instancePage(page, id) {
       }
     }
     if (v.state === 'FAILED' || v.state === 'WAITING') {
+      buttons.push(h('button', { type: 'button', id: 'edit-variables', onclick: () => editVariables(v) }, 'Edit variables…'));
       buttons.push(h('button', { type: 'button', id: 'migrate', onclick: () => migrate(v) }, 'Migrate…'));
     }
     for (const i of incidents.filter(i => i.state === 'OPEN')) {
@@ -298,6 +300,25 @@ export async function instancePage(page, id) {
           : `Incident ${i.id} resolved: its call no longer waits, nothing to send.`));
         reload();
       });
+  }
+
+  // Fix the data (then retry from the failure): the variables as JSON, the
+  // changes sent as what is set and what is removed, with who edits.
+  function editVariables(v) {
+    const text = h('textarea', { id: 'variables-json', rows: 10, spellcheck: 'false' }, JSON.stringify(v.variables, null, 2));
+    const by = h('input', { id: 'variables-by', placeholder: 'your name (kept in the history)' });
+    return act(`Edit the variables of ${id}?`,
+      [h('p', {}, v.state === 'FAILED' ? 'A retry from the failure then runs on them.' : 'What runs next reads them.'),
+        h('label', {}, 'Variables (JSON object) ', text), h('label', {}, 'By ', by)],
+      () => {
+        let next;
+        try { next = JSON.parse(text.value); } catch (e) { return Promise.reject({ code: 'NOT JSON', message: e.message }); }
+        if (!next || typeof next !== 'object' || Array.isArray(next)) return Promise.reject({ code: 'NOT AN OBJECT', message: 'the variables are a JSON object' });
+        const set = {};
+        for (const [k, val] of Object.entries(next)) if (JSON.stringify(v.variables[k]) !== JSON.stringify(val)) set[k] = val;
+        const unset = Object.keys(v.variables).filter(k => !(k in next));
+        return post(`/v1/instances/${enc}/variables`, { set, unset, by: by.value.trim() || null });
+      }, reload);
   }
 
   async function migrate(v) {

@@ -61,7 +61,8 @@ export async function instancesPage(page, params) {
       STATES.map(s => h('a', {
         class: `count ${s === state ? 'active' : ''}`, dataset: { state: s },
         href: here({ state: s === state ? '' : s }),
-      }, badge(s), ' ', h('span', { class: 'n' }, String(c.counts[s] || 0)))));
+      }, badge(s), ' ', h('span', { class: 'n' }, String(c.counts[s] || 0)),
+        s === 'FAILED' && c.retried ? h('span', { class: 'retried muted', title: 'retried: a retry took these over; the rest still need attention' }, ` (${c.retried} retried)`) : null)));
     const open = new Map();
     for (const i of inc.incidents) open.set(i.instance, (open.get(i.instance) || 0) + 1);
     const cols = [
