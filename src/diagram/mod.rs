@@ -17,6 +17,7 @@
 //! - every node and flow of the process appears, with a shape or an edge.
 
 pub mod layout;
+mod route;
 
 use crate::model::{
     BoundaryTrigger, CatchTrigger, EndKind, FlowKind, Node, NodeKind, Process, StartTrigger,
@@ -392,5 +393,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
     let _ = writeln!(x, "</bpmn:{tag}>");
 }
 
+#[cfg(test)]
+mod layout_check;
 #[cfg(test)]
 mod tests;
