@@ -181,6 +181,24 @@ impl Expr {
         &self.source
     }
 
+    /// The condition as a diagram labels its flow: a CEL expression as
+    /// written, a structured rule in words (`Rule::label`), at most `max`
+    /// characters.
+    pub fn label(&self, max: usize) -> String {
+        match &self.kind {
+            ExprKind::Rule(r) => r.label(max),
+            ExprKind::Cel(..) => {
+                let text = self.source.trim();
+                if text.chars().count() <= max {
+                    text.to_string()
+                } else {
+                    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+                    format!("{cut}…")
+                }
+            }
+        }
+    }
+
     /// Evaluate over a JSON object of variables.
     pub fn eval(
         &self,
