@@ -661,3 +661,49 @@ async fn a_failed_instances_variables_are_edited_then_retried_from_the_page() {
     );
     no_csp_violations(&b).await;
 }
+
+/// A deployment's diagram carries its per-node figures (issue 35 item 2):
+/// instances completed, failed and active at each node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployments_diagram_shows_its_per_node_statistics() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let id = deploy(&api, &one_task("order"), &["chaos"]).await;
+    for input in [
+        json!({"do": "echo"}),
+        json!({"do": "echo"}),
+        json!({"do": "fail"}),
+    ] {
+        api.start("order", input).await;
+    }
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/deployments/{id}", srv.url)).await;
+    b.wait_css(".overlay.stat-completed[data-node=\"T\"]").await;
+    assert_eq!(
+        b.text(".overlay.stat-completed[data-node=\"T\"]").await,
+        "2 done"
+    );
+    assert_eq!(
+        b.text(".overlay.stat-failed[data-node=\"T\"]").await,
+        "1 failed"
+    );
+    assert_eq!(
+        b.text(".overlay.stat-completed[data-node=\"end\"]").await,
+        "2 done"
+    );
+    assert!(
+        !overlap(
+            &b,
+            ".overlay.stat-completed[data-node=\"T\"]",
+            ".overlay.stat-failed[data-node=\"T\"]"
+        )
+        .await
+    );
+    b.screenshot(&screenshots().join("deployment-statistics.png"))
+        .await;
+    no_csp_violations(&b).await;
+}

@@ -32,6 +32,7 @@ pub mod migrate;
 pub mod openapi;
 pub mod seed_routes;
 pub mod shape;
+pub mod statistics;
 pub mod types;
 pub mod variables;
 pub mod whoami;
@@ -209,6 +210,10 @@ fn console_routes() -> Router<Arc<AppState>> {
         .route("/ui/", get(console::index))
         .route("/ui/{*path}", get(console::file))
         .route("/v1/deployments/{id}/diagram", get(diagram::diagram))
+        .route(
+            "/v1/deployments/{id}/statistics",
+            get(statistics::statistics),
+        )
         .route("/v1/deployments/{id}/modules", get(diagram::modules))
         .route("/v1/instances/counts", get(diagram::counts))
         .route("/v1/instances/{id}/attempts", get(diagram::attempts))

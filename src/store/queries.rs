@@ -117,6 +117,11 @@ pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 's
     /// instead of failing the insert's foreign key; SQLite: nothing (one
     /// writer at a time).
     const KEY_SHARE_I: &'static str;
+    /// (node, state, instances) of one deployment's instances (`$1`), read
+    /// from each snapshot's `node_states` in the database: the JSON
+    /// functions are the one thing the backends spell differently (SQLite
+    /// `json_each`, PostgreSQL `jsonb_each_text`).
+    const NODE_STATES: &'static str;
 
     /// The pool reads run on.
     fn reads(&self) -> &Pool<Self::Db>;

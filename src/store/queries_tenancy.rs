@@ -208,6 +208,23 @@ where
         .await?)
     }
 
+    async fn node_states(&self, deployment: &str) -> StoreResult<Vec<(String, String, i64)>> {
+        Ok(sqlx::query_as(B::NODE_STATES)
+            .bind(deployment)
+            .fetch_all(self.reads())
+            .await?)
+    }
+
+    async fn open_incidents_by_node(&self, deployment: &str) -> StoreResult<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT n.node, COUNT(*) FROM incidents n JOIN instances i ON i.id = n.instance_id \
+             WHERE i.deployment_id = $1 AND n.state = 'OPEN' GROUP BY n.node ORDER BY n.node",
+        )
+        .bind(deployment)
+        .fetch_all(self.reads())
+        .await?)
+    }
+
     async fn retries_of(&self, id: &str) -> StoreResult<Vec<String>> {
         Ok(
             sqlx::query_scalar("SELECT id FROM instances WHERE retry_of = $1 ORDER BY id")

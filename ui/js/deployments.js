@@ -68,7 +68,10 @@ export async function deploymentPage(page, id) {
   const diagram = new Diagram(canvas);
   try {
     const source = await diagram.load(id, d.process);
-    fill(note, source === 'original' ? 'Drawn as in the deployed file.' : 'Exported from the process model and laid out automatically.');
+    fill(note, source === 'original' ? 'Drawn as in the deployed file.' : 'Exported from the process model and laid out automatically.',
+      ' Badges: instances active at a node, failed at it, that completed it, and its open incidents.');
+    const stats = await get(`/v1/deployments/${encodeURIComponent(id)}/statistics`);
+    diagram.showStatistics(stats);
   } catch (e) {
     canvas.append(errorBox(e));
   }

@@ -187,6 +187,21 @@ export class Diagram {
     }
   }
 
+  /**
+   * A deployment's per-node figures (GET /v1/deployments/{id}/statistics)
+   * as badges: instances active there, failed there, that completed it, and
+   * its open incidents (zeros are not drawn).
+   */
+  showStatistics(stats) {
+    this.clear();
+    for (const [node, s] of Object.entries(stats.nodes || {})) {
+      if (s.active) this.badge(node, 'stat-active', `${s.active} active`, `${s.active} instance(s) at this node now`);
+      if (s.failed) this.badge(node, 'stat-failed', `${s.failed} failed`, `${s.failed} instance(s) failed here`);
+      if (s.incidents) this.badge(node, 'incident', `${s.incidents} incident${s.incidents === 1 ? '' : 's'}`, `${s.incidents} open incident(s)`);
+      if (s.completed) this.badge(node, 'stat-completed', `${s.completed} done`, `${s.completed} instance(s) completed this node`);
+    }
+  }
+
   destroy() {
     this.resize.disconnect();
     this.viewer.destroy();
