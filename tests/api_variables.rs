@@ -207,3 +207,61 @@ async fn a_waiting_instance_is_edited_before_what_it_waits_for_comes() {
         );
     }
 }
+
+/// `sutra set-variables` then `sutra retry --mode from-failure`, as an
+/// operator types them (SQLite).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_fixes_the_data_and_retries() {
+    let srv = Server::start().await;
+    let acme = srv.tenant("acme", json!({})).await;
+    let (status, body) = acme
+        .deploy(&one_task(), &[("chaos", common::guest_bytes("chaos"))])
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, failed) = acme.start("order", json!({"do": "fail"})).await;
+    let fid = id(&failed);
+    let sutra = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_sutra"))
+            .args(args)
+            .env("SUTRA_SERVER", &srv.url)
+            .env("SUTRA_TOKEN", acme.token.as_deref().unwrap())
+            .output()
+            .unwrap()
+    };
+    let out = sutra(&[
+        "set-variables",
+        &fid,
+        "--set",
+        "do=echo",
+        "--set",
+        "n=2",
+        "--by",
+        "bob",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    // The instance stays FAILED (exit 1 by the rule), with the new variables.
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(r#""do":"echo""#) && text.contains(r#""n":2"#),
+        "{text}"
+    );
+    let out = sutra(&["set-variables", &fid]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "nothing to edit is a usage error"
+    );
+    let out = sutra(&["retry", &fid, "--mode", "from-failure"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("state COMPLETED"), "{text}");
+}
