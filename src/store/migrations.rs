@@ -58,6 +58,10 @@ const SHARED: &[(&str, &str)] = &[
         "0012_egress.sql",
         include_str!("../../migrations/shared/0012_egress.sql"),
     ),
+    (
+        "0013_idempotency_keys.sql",
+        include_str!("../../migrations/shared/0013_idempotency_keys.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

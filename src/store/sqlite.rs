@@ -208,6 +208,7 @@ impl SqliteStore {
 
     /// Runs an instance write or a claim on the write path of this database.
     async fn submit(&self, op: Op) -> StoreResult<Done> {
+        super::failpoint::refuse_write()?;
         match &self.writes {
             WritePath::Thread(writer) => writer.submit(op).await,
             WritePath::Group(group) => group.submit(op).await,
@@ -243,11 +244,16 @@ impl SqlBackend for SqliteStore {
     /// when it would upgrade a read.
     ///
     /// A COMMIT that failed (a full disk) can leave the one writer connection
-    /// inside a transaction sqlx no longer ends, and every later begin on it
+    /// inside a transaction sqlx no longer ends — SQLite rolls a transaction
+    /// back by itself on SQLITE_FULL or SQLITE_IOERR, so the ROLLBACK that
+    /// sqlx's dropped `Transaction` sends fails ("no transaction is active")
+    /// and sqlx, which only counts a depth down on success, keeps depth 1 —
+    /// and every later begin on it
     /// would fail ("begin_with at non-zero transaction depth"): such a
     /// connection is closed and the write begins on a fresh one, so writes
     /// resume as soon as the disk has room again.
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        super::failpoint::refuse_write()?;
         match self.write.begin_with("BEGIN IMMEDIATE").await {
             Err(sqlx::Error::InvalidSavePointStatement | sqlx::Error::BeginFailed) => {
                 tracing::warn!(
