@@ -69,7 +69,12 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
 /// Whether the client asked for the answer at commit: `?wait=false`, or
 /// `Prefer: respond-async` (RFC 7240; other preferences are ignored).
 fn answer_at_commit(query: &StartQuery, headers: &HeaderMap) -> bool {
-    let prefers = headers.get_all(PREFER).iter().any(|v| {
+    query.wait == Some(false) || prefers_async(headers)
+}
+
+/// `Prefer: respond-async` among the request's preferences.
+fn prefers_async(headers: &HeaderMap) -> bool {
+    headers.get_all(PREFER).iter().any(|v| {
         v.to_str().is_ok_and(|v| {
             v.split(',').any(|p| {
                 p.split(';')
@@ -79,8 +84,7 @@ fn answer_at_commit(query: &StartQuery, headers: &HeaderMap) -> bool {
                     .eq_ignore_ascii_case("respond-async")
             })
         })
-    });
-    query.wait == Some(false) || prefers
+    })
 }
 
 /// Start an instance of the process's ACTIVE deployment; answers once every
@@ -105,7 +109,7 @@ pub async fn start(
     check_id("process", &process)?;
     let at_commit = answer_at_commit(&query, &headers);
     let mut answer_headers = HeaderMap::new();
-    if headers.contains_key(PREFER) && at_commit {
+    if prefers_async(&headers) {
         answer_headers.insert(
             PREFERENCE_APPLIED,
             axum::http::HeaderValue::from_static("respond-async"),
@@ -413,16 +417,24 @@ pub async fn retry(
         }
         state.runtime.resume_failed(&snap, &tenant).await?
     } else {
-        state
+        let answered = state
             .runtime
-            .start(StartRequest {
-                tenant,
-                process_id: rec.process_id.clone(),
-                variables: snap.input.clone(),
-                retry_of: Some(id.clone()),
-                ..StartRequest::default()
-            })
-            .await?
+            .start_answered(
+                StartRequest {
+                    tenant,
+                    process_id: rec.process_id.clone(),
+                    variables: snap.input.clone(),
+                    retry_of: Some(id.clone()),
+                    ..StartRequest::default()
+                },
+                false,
+            )
+            .await?;
+        // Deleted at its end (retention PT0S): its final state.
+        if let Some(ended) = answered.deleted {
+            return Ok((StatusCode::CREATED, Json(ended)));
+        }
+        answered.id
     };
     Ok((StatusCode::CREATED, view(&state, &new_id).await?))
 }
