@@ -98,6 +98,7 @@ on_both! {
             let asked = Instant::now();
             let resp = req.send().await.expect("the start answers");
             let took = asked.elapsed();
+            eprintln!("measured: a start asked to answer at commit ({query}{prefer:?}) answered after {took:?}");
             let status = resp.status();
             let applied = resp.headers().get("preference-applied").cloned();
             let body: Value = resp.json().await.unwrap();
@@ -225,6 +226,7 @@ on_both! {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         let took = signalled.elapsed();
+        eprintln!("measured: exited {exited:?} {took:?} after SIGTERM (grace PT2S)");
         assert!(took < Duration::from_secs(10), "stopped after {took:?}");
         assert!(exited.code().is_some(), "exited, not killed: {exited:?}");
     }
@@ -308,6 +310,7 @@ async fn a_postgres_outage_answers_503_quickly_and_readiness_reports_it() {
             )
             .await;
         let took = asked.elapsed();
+        eprintln!("measured: {path} during the outage answered {status} after {took:?}");
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{path}: {body}");
         assert_eq!(body["code"], "SUTRA.RUNTIME.STORE", "{path}: {body}");
         assert!(
@@ -442,6 +445,7 @@ on_both! {
         assert_eq!(fires(&api, &dep).await, during, "no fire is recorded while writes fail");
         let log = srv.log();
         let warnings = log.matches("failpoint: writes fail").count();
+        eprintln!("measured: {warnings} store failures logged from the outage's start to 2.5 s after the first");
         assert!(warnings < 200, "backed off: {warnings} failures logged in the outage");
 
         std::fs::remove_file(&flag).unwrap();
