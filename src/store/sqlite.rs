@@ -336,4 +336,55 @@ mod tests {
         let again = store.begin_write().await.expect("and the next one");
         again.rollback().await.unwrap();
     }
+
+    /// Issue 33 item 2, the cause: a database that cannot grow (a full disk;
+    /// here `max_page_count` capped at its size on the writer connection)
+    /// fails a write with SQLITE_FULL. The writes after it still begin —
+    /// whatever SQLite rolled back by itself — and once there is room they
+    /// commit.
+    #[tokio::test]
+    async fn writes_begin_again_after_a_full_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("full.db").display());
+        let store = SqliteStore::open(&url).await.unwrap();
+        {
+            let mut conn = store.write.acquire().await.unwrap();
+            sqlx::query("CREATE TABLE filler (b BLOB)")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            sqlx::query(&format!("PRAGMA max_page_count = {}", pages + 2))
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        }
+        let mut full = 0;
+        for _ in 0..4 {
+            let mut tx = match store.begin_write().await {
+                Ok(tx) => tx,
+                Err(e) => panic!("a write after SQLITE_FULL could not begin: {e}"),
+            };
+            let wrote = sqlx::query("INSERT INTO filler (b) VALUES (zeroblob(200000))")
+                .execute(&mut *tx)
+                .await;
+            match wrote {
+                Err(e) => {
+                    assert!(e.to_string().contains("full"), "{e}");
+                    full += 1;
+                    drop(tx);
+                }
+                Ok(_) => tx.commit().await.unwrap(),
+            }
+        }
+        assert!(full >= 1, "the cap never filled the database");
+        let tx = store
+            .begin_write()
+            .await
+            .expect("a writer after the disk filled");
+        tx.rollback().await.unwrap();
+    }
 }
