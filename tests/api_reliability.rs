@@ -472,3 +472,56 @@ on_both! {
         assert!(!srv.log().contains("non-zero transaction depth"), "{}", srv.log());
     }
 }
+
+/// Item 1 (SIGTERM) with the issue's own shape: a States-language Map over
+/// 20,000 items of the variables, a step that kept a server running until
+/// SIGKILL. SIGTERM sent with that start's request in flight ends the
+/// server within its grace however long the step computes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_server_during_a_map_step() {
+    use tokio::io::AsyncWriteExt;
+    let mut srv = Server::start_with(&[("SUTRA_SHUTDOWN_GRACE", "PT2S")]).await;
+    let api = srv.tenant("acme", json!({})).await;
+    let map = json!({
+        "Name": "bomb", "StartAt": "M",
+        "States": {"M": {"Type": "Map", "ItemsPath": "$.xs",
+            "ItemProcessor": {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": true}}},
+            "End": true}}
+    });
+    let (status, body) = api.deploy(&map.to_string(), &[]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let xs: Vec<u32> = (0..20_000).collect();
+    let body = json!({ "variables": { "xs": xs } }).to_string();
+    let addr = srv.url.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/processes/bomb/instances HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        api.token.as_deref().unwrap(),
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(body.as_bytes()).await.unwrap();
+    conn.flush().await.unwrap();
+    let signalled = Instant::now();
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(srv.pid() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
+    loop {
+        if srv.exited().is_some() {
+            break;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(20),
+            "still running {:?} after SIGTERM:\n{}",
+            signalled.elapsed(),
+            srv.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = signalled.elapsed();
+    eprintln!("measured: a server computing a 20,000-item Map stopped {took:?} after SIGTERM");
+    assert!(took < Duration::from_secs(10), "stopped after {took:?}");
+}
