@@ -34,6 +34,8 @@ pub mod openapi;
 pub mod seed_routes;
 pub mod shape;
 pub mod types;
+pub mod variables;
+pub mod whoami;
 
 use crate::runtime::Runtime;
 use crate::store::AnyStore;
@@ -170,6 +172,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/cancel", post(instances::cancel))
         .route("/v1/instances/{id}/retry", post(instances::retry))
         .route("/v1/instances/{id}/close", post(instances::close))
+        .route("/v1/instances/{id}/variables", post(variables::edit))
         .merge(seed_routes::routes())
         .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))
@@ -189,6 +192,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/admin/clock/advance", post(admin::advance))
         .route("/v1/openapi.json", get(openapi_json))
+        .route("/v1/whoami", get(whoami::whoami))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))

@@ -87,6 +87,7 @@ pub fn ended_view(snap: Snapshot) -> InstanceView {
         retry_of: None,
         parent: snap.parent.map(|p| p.instance),
         note: Some(DELETED_NOTE.to_string()),
+        retried_by: Vec::new(),
     }
 }
 
@@ -112,6 +113,7 @@ pub fn kept_key_view(id: &str, ended: &EndedInstance) -> InstanceView {
         note: Some(format!(
             "{DELETED_NOTE}: the answer its Idempotency-Key keeps (without variables)"
         )),
+        retried_by: Vec::new(),
     }
 }
 

@@ -3,7 +3,7 @@
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::snapshot::TaskPhase;
-use crate::engine::{ParkKind, Snapshot, TokenStatus};
+use crate::engine::{InstanceState, ParkKind, Snapshot, TokenStatus};
 use crate::model::{NodeKind, Process, TaskImpl};
 use crate::store::{AttemptRow, Store};
 use chrono::{DateTime, Utc};
@@ -51,6 +51,10 @@ pub struct AttemptView {
     /// as the attempts route gives it (`AttemptRow::shown_class`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// Its outbound HTTP calls and denials (a task with an egress grant), as
+    /// the attempts route gives them: no query, no header, no body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<crate::egress::CallRecord>,
 }
 
 /// One thing an instance waits for: a park of its snapshot.
@@ -126,6 +130,11 @@ pub struct InstanceView {
     /// idempotency key whose instance is gone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The instances retried from this one, oldest first (listed for a
+    /// FAILED, TERMINATED or COMPENSATED instance: a COMPLETED one's view,
+    /// the answer of most starts, stays one read).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retried_by: Vec<String>,
 }
 
 /// The history route's answer: the journal, or an explanatory empty shape
@@ -151,6 +160,10 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
         outcome: a.outcome.clone(),
         code: a.code.clone(),
         class: a.shown_class(),
+        calls: a
+            .calls
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok()),
     }
 }
 
@@ -266,6 +279,12 @@ impl<S: Store> Runtime<S> {
             false => None,
         };
         let waits = waits(&snap, process.as_deref());
+        let retried_by = match snap.state {
+            InstanceState::Failed | InstanceState::Terminated | InstanceState::Compensated => {
+                self.inner.store.retries_of(id).await?
+            }
+            _ => Vec::new(),
+        };
         Ok(InstanceView {
             instance: rec.id,
             process: rec.process_id,
@@ -286,6 +305,7 @@ impl<S: Store> Runtime<S> {
             retry_of: rec.retry_of,
             parent: snap.parent.map(|p| p.instance),
             note: None,
+            retried_by,
         })
     }
 

@@ -62,6 +62,10 @@ const SHARED: &[(&str, &str)] = &[
         "0013_idempotency_keys.sql",
         include_str!("../../migrations/shared/0013_idempotency_keys.sql"),
     ),
+    (
+        "0016_retries.sql",
+        include_str!("../../migrations/shared/0016_retries.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

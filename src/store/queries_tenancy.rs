@@ -208,6 +208,37 @@ where
         .await?)
     }
 
+    async fn retries_of(&self, id: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM instances WHERE retry_of = $1 ORDER BY id")
+                .bind(id)
+                .fetch_all(self.reads())
+                .await?,
+        )
+    }
+
+    async fn retried_failed_count(
+        &self,
+        tenant: &str,
+        process: Option<&str>,
+        from: Option<&str>,
+        before: Option<&str>,
+    ) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM instances f WHERE f.tenant = $1 AND f.state = 'FAILED' \
+             AND (CAST($2 AS TEXT) IS NULL OR f.process_id = CAST($2 AS TEXT)) \
+             AND (CAST($3 AS TEXT) IS NULL OR f.id >= CAST($3 AS TEXT)) \
+             AND (CAST($4 AS TEXT) IS NULL OR f.id < CAST($4 AS TEXT)) \
+             AND EXISTS (SELECT 1 FROM instances r WHERE r.retry_of = f.id)",
+        )
+        .bind(tenant)
+        .bind(process.map(str::to_string))
+        .bind(from.map(str::to_string))
+        .bind(before.map(str::to_string))
+        .fetch_one(self.reads())
+        .await?)
+    }
+
     async fn instance_by_key(
         &self,
         tenant: &str,

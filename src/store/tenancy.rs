@@ -156,6 +156,18 @@ pub trait TenancyStore: Send + Sync {
         from: Option<&str>,
         before: Option<&str>,
     ) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
+    /// The instances retried from `id` (`retry_of = id`), oldest first
+    /// (migration 0016 indexes them).
+    fn retries_of(&self, id: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+    /// How many FAILED instances of a tenant a retry took over, with the
+    /// bounds of [`Self::instance_counts`].
+    fn retried_failed_count(
+        &self,
+        tenant: &str,
+        process: Option<&str>,
+        from: Option<&str>,
+        before: Option<&str>,
+    ) -> impl Future<Output = StoreResult<i64>> + Send;
     /// The instance a (tenant, idempotency key) created, if any: the live
     /// one, or the key kept (unexpired at `now`) for one deleted at its end.
     fn instance_by_key(
@@ -257,6 +269,18 @@ mod any_impl {
             before: Option<&str>,
         ) -> StoreResult<Vec<(String, i64)>> {
             delegate!(self, s => s.instance_counts(tenant, process, from, before).await)
+        }
+        async fn retries_of(&self, id: &str) -> StoreResult<Vec<String>> {
+            delegate!(self, s => s.retries_of(id).await)
+        }
+        async fn retried_failed_count(
+            &self,
+            tenant: &str,
+            process: Option<&str>,
+            from: Option<&str>,
+            before: Option<&str>,
+        ) -> StoreResult<i64> {
+            delegate!(self, s => s.retried_failed_count(tenant, process, from, before).await)
         }
         async fn instance_by_key(
             &self,
