@@ -16,6 +16,7 @@
 pub mod admin;
 pub mod auth;
 pub mod channels;
+pub mod conn_timeouts;
 pub mod conns;
 pub mod console;
 pub mod deployments;
@@ -32,7 +33,10 @@ pub mod migrate;
 pub mod openapi;
 pub mod seed_routes;
 pub mod shape;
+pub mod statistics;
 pub mod types;
+pub mod variables;
+pub mod whoami;
 
 use crate::runtime::Runtime;
 use crate::store::AnyStore;
@@ -63,6 +67,8 @@ pub struct ApiConfig {
     pub manual_clock: Option<Arc<VirtualClock>>,
     /// How many connections the server holds (`conns`).
     pub conn_limits: conns::ConnLimits,
+    /// When it closes a connection that sends no request (`conn_timeouts`).
+    pub conn_timeouts: conn_timeouts::ConnTimeouts,
 }
 
 impl Default for ApiConfig {
@@ -74,6 +80,7 @@ impl Default for ApiConfig {
             max_bundle_bytes: DEFAULT_MAX_BUNDLE_BYTES,
             manual_clock: None,
             conn_limits: conns::ConnLimits::defaults(),
+            conn_timeouts: conn_timeouts::ConnTimeouts::default(),
         }
     }
 }
@@ -166,6 +173,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/cancel", post(instances::cancel))
         .route("/v1/instances/{id}/retry", post(instances::retry))
         .route("/v1/instances/{id}/close", post(instances::close))
+        .route("/v1/instances/{id}/variables", post(variables::edit))
         .merge(seed_routes::routes())
         .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))
@@ -185,6 +193,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/admin/clock/advance", post(admin::advance))
         .route("/v1/openapi.json", get(openapi_json))
+        .route("/v1/whoami", get(whoami::whoami))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
@@ -205,6 +214,10 @@ fn console_routes() -> Router<Arc<AppState>> {
         .route("/ui/", get(console::index))
         .route("/ui/{*path}", get(console::file))
         .route("/v1/deployments/{id}/diagram", get(diagram::diagram))
+        .route(
+            "/v1/deployments/{id}/statistics",
+            get(statistics::statistics),
+        )
         .route("/v1/deployments/{id}/modules", get(diagram::modules))
         .route("/v1/instances/counts", get(diagram::counts))
         .route("/v1/instances/{id}/attempts", get(diagram::attempts))
@@ -260,7 +273,14 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = state.config.conn_limits;
-    axum::serve(conns::LimitedListener::new(listener, limits), router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let timeouts = state.config.conn_timeouts;
+    // Every request marks itself in flight on its connection (its timeouts
+    // never close a connection whose request runs).
+    let app = router(state).layer(axum::middleware::from_fn(conn_timeouts::track));
+    axum::serve(
+        conns::LimitedListener::new(listener, limits, timeouts),
+        app.into_make_service_with_connect_info::<conn_timeouts::ConnActivity>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

@@ -3,7 +3,7 @@
 
 use super::{
     admin, channels, deployments, diagram, egress, events, external, incidents, instances, migrate,
-    seed_routes, types,
+    seed_routes, statistics, types, variables, whoami,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -17,6 +17,63 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// Declares the path parameters of every templated route (`{id}`,
+/// `{name}`, `{process}`, ...): each `{x}` of a path becomes a required
+/// string parameter `in: path` of that path (every operation under it), so
+/// a generated client can fill them. Derived from the paths themselves, so a
+/// new route cannot forget one.
+struct PathParams;
+
+/// What each path parameter names.
+fn path_param_description(name: &str) -> &'static str {
+    match name {
+        "id" => "the id of the resource the route names (deployment, instance, external task or incident)",
+        "process" => "the process id (the definition's process id, or the States-language flow's name)",
+        "name" => "the name (tenant, channel, secret or event)",
+        "key_id" => "the API key's id",
+        "executionId" => "the instance id (seed 004's name for it)",
+        "module" => "the task module's name (`registered:<name>` without the prefix)",
+        _ => "a path segment",
+    }
+}
+
+/// The `{x}` segments of a path template, in order.
+pub(crate) fn template_names(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .collect()
+}
+
+impl Modify for PathParams {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::{ObjectBuilder, Required, Type};
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let params = item.parameters.get_or_insert_with(Vec::new);
+            for name in template_names(path) {
+                if params
+                    .iter()
+                    .any(|p| p.name == name && p.parameter_in == ParameterIn::Path)
+                {
+                    continue;
+                }
+                params.push(
+                    ParameterBuilder::new()
+                        .name(name)
+                        .parameter_in(ParameterIn::Path)
+                        .required(Required::True)
+                        .description(Some(path_param_description(name)))
+                        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                        .build(),
+                );
+            }
+            if params.is_empty() {
+                item.parameters = None;
+            }
+        }
     }
 }
 
@@ -37,7 +94,7 @@ impl Modify for BearerAuth {
         external::extend_lock, external::unlock, incidents::list, incidents::resolve, migrate::migrate,
         diagram::diagram, diagram::modules, diagram::attempts, diagram::counts,
         egress::put_grant, egress::get_grant, egress::list_grants, egress::delete_grant,
-        egress::put_secret, egress::list_secrets, egress::delete_secret,
+        egress::put_secret, egress::list_secrets, egress::delete_secret, whoami::whoami, variables::edit, statistics::statistics,
     ),
     components(schemas(
         types::ErrorBody, types::DeploymentBody, types::DeploymentList, types::ScheduleBody, types::ScheduleEventBody,
@@ -52,8 +109,9 @@ impl Modify for BearerAuth {
         diagram::ModuleBody, diagram::ModuleList, diagram::AttemptBody, diagram::LogLineBody, diagram::AttemptList, diagram::CountsBody,
         egress::GrantBody, egress::GrantList, egress::SecretPutBody, egress::SecretBody, egress::SecretList,
         crate::egress::Grant, crate::egress::GrantRule, crate::egress::Call, crate::egress::CallRecord,
+        whoami::WhoAmI, variables::EditVariablesBody, statistics::Statistics, statistics::NodeStatistics,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &PathParams),
     security(("bearer" = [])),
 )]
 pub struct ApiDoc;
@@ -65,6 +123,38 @@ pub fn document() -> utoipa::openapi::OpenApi {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 33 item 9: every `{x}` of every path is a declared, required
+    /// path parameter (at the path or on each of its operations).
+    #[test]
+    fn every_path_parameter_is_declared() {
+        let json = serde_json::to_value(super::document()).unwrap();
+        let paths = json["paths"].as_object().unwrap();
+        let declared = |params: &serde_json::Value, name: &str| {
+            params.as_array().is_some_and(|ps| {
+                ps.iter()
+                    .any(|p| p["name"] == name && p["in"] == "path" && p["required"] == true)
+            })
+        };
+        let mut checked = 0;
+        for (path, item) in paths {
+            for name in super::template_names(path) {
+                for (method, op) in item.as_object().unwrap() {
+                    if !matches!(method.as_str(), "get" | "post" | "put" | "delete" | "patch") {
+                        continue;
+                    }
+                    assert!(
+                        declared(&item["parameters"], name) || declared(&op["parameters"], name),
+                        "{method} {path}: the path parameter `{name}` is not declared"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 30, "only {checked} templated operations");
+        let start = &paths["/v1/processes/{process}/instances"]["parameters"];
+        assert!(declared(start, "process"), "{start}");
+    }
+
     #[test]
     fn every_route_is_documented() {
         let doc = super::document();

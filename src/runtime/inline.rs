@@ -123,6 +123,7 @@ pub(crate) fn merge(a: &mut StepWrite, b: StepWrite) {
     a.attempts.extend(b.attempts);
     a.journal.extend(b.journal);
     a.delete |= b.delete;
+    a.key_window_ms = a.key_window_ms.max(b.key_window_ms);
 }
 
 impl Spec {
@@ -193,6 +194,7 @@ impl<S: Store> Runtime<S> {
                     code: a.code.clone(),
                     class: a.class.map(|c| c.as_str().to_string()),
                     message: a.message.clone(),
+                    calls: None,
                 }),
                 Effect::Journal(j) if self.inner.config.audit_sql => w.journal.push(JournalRow {
                     seq: j.seq as i64,
@@ -235,6 +237,10 @@ impl<S: Store> Runtime<S> {
                     // Retention PT0S: no history at all, but FAILED is always retained.
                     w.delete = *state != InstanceState::Failed
                         && self.inner.config.retention.as_std().is_zero();
+                    // Its idempotency key outlives it (store::KEEP_KEY).
+                    w.key_window_ms =
+                        i64::try_from(self.inner.config.idempotency_window.as_std().as_millis())
+                            .unwrap_or(i64::MAX / 4);
                 }
             }
         }

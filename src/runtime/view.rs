@@ -3,7 +3,7 @@
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::snapshot::TaskPhase;
-use crate::engine::{ParkKind, Snapshot, TokenStatus};
+use crate::engine::{InstanceState, ParkKind, Snapshot, TokenStatus};
 use crate::model::{NodeKind, Process, TaskImpl};
 use crate::store::{AttemptRow, Store};
 use chrono::{DateTime, Utc};
@@ -26,6 +26,20 @@ pub struct ErrorView {
     pub compensation_failures: Vec<crate::engine::CompensationFailure>,
 }
 
+impl From<crate::engine::snapshot::InstanceError> for ErrorView {
+    fn from(e: crate::engine::snapshot::InstanceError) -> Self {
+        ErrorView {
+            code: e.code,
+            message: e.message,
+            cause: e.cause.map(|c| CauseView {
+                code: c.code,
+                message: c.message,
+            }),
+            compensation_failures: e.compensation_failures,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptView {
     pub task: String,
@@ -37,6 +51,10 @@ pub struct AttemptView {
     /// as the attempts route gives it (`AttemptRow::shown_class`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// Its outbound HTTP calls and denials (a task with an egress grant), as
+    /// the attempts route gives them: no query, no header, no body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<crate::egress::CallRecord>,
 }
 
 /// One thing an instance waits for: a park of its snapshot.
@@ -107,6 +125,16 @@ pub struct InstanceView {
     /// The instance whose process call started this one (a child flow).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// Why the view is not the stored instance: a start's answer for an
+    /// instance deleted at its end (retention `PT0S`), or a replayed
+    /// idempotency key whose instance is gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The instances retried from this one, oldest first (listed for a
+    /// FAILED, TERMINATED or COMPENSATED instance: a COMPLETED one's view,
+    /// the answer of most starts, stays one read).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retried_by: Vec<String>,
 }
 
 /// The history route's answer: the journal, or an explanatory empty shape
@@ -132,6 +160,10 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
         outcome: a.outcome.clone(),
         code: a.code.clone(),
         class: a.shown_class(),
+        calls: a
+            .calls
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok()),
     }
 }
 
@@ -247,21 +279,19 @@ impl<S: Store> Runtime<S> {
             false => None,
         };
         let waits = waits(&snap, process.as_deref());
+        let retried_by = match snap.state {
+            InstanceState::Failed | InstanceState::Terminated | InstanceState::Compensated => {
+                self.inner.store.retries_of(id).await?
+            }
+            _ => Vec::new(),
+        };
         Ok(InstanceView {
             instance: rec.id,
             process: rec.process_id,
             deployment: rec.deployment_id,
             state: rec.state,
             variables: snap.variables,
-            error: snap.error.map(|e| ErrorView {
-                code: e.code,
-                message: e.message,
-                cause: e.cause.map(|c| CauseView {
-                    code: c.code,
-                    message: c.message,
-                }),
-                compensation_failures: e.compensation_failures,
-            }),
+            error: snap.error.map(ErrorView::from),
             attempts: attempts.iter().map(attempt_view).collect(),
             waits,
             nodes: snap
@@ -274,6 +304,8 @@ impl<S: Store> Runtime<S> {
             closed_at: rec.closed_at.map(at),
             retry_of: rec.retry_of,
             parent: snap.parent.map(|p| p.instance),
+            note: None,
+            retried_by,
         })
     }
 

@@ -187,6 +187,19 @@ pub struct InstanceRecord {
 pub struct KeyHolder {
     pub id: String,
     pub fingerprint: Option<String>,
+    /// The instance was deleted at its end (retention `PT0S`) and its key
+    /// kept (`idempotency_keys`, migration 0013): what it ended as.
+    pub ended: Option<EndedInstance>,
+}
+
+/// What an instance deleted at its end leaves for its idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedInstance {
+    pub state: String,
+    pub process_id: String,
+    pub deployment_id: String,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
 }
 
 /// What `create_instance` did.
@@ -255,6 +268,13 @@ pub struct AttemptRow {
     #[serde(default)]
     pub class: Option<String>,
     pub message: Option<String>,
+    /// Its outbound calls as read back (a JSON `crate::egress::CallRecord`,
+    /// migration 0012), so an instance's view lists them without a second
+    /// query. Read only: the attempt insert takes the calls from the step's
+    /// [`AttemptOutput`], never from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[sqlx(default)]
+    pub calls: Option<String>,
 }
 
 impl AttemptRow {
@@ -283,7 +303,7 @@ pub struct AttemptOutput {
     pub stderr: Option<String>,
     /// Its last log lines, a JSON array of `{"level", "message"}`.
     pub logs: Option<String>,
-    /// Its outbound calls, a JSON `crate::egress::CallRecord` (migration 0011).
+    /// Its outbound calls, a JSON `crate::egress::CallRecord` (migration 0012).
     pub calls: Option<String>,
 }
 
@@ -320,6 +340,10 @@ pub struct StepWrite {
     pub journal: Vec<JournalRow>,
     /// Delete the instance row and everything of it (retention `PT0S` at completion).
     pub delete: bool,
+    /// With `delete`: how long (ms) the instance's idempotency key, if it has
+    /// one, outlives it from its end (`idempotency_keys`).
+    #[serde(default)]
+    pub key_window_ms: i64,
     /// Channel-call requests issued by the step (the transactional outbox).
     #[serde(default)]
     pub requests: Vec<channels::NewRequest>,
@@ -362,6 +386,12 @@ pub struct InstanceFilter {
     pub deployment_id: Option<String>,
     /// Keyset paging: ids strictly greater than this.
     pub after_id: Option<String>,
+    /// Ids strictly less than this (newest-first paging, an `until` bound).
+    #[serde(default)]
+    pub before_id: Option<String>,
+    /// Newest first (descending ids, so by start time); else oldest first.
+    #[serde(default)]
+    pub newest_first: bool,
     pub limit: i64,
 }
 

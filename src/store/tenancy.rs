@@ -156,12 +156,40 @@ pub trait TenancyStore: Send + Sync {
         from: Option<&str>,
         before: Option<&str>,
     ) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
-    /// The instance a (tenant, idempotency key) created, if any.
+    /// Per node of deployment `deployment`: how many of its instances have
+    /// the node in each state (READY, RUNNING, SUCCEEDED, FAILED, ...), as
+    /// (node, state, count), computed by the database from the snapshots.
+    fn node_states(
+        &self,
+        deployment: &str,
+    ) -> impl Future<Output = StoreResult<Vec<(String, String, i64)>>> + Send;
+    /// Per node of deployment `deployment`: its open incidents.
+    fn open_incidents_by_node(
+        &self,
+        deployment: &str,
+    ) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
+    /// The instances retried from `id` (`retry_of = id`), oldest first
+    /// (migration 0016 indexes them).
+    fn retries_of(&self, id: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+    /// How many FAILED instances of a tenant a retry took over, with the
+    /// bounds of [`Self::instance_counts`].
+    fn retried_failed_count(
+        &self,
+        tenant: &str,
+        process: Option<&str>,
+        from: Option<&str>,
+        before: Option<&str>,
+    ) -> impl Future<Output = StoreResult<i64>> + Send;
+    /// The instance a (tenant, idempotency key) created, if any: the live
+    /// one, or the key kept (unexpired at `now`) for one deleted at its end.
     fn instance_by_key(
         &self,
         tenant: &str,
         key: &str,
+        now: i64,
     ) -> impl Future<Output = StoreResult<Option<KeyHolder>>> + Send;
+    /// Removes the kept idempotency keys expired at `now`. Returns how many.
+    fn purge_kept_keys(&self, now: i64) -> impl Future<Output = StoreResult<u64>> + Send;
 
     // ---- schedules ----
     /// Inserts an ARMED schedule unless one exists for (deployment, node).
@@ -254,8 +282,37 @@ mod any_impl {
         ) -> StoreResult<Vec<(String, i64)>> {
             delegate!(self, s => s.instance_counts(tenant, process, from, before).await)
         }
-        async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
-            delegate!(self, s => s.instance_by_key(tenant, key).await)
+        async fn node_states(&self, deployment: &str) -> StoreResult<Vec<(String, String, i64)>> {
+            delegate!(self, s => s.node_states(deployment).await)
+        }
+        async fn open_incidents_by_node(
+            &self,
+            deployment: &str,
+        ) -> StoreResult<Vec<(String, i64)>> {
+            delegate!(self, s => s.open_incidents_by_node(deployment).await)
+        }
+        async fn retries_of(&self, id: &str) -> StoreResult<Vec<String>> {
+            delegate!(self, s => s.retries_of(id).await)
+        }
+        async fn retried_failed_count(
+            &self,
+            tenant: &str,
+            process: Option<&str>,
+            from: Option<&str>,
+            before: Option<&str>,
+        ) -> StoreResult<i64> {
+            delegate!(self, s => s.retried_failed_count(tenant, process, from, before).await)
+        }
+        async fn instance_by_key(
+            &self,
+            tenant: &str,
+            key: &str,
+            now: i64,
+        ) -> StoreResult<Option<KeyHolder>> {
+            delegate!(self, s => s.instance_by_key(tenant, key, now).await)
+        }
+        async fn purge_kept_keys(&self, now: i64) -> StoreResult<u64> {
+            delegate!(self, s => s.purge_kept_keys(now).await)
         }
         async fn arm_schedule(&self, sched: &ScheduleRecord) -> StoreResult<()> {
             delegate!(self, s => s.arm_schedule(sched).await)
