@@ -104,6 +104,7 @@ impl St<'_, '_, '_> {
                 branches: Vec::new(),
                 items: Some(items),
                 retries,
+                repeat: None,
             }),
             Some(data),
         );

@@ -711,6 +711,7 @@ impl St<'_, '_, '_> {
                 branches: Vec::new(),
                 items: None,
                 retries,
+                repeat: None,
             }),
             Some(data),
         );
@@ -791,6 +792,9 @@ impl St<'_, '_, '_> {
                 process,
                 retries,
                 timeout,
+                version: None,
+                io: Default::default(),
+                business_errors: false,
             },
             Some(data),
         );

@@ -14,7 +14,15 @@ use crate::model::{Backoff, Expr, IoMapping, Jitter, OnTimeout, RetryPolicy, Tas
 use crate::time::IsoDuration;
 
 /// The `q:` elements Sutra knows, by local name.
-pub const Q_ELEMENTS: &[&str] = &["retry", "timeout", "io", "source", "correlation"];
+pub const Q_ELEMENTS: &[&str] = &[
+    "retry",
+    "timeout",
+    "io",
+    "source",
+    "correlation",
+    "multiInstance",
+    "call",
+];
 
 /// `tag `id`` (or just the tag when the element has no id): how messages name an element.
 pub fn describe(el: &Element) -> String {

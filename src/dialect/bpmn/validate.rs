@@ -75,7 +75,7 @@ fn at(n: &Node, code: Code, message: String) -> Diagnostic {
         .element(n.id.clone())
 }
 
-/// Forward edges: flows, activity → its boundaries, sub-process → its start
+/// Forward edges: flows, activity → its boundaries, fan-out → its branches, sub-process → its start
 /// events, end event → its enclosing sub-process (whose outgoing flows follow).
 struct Graph {
     succ: Vec<Vec<u32>>,
@@ -101,6 +101,10 @@ impl Graph {
                 if valid(b) {
                     succ[i].push(b.0);
                 }
+            }
+            if let NodeKind::Fanout(f) = &node.kind {
+                // A repeated activity's body enters its branch (build/repeat.rs).
+                succ[i].extend(f.branches.iter().filter(|&&b| valid(b)).map(|b| b.0));
             }
             if let Some(s) = node.scope.filter(|&s| valid(s)) {
                 if matches!(node.kind, NodeKind::Start(_)) {
