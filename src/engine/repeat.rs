@@ -76,15 +76,17 @@ impl<'a> Machine<'a> {
                         .map(|x| x as u64)
                 }) {
                     Some(n) if n <= u64::from(u32::MAX) => (n as usize, Vec::new()),
-                    _ => return self.repeat_fail(
-                        node,
-                        Code::MultiInstanceInvalid,
-                        format!(
+                    _ => {
+                        return self.repeat_fail(
+                            node,
+                            Code::MultiInstanceInvalid,
+                            format!(
                             "the loopCardinality `{}` of `{}` is {v}, not a non-negative integer",
                             e.source(),
                             node.id
                         ),
-                    ),
+                        )
+                    }
                 },
                 Err(why) => {
                     return self.repeat_fail(
@@ -424,7 +426,7 @@ impl<'a> Machine<'a> {
                 json!({ "completed": completed, "cancelled": rest.len(), "instances": total }),
             );
             for r in rest {
-                self.discard(r);
+                self.interrupt(r, NodeState::Cancelled);
             }
             self.repeat_finish(fan);
             return true;
