@@ -336,4 +336,86 @@ backends::store_tests! {
         assert_eq!(view.variables["out"], json!([1, 2, 3]));
         assert_eq!(attempts_of(&view, "T"), vec!["completed"; 3]);
     }
+
+    async fn cancelling_the_parent_cancels_the_child_of_its_call_activity(db) {
+        let rt = runtime(db.store.clone());
+        let child = r#"<bpmn:message id="Go" name="go"/>
+  <bpmn:process id="child" isExecutable="true">
+    <bpmn:startEvent id="c0"/>
+    <bpmn:intermediateCatchEvent id="wait"><bpmn:messageEventDefinition messageRef="Go"/></bpmn:intermediateCatchEvent>
+    <bpmn:sequenceFlow id="c1" sourceRef="c0" targetRef="wait"/>
+  </bpmn:process>"#;
+        let body = format!(
+            r#"<bpmn:startEvent id="start"/>
+<bpmn:callActivity id="T" calledElement="child"/>
+<bpmn:endEvent id="end"/>
+{} {}"#,
+            flow("f0", "start", "T"),
+            flow("f1", "T", "end")
+        );
+        rt.deploy(TENANT, &bpmn_with(&body, child), &modules()).await.unwrap();
+        let id = rt
+            .start(StartRequest {
+                tenant: TENANT.into(),
+                process_id: "p".into(),
+                ..StartRequest::default()
+            })
+            .await
+            .unwrap();
+        let view = rt.inspect(&id).await.unwrap();
+        assert_eq!(view.state, "WAITING", "{view:?}");
+        let kid = view.waits[0].child.clone().expect("the call waits for its child");
+        assert_eq!(rt.inspect(&kid).await.unwrap().parent.as_deref(), Some(id.as_str()));
+        rt.cancel(&id, Some("no longer needed".into())).await.unwrap();
+        assert_eq!(rt.inspect(&id).await.unwrap().state, "TERMINATED");
+        assert_eq!(rt.inspect(&kid).await.unwrap().state, "TERMINATED");
+    }
+}
+
+/// A loop with no `loopMaximum` whose body waits every time (an attempt per
+/// iteration) is stopped by the loop budget: pure engine steps, no store.
+#[test]
+fn a_runaway_loop_fails_with_the_loop_limit() {
+    use sutra::engine::{apply, start, Effect, Event, Inputs, NewInstance, TaskOutcome};
+    let src = around(
+        r#"<bpmn:serviceTask id="T" implementation="registered:chaos">
+  <bpmn:standardLoopCharacteristics><bpmn:loopCondition>true</bpmn:loopCondition></bpmn:standardLoopCharacteristics>
+</bpmn:serviceTask>"#,
+        "",
+    );
+    let loaded = sutra::dialect::load(&src);
+    assert!(loaded.errors().next().is_none(), "{:?}", loaded.diagnostics);
+    let process = loaded.definitions.processes.into_iter().next().unwrap();
+    let inputs = Inputs {
+        now: Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap(),
+        draw: 0.5,
+        attempt_lease: std::time::Duration::from_secs(35),
+    };
+    let new = NewInstance {
+        instance_id: "i",
+        tenant: TENANT,
+        deployment_id: "d",
+        start_node: None,
+        variables: Default::default(),
+    };
+    let mut step = start(&process, new, &inputs).unwrap();
+    let mut iterations = 0u64;
+    while !step.snapshot.state.is_terminal() {
+        let run = step.effects.iter().find_map(|e| match e {
+            Effect::RunAttempt(r) => Some((r.token, r.attempt)),
+            _ => None,
+        });
+        let (token, attempt) = run.expect("every iteration runs an attempt");
+        iterations += 1;
+        let event = Event::AttemptEnded {
+            token,
+            attempt,
+            outcome: TaskOutcome::Completed { output: json!({}) },
+        };
+        step = apply(&process, step.snapshot, event, &inputs).unwrap();
+    }
+    assert_eq!(iterations, sutra::model::LOOP_LIMIT);
+    let error = step.snapshot.error.unwrap();
+    assert_eq!(error.code, "SUTRA.RUNTIME.LOOP.LIMIT");
+    assert_eq!(error.node.as_deref(), Some("T#body"));
 }
