@@ -103,10 +103,17 @@ impl Process {
             }) => m.correlation_key.as_ref(),
             _ => None,
         });
+        let repeats = self.nodes.iter().flat_map(|n| match &n.kind {
+            NodeKind::Fanout(Fanout {
+                repeat: Some(r), ..
+            }) => r.expressions(),
+            _ => Vec::new(),
+        });
         self.flows
             .iter()
             .filter_map(|f| f.condition.as_ref())
             .chain(keys)
+            .chain(repeats)
             .any(Expr::may_iterate)
     }
 

@@ -66,6 +66,18 @@ pub enum Over {
 }
 
 impl Repeat {
+    /// Every expression it evaluates.
+    pub fn expressions(&self) -> Vec<&Expr> {
+        let over = match &self.over {
+            Over::Cardinality(e) | Over::Collection(e) => Some(e),
+            Over::Loop { condition, .. } => condition.as_ref(),
+        };
+        over.into_iter()
+            .chain(self.output_element.as_ref())
+            .chain(self.completion.as_ref())
+            .collect()
+    }
+
     /// Whether iterations have their own variables scope (multi-instance) or
     /// work in the enclosing one (a loop).
     pub fn scoped(&self) -> bool {
