@@ -215,7 +215,7 @@ impl<'a> Machine<'a> {
         } else {
             let selected = match &io.input_path {
                 None => Ok(Value::Object(self.vars_of(token).into_owned())),
-                Some(p) => vars::get(&self.vars_of(token), p),
+                Some(p) => self.vars_get(token, p),
             };
             match selected {
                 Ok(Value::Object(m)) => m,

@@ -798,7 +798,7 @@ impl<'a> Machine<'a> {
             return;
         };
         let by_path = match &task.io.input_path {
-            Some(p) if node.data.is_none() => Some(vars::get(&self.vars_of(token), p)),
+            Some(p) if node.data.is_none() => Some(self.vars_get(token, p)),
             _ => None,
         };
         let input = match (&task.io.input_path, by_path) {

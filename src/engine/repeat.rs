@@ -37,9 +37,18 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn repeat_state(&self, token: u64) -> Option<FanoutState> {
+    /// The body's state, in place (it holds the whole collection and the
+    /// results: never cloned per iteration).
+    fn repeat_state(&self, token: u64) -> Option<&FanoutState> {
         match self.snap.token(token).map(|t| &t.status) {
-            Some(TokenStatus::Fanout(s)) => Some(s.clone()),
+            Some(TokenStatus::Fanout(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn repeat_state_mut(&mut self, token: u64) -> Option<&mut FanoutState> {
+        match self.snap.token_mut(token).map(|t| &mut t.status) {
+            Some(TokenStatus::Fanout(s)) => Some(s),
             _ => None,
         }
     }
@@ -52,7 +61,7 @@ impl<'a> Machine<'a> {
 
     /// Evaluate `e` over the variables of `token` plus `extra`.
     fn eval_with(&self, token: u64, e: &Expr, extra: &[(&str, Value)]) -> Result<Value, String> {
-        let mut vars = self.vars_of(token).into_owned();
+        let mut vars = self.vars_named(token, e.variables());
         for (k, v) in extra {
             vars.insert((*k).to_string(), v.clone());
         }
@@ -212,26 +221,32 @@ impl<'a> Machine<'a> {
     /// Start multi-instance iterations while the concurrency allows; finish
     /// when every slot has its result.
     fn repeat_fill(&mut self, token: u64) {
-        let Some(mut st) = self.repeat_state(token) else {
+        let Some(limit) = self
+            .repeat_state(token)
+            .map(|s| s.limit.unwrap_or(1).max(1))
+        else {
             return;
         };
-        let limit = st.limit.unwrap_or(1).max(1) as usize;
         let mut running = self.running_iterations(token);
-        while (st.next as usize) < st.results.len() && running < limit {
-            let slot = st.next;
+        loop {
+            let Some(st) = self.repeat_state_mut(token) else {
+                return;
+            };
+            let (next, total) = (st.next, st.results.len());
+            if next as usize >= total {
+                break;
+            }
+            if running >= limit as usize {
+                return;
+            }
             st.next += 1;
             running += 1;
-            self.put_state(token, st.clone());
-            self.iteration_start(token, slot);
+            self.iteration_start(token, next);
             if self.snap.state.is_terminal() {
                 return;
             }
-            match self.repeat_state(token) {
-                Some(s) => st = s,
-                None => return,
-            }
         }
-        if running == 0 && st.next as usize >= st.results.len() {
+        if running == 0 {
             self.repeat_finish(token);
         }
     }
@@ -246,17 +261,19 @@ impl<'a> Machine<'a> {
         };
         let vars = rep.scoped().then(|| {
             let mut v = Map::new();
-            if let (Some(name), Some(st)) = (&rep.element, self.repeat_state(token)) {
-                let item = st.items.get(slot as usize).cloned().unwrap_or(Value::Null);
+            if let Some(name) = &rep.element {
+                let item = self
+                    .repeat_state(token)
+                    .and_then(|st| st.items.get(slot as usize).cloned())
+                    .unwrap_or(Value::Null);
                 v.insert(name.clone(), item);
             }
             v.insert(LOOP_COUNTER.into(), json!(slot + 1));
             v
         });
         if !rep.scoped() {
-            if let Some(mut st) = self.repeat_state(token) {
+            if let Some(st) = self.repeat_state_mut(token) {
                 st.next = slot + 1;
-                self.put_state(token, st);
             }
         }
         let b = self.spawn(branch, Some(token), None);
@@ -367,7 +384,7 @@ impl<'a> Machine<'a> {
                 Value::Object(own)
             }
         };
-        let Some(mut st) = self.repeat_state(fan) else {
+        let Some(st) = self.repeat_state_mut(fan) else {
             return true;
         };
         if let Some(r) = st.results.get_mut(slot as usize) {
@@ -409,7 +426,6 @@ impl<'a> Machine<'a> {
                 }
             }
         };
-        self.put_state(fan, st);
         self.discard(branch);
         self.journal("branch_completed", Some(&node.id), json!({ "slot": slot }));
         if done {
@@ -440,16 +456,14 @@ impl<'a> Machine<'a> {
         let Some((node, _, rep)) = self.repeat_of(token) else {
             return;
         };
-        let Some(st) = self.repeat_state(token) else {
+        let Some(st) = self.repeat_state_mut(token) else {
             return;
         };
+        let results = std::mem::take(&mut st.results);
+        st.items = Vec::new();
         if let Some(name) = &rep.output_collection {
-            let results = Value::Array(
-                st.results
-                    .into_iter()
-                    .map(Option::unwrap_or_default)
-                    .collect(),
-            );
+            let results =
+                Value::Array(results.into_iter().map(Option::unwrap_or_default).collect());
             self.vars_home(token).insert(name.clone(), results);
         }
         self.journal("fanout_completed", Some(&node.id), json!({}));

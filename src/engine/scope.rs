@@ -30,6 +30,44 @@ impl<'a> Machine<'a> {
         Cow::Owned(all)
     }
 
+    /// The variables named `names` as `token` sees them (what an
+    /// expression naming them needs, without copying the others).
+    pub(super) fn vars_named(&self, token: u64, names: &[String]) -> Map<String, Value> {
+        let mut out = Map::new();
+        for name in names {
+            let mut cur = self.snap.token(token);
+            let mut found = None;
+            while let Some(t) = cur {
+                if let Some(v) = t.vars.as_ref().and_then(|v| v.get(name)) {
+                    found = Some(v);
+                    break;
+                }
+                cur = t.scope.and_then(|s| self.snap.token(s));
+            }
+            if let Some(v) = found.or_else(|| self.snap.variables.get(name)) {
+                out.insert(name.clone(), v.clone());
+            }
+        }
+        out
+    }
+
+    /// The value at variable path `path` (`$.a.b`) as `token` sees it,
+    /// without building the merged variables unless the path is `$`.
+    pub(super) fn vars_get(&self, token: u64, path: &str) -> Result<Value, String> {
+        let segs = crate::model::var_path_segments(path)?;
+        let Some(first) = segs.first() else {
+            return super::vars::get(&self.vars_of(token), path);
+        };
+        let mut cur = self.snap.token(token);
+        while let Some(t) = cur {
+            if let Some(v) = t.vars.as_ref().filter(|v| v.contains_key(*first)) {
+                return super::vars::get(v, path);
+            }
+            cur = t.scope.and_then(|s| self.snap.token(s));
+        }
+        super::vars::get(&self.snap.variables, path)
+    }
+
     /// The token whose scope `token` writes to (`None`: the instance's variables).
     fn home_of(&self, token: u64) -> Option<u64> {
         let mut cur = self.snap.token(token);
