@@ -209,6 +209,27 @@ backends::store_tests! {
         assert!(db.store.parks_of(&view.instance).await.unwrap().is_empty());
     }
 
+    async fn a_non_interrupting_timer_on_the_body_fires_beside_its_iterations(db) {
+        let rt = runtime(db.store.clone());
+        let q = r#"<bpmn:extensionElements><q:multiInstance collection="items" element="item" outputCollection="out" outputElement="attempt"/></bpmn:extensionElements>"#;
+        let retry = r#"<q:retry maxAttempts="3" initialDelay="PT10S"/>"#;
+        let extra = format!(
+            r#"<bpmn:boundaryEvent id="nudge" attachedToRef="T" cancelActivity="false"><bpmn:timerEventDefinition><bpmn:timeDuration>PT2S</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:boundaryEvent>
+<bpmn:serviceTask id="Nudge" implementation="registered:chaos"/>
+{}"#,
+            flow("f2", "nudge", "Nudge")
+        );
+        let src = around(&mi_task(false, q, retry), &extra);
+        let flaky = json!({"do": "fail", "until": 2});
+        let view = run(&rt, &src, json!({"items": [flaky, flaky], "do": "echo"})).await;
+        assert_eq!(view.state, "COMPLETED", "{view:?}");
+        assert_eq!(attempts_of(&view, "Nudge"), vec!["completed"]);
+        let mut t = attempts_of(&view, "T");
+        t.sort();
+        assert_eq!(t, vec!["completed", "completed", "failed", "failed"]);
+        assert_eq!(view.variables["out"], json!([2, 2]));
+    }
+
     async fn a_multi_instance_sub_process_runs_its_content_once_per_element(db) {
         let rt = runtime(db.store.clone());
         let sub = format!(
@@ -227,6 +248,31 @@ backends::store_tests! {
         assert_eq!(view.variables["out"], json!([11, 22]));
         assert_eq!(attempts_of(&view, "Inner"), vec!["completed"; 2]);
         assert_eq!(view.nodes["T"], "SUCCEEDED");
+    }
+
+    async fn nested_multi_instance_bodies_read_their_enclosing_iterations_scopes(db) {
+        let rt = runtime(db.store.clone());
+        let sub = format!(
+            r#"<bpmn:subProcess id="T">
+  <bpmn:multiInstanceLoopCharacteristics><bpmn:extensionElements><q:multiInstance collection="groups" element="g" outputCollection="all" outputElement="inner"/></bpmn:extensionElements></bpmn:multiInstanceLoopCharacteristics>
+  <bpmn:startEvent id="s0"/>
+  <bpmn:serviceTask id="Inner" implementation="registered:chaos">
+    <bpmn:extensionElements><q:io inputPath="$.item"/></bpmn:extensionElements>
+    <bpmn:multiInstanceLoopCharacteristics isSequential="true"><bpmn:extensionElements><q:multiInstance collection="g.items" element="item" outputCollection="inner" outputElement="[g.name, n]"/></bpmn:extensionElements></bpmn:multiInstanceLoopCharacteristics>
+  </bpmn:serviceTask>
+  {}
+</bpmn:subProcess>"#,
+            flow("s1", "s0", "Inner")
+        );
+        let groups = json!([
+            {"name": "a", "items": [echo(1), echo(2)]},
+            {"name": "b", "items": [echo(3)]},
+        ]);
+        let view = run(&rt, &around(&sub, ""), json!({"groups": groups})).await;
+        assert_eq!(view.state, "COMPLETED", "{view:?}");
+        assert_eq!(view.variables["all"], json!([[["a", 1], ["a", 2]], [["b", 3]]]));
+        assert!(!view.variables.contains_key("inner"), "the inner results stayed in each outer iteration");
+        assert_eq!(attempts_of(&view, "Inner").len(), 3);
     }
 
     async fn a_standard_loop_repeats_while_its_condition_holds_up_to_its_maximum(db) {
