@@ -465,3 +465,32 @@ fn a_runaway_loop_fails_with_the_loop_limit() {
     assert_eq!(error.code, "SUTRA.RUNTIME.LOOP.LIMIT");
     assert_eq!(error.node.as_deref(), Some("T#body"));
 }
+
+/// A load diagnostic about a repeated activity names the element as
+/// written (`T`), not the loader's synthetic body (`T#body`).
+#[test]
+fn a_diagnostic_on_a_repeated_activity_names_the_written_element() {
+    let src = bpmn(
+        r#"<bpmn:startEvent id="start"/>
+<bpmn:endEvent id="end"/>
+<bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="end"/>
+<bpmn:serviceTask id="T" implementation="registered:chaos">
+  <bpmn:multiInstanceLoopCharacteristics><bpmn:loopCardinality>2</bpmn:loopCardinality></bpmn:multiInstanceLoopCharacteristics>
+</bpmn:serviceTask>"#,
+    );
+    let loaded = sutra::dialect::load(&src);
+    let errors: Vec<_> = loaded.errors().collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        errors[0].code.as_str(),
+        "SUTRA.CONFIG.BPMN.UNREACHABLE_NODE"
+    );
+    assert_eq!(errors[0].element.as_deref(), Some("T"));
+    assert!(
+        errors[0]
+            .message
+            .starts_with("repeated activity `T` is not reachable"),
+        "{}",
+        errors[0].message
+    );
+}
