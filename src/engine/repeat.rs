@@ -261,11 +261,13 @@ impl<'a> Machine<'a> {
         };
         let vars = rep.scoped().then(|| {
             let mut v = Map::new();
+            // The element moves into the iteration's scope: the body keeps
+            // only the elements not started yet.
+            let item = self
+                .repeat_state_mut(token)
+                .and_then(|st| st.items.get_mut(slot as usize).map(Value::take))
+                .unwrap_or(Value::Null);
             if let Some(name) = &rep.element {
-                let item = self
-                    .repeat_state(token)
-                    .and_then(|st| st.items.get(slot as usize).cloned())
-                    .unwrap_or(Value::Null);
                 v.insert(name.clone(), item);
             }
             v.insert(LOOP_COUNTER.into(), json!(slot + 1));
