@@ -494,3 +494,31 @@ fn a_diagnostic_on_a_repeated_activity_names_the_written_element() {
         errors[0].message
     );
 }
+
+/// `q:multiInstance` written on the activity instead of inside its loop
+/// characteristics is refused with a message saying where it belongs.
+#[test]
+fn a_misplaced_q_multi_instance_says_where_it_belongs() {
+    let src = around(
+        r#"<bpmn:serviceTask id="T" implementation="registered:chaos">
+  <bpmn:extensionElements><q:multiInstance collection="items" element="item"/></bpmn:extensionElements>
+  <bpmn:multiInstanceLoopCharacteristics><bpmn:loopCardinality>2</bpmn:loopCardinality></bpmn:multiInstanceLoopCharacteristics>
+</bpmn:serviceTask>"#,
+        "",
+    );
+    let loaded = sutra::dialect::load(&src);
+    let errors: Vec<_> = loaded.errors().collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        errors[0].code.as_str(),
+        "SUTRA.CONFIG.BPMN.UNSUPPORTED_ELEMENT"
+    );
+    assert!(
+        errors[0]
+            .message
+            .contains("<multiInstanceLoopCharacteristics>"),
+        "{}",
+        errors[0].message
+    );
+    assert!(errors[0].line > 0 && errors[0].column > 0);
+}

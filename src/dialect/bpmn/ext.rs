@@ -82,7 +82,13 @@ pub fn misplaced(qs: &[&Element], allowed: &[&str], host: &Element, diags: &mut 
         if allowed.contains(&q.local.as_str()) {
             continue;
         }
-        let message = if Q_ELEMENTS.contains(&q.local.as_str()) {
+        let message = if q.local == "multiInstance" {
+            format!(
+                "q:multiInstance is not allowed on {}: it belongs in the extensionElements of its \
+                 <multiInstanceLoopCharacteristics>",
+                describe(host)
+            )
+        } else if Q_ELEMENTS.contains(&q.local.as_str()) {
             format!("q:{} is not allowed on {}", q.local, describe(host))
         } else {
             format!(
