@@ -4,8 +4,8 @@
 #   guest-examples/build.sh            # every guest
 #   guest-examples/build.sh chaos score  # only these
 #
-# Guests: chaos, score, fetch (Rust, wit-bindgen), py-task (componentize-py),
-# js-task (componentize-js). Every output is a component of the world
+# Guests: chaos, score, fetch (Rust, wit-bindgen), py-task and py-fetch
+# (componentize-py), js-task and js-fetch (componentize-js). Every output is a component of the world
 # `task` in <repo>/wit.
 #
 # Invariants:
@@ -30,7 +30,7 @@ tools="$root/target/guest-tools"
 logs="$tools/logs"
 
 COMPONENTIZE_PY_VERSION="0.25.1"
-ALL_GUESTS=(chaos score fetch py-task js-task)
+ALL_GUESTS=(chaos score fetch py-task py-fetch js-task js-fetch)
 
 mkdir -p "$out" "$logs"
 
@@ -159,6 +159,31 @@ build_py() {
     echo "guest $name: built"
 }
 
+# py-fetch: the task world plus wasi:http (py-fetch/wit/world.wit), staged
+# with the task world and the WASI packages of fetch/wit/deps as its deps.
+build_py_fetch() {
+    local name=py-fetch dir="$here/py-fetch" files hash
+    mapfile -t files < <(wit_files; find "$dir" "$here/fetch/wit/deps" -type f \( -name '*.py' -o -name '*.wit' \) -not -path '*/__pycache__/*' | LC_ALL=C sort)
+    local recipe="componentize-py==$COMPONENTIZE_PY_VERSION -w task-http componentize app"
+    hash="$(inputs_hash "$recipe" "${files[@]}")"
+    if up_to_date "$name" "$hash"; then
+        echo "guest $name: up to date"
+        return
+    fi
+    ensure_componentize_py
+    local stage="$tools/py-fetch-src" witdir="$tools/py-fetch-wit" tmp="$out/$name.wasm.tmp"
+    rm -rf "$stage" "$witdir"
+    mkdir -p "$stage" "$witdir/deps/task"
+    cp "$dir/app.py" "$stage/"
+    cp "$dir/wit/world.wit" "$witdir/"
+    cp "$here/fetch/wit/deps/"*.wit "$witdir/deps/"
+    cp "$wit/task.wit" "$witdir/deps/task/"
+    run "$logs/$name.log" "$tools/py/bin/componentize-py" \
+        -d "$witdir" -w task-http componentize -p "$stage" app -o "$tmp"
+    publish "$name" "$tmp" "$hash"
+    echo "guest $name: built"
+}
+
 # ---- JavaScript guest (componentize-js) --------------------------------------
 
 ensure_componentize_js() {
@@ -193,6 +218,25 @@ build_js() {
     echo "guest $name: built"
 }
 
+# js-fetch: fetch() over wasi:http (so http stays enabled; only the
+# incoming fetch event is disabled: a task exports `run`, not a handler).
+build_js_fetch() {
+    local name=js-fetch dir="$here/js" files hash
+    mapfile -t files < <(wit_files; printf '%s\n' "$dir/fetch.js" "$dir/package.json" "$dir/package-lock.json")
+    local recipe="componentize-js fetch.js -n task -d fetch-event"
+    hash="$(inputs_hash "$recipe" "${files[@]}")"
+    if up_to_date "$name" "$hash"; then
+        echo "guest $name: up to date"
+        return
+    fi
+    ensure_componentize_js
+    local tmp="$out/$name.wasm.tmp"
+    run "$logs/$name.log" "$tools/js/node_modules/.bin/componentize-js" "$dir/fetch.js" \
+        -w "$wit" -n task -d fetch-event -o "$tmp"
+    publish "$name" "$tmp" "$hash"
+    echo "guest $name: built"
+}
+
 # ---- main --------------------------------------------------------------------
 
 wanted=("$@")
@@ -204,7 +248,7 @@ rust=()
 for name in "${wanted[@]}"; do
     case "$name" in
         chaos | score | fetch) rust+=("$name") ;;
-        py-task | js-task) ;;
+        py-task | py-fetch | js-task | js-fetch) ;;
         *) die "unknown guest '$name' (known: ${ALL_GUESTS[*]})" ;;
     esac
 done
@@ -215,6 +259,8 @@ fi
 for name in "${wanted[@]}"; do
     case "$name" in
         py-task) build_py ;;
+        py-fetch) build_py_fetch ;;
         js-task) build_js ;;
+        js-fetch) build_js_fetch ;;
     esac
 done

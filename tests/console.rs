@@ -12,6 +12,8 @@
 //! unless `SUTRA_REQUIRE_BROWSER` is set (`.ci/run` installs both and sets it).
 
 mod common;
+#[path = "common/console_kit.rs"]
+mod kit;
 #[path = "common/server.rs"]
 mod server;
 #[path = "common/webdriver.rs"]
@@ -20,93 +22,9 @@ mod webdriver;
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 use server::{Db, Server, ADMIN_KEY};
-use std::path::PathBuf;
 use webdriver::Browser;
 
-const HEADER: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
-<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
-    xmlns:q="https://sutra.dev/bpmn/q/1.0" id="d" targetNamespace="https://example.com">"#;
-
-/// start → T (chaos, no retry policy) → end; no diagram interchange.
-fn one_task(process: &str) -> String {
-    format!(
-        r#"{HEADER}
-  <bpmn:process id="{process}" isExecutable="true">
-    <bpmn:startEvent id="start"/>
-    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="T"/>
-    <bpmn:serviceTask id="T" name="Reserve stock" implementation="registered:chaos"/>
-    <bpmn:sequenceFlow id="f2" sourceRef="T" targetRef="end"/>
-    <bpmn:endEvent id="end"/>
-  </bpmn:process>
-</bpmn:definitions>"#
-    )
-}
-
-/// start → wait for message `go` → end.
-fn waits_for_message(process: &str) -> String {
-    format!(
-        r#"{HEADER}
-  <bpmn:message id="Go" name="go"/>
-  <bpmn:process id="{process}" isExecutable="true">
-    <bpmn:startEvent id="start"/>
-    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="wait"/>
-    <bpmn:intermediateCatchEvent id="wait"><bpmn:messageEventDefinition messageRef="Go"/></bpmn:intermediateCatchEvent>
-    <bpmn:sequenceFlow id="f2" sourceRef="wait" targetRef="end"/>
-    <bpmn:endEvent id="end"/>
-  </bpmn:process>
-</bpmn:definitions>"#
-    )
-}
-
-fn file(path: &str) -> String {
-    std::fs::read_to_string(common::root().join(path)).unwrap()
-}
-
-fn chaos() -> Vec<u8> {
-    common::guest_bytes("chaos")
-}
-
-fn screenshots() -> PathBuf {
-    common::root().join("target/console-screenshots")
-}
-
-/// Deploy `def` with chaos playing every module `modules` names; its deployment id.
-async fn deploy(api: &server::Api, def: &str, modules: &[&str]) -> String {
-    let parts: Vec<(&str, Vec<u8>)> = modules.iter().map(|m| (*m, chaos())).collect();
-    let (status, body) = api.deploy(def, &parts).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    body["deployments"][0]["id"].as_str().unwrap().to_string()
-}
-
-async fn sign_in(b: &Browser, srv: &Server, key: &str) {
-    b.goto(&format!("{}/", srv.url)).await;
-    b.wait_for(
-        "the redirect to /ui/",
-        "location.pathname === '/ui/'",
-        json!(null),
-    )
-    .await;
-    b.type_into("#key", key).await;
-    b.click("#signin").await;
-}
-
-/// No Content-Security-Policy violation happened on the page.
-async fn no_csp_violations(b: &Browser) {
-    let v = b
-        .js("return window.__cspViolations || [];", json!([]))
-        .await;
-    assert_eq!(v, json!([]), "CSP violations");
-}
-
-async fn diagram_has(b: &Browser, element: &str, source: &str) {
-    b.wait_for(
-        &format!("the diagram to draw {element}"),
-        "document.querySelector(`#diagram .djs-element[data-element-id=\"${arg[0]}\"]`) \
-         && document.querySelector('#diagram').dataset.diagram === arg[1]",
-        json!([element, source]),
-    )
-    .await;
-}
+use kit::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_in_list_deployments_and_draw_every_dialect() {
@@ -471,21 +389,6 @@ async fn a_failed_instance_is_migrated_from_the_page() {
     b.screenshot(&screenshots().join("instance-migrated.png"))
         .await;
     no_csp_violations(&b).await;
-}
-
-/// start → Charge (a call on pull channel `reviews`: an external task) → end.
-fn channel_call(process: &str) -> String {
-    format!(
-        r#"{HEADER}
-  <bpmn:process id="{process}" isExecutable="true">
-    <bpmn:startEvent id="start"/>
-    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="Charge"/>
-    <bpmn:serviceTask id="Charge" implementation="channel:reviews"/>
-    <bpmn:sequenceFlow id="f2" sourceRef="Charge" targetRef="end"/>
-    <bpmn:endEvent id="end"/>
-  </bpmn:process>
-</bpmn:definitions>"#
-    )
 }
 
 /// A States-language flow that waits for event `approved`.

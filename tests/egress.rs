@@ -43,6 +43,7 @@ fn definition() -> String {
 #[derive(Debug, Clone)]
 struct Seen {
     headers: HeaderMap,
+    body: Vec<u8>,
 }
 
 /// The local API on 127.0.0.1: `/echo` answers the header names it got,
@@ -58,12 +59,14 @@ async fn handle(
     State(seen): State<Arc<Mutex<Vec<Seen>>>>,
     uri: axum::http::Uri,
     headers: HeaderMap,
+    body: axum::body::Bytes,
 ) -> axum::response::Response {
     let path = uri.path().to_string();
     let n = {
         let mut seen = seen.lock().unwrap();
         seen.push(Seen {
             headers: headers.clone(),
+            body: body.to_vec(),
         });
         seen.len()
     };
@@ -134,6 +137,16 @@ async fn settled(api: &server::Api, id: &str) -> Value {
 
 /// Deploy `fetch` (granted first with `rules`), start it with `input`, wait.
 async fn run(tenant: &server::Api, rules: Value, input: Value) -> (Value, Vec<Value>) {
+    run_guest(tenant, "fetch", rules, input).await
+}
+
+/// [`run`] with the example guest `guest` playing the module `fetch`.
+async fn run_guest(
+    tenant: &server::Api,
+    guest: &str,
+    rules: Value,
+    input: Value,
+) -> (Value, Vec<Value>) {
     let (status, body) = tenant
         .call(
             Method::PUT,
@@ -143,7 +156,7 @@ async fn run(tenant: &server::Api, rules: Value, input: Value) -> (Value, Vec<Va
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, body) = tenant
-        .deploy(&definition(), &[("fetch", common::guest_bytes("fetch"))])
+        .deploy(&definition(), &[("fetch", common::guest_bytes(guest))])
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     let (status, started) = tenant.start("call", input).await;
@@ -221,6 +234,20 @@ async fn a_module_calling_out_needs_a_grant_and_a_granted_call_is_recorded() {
         assert_eq!(calls[0]["status"], 200);
         assert!(calls[0]["bytes_in"].as_u64().unwrap() > 0);
         assert!(calls[0].get("code").is_none(), "{calls:?}");
+        // The instance view and `sutra inspect` list the attempt's calls too.
+        assert_eq!(
+            done["attempts"][0]["calls"]["calls"][0]["path"], "/echo",
+            "{done}"
+        );
+        let token = acme.token.clone().unwrap();
+        let shown = ok(&sutra(&srv, &token, &["inspect", &instance_id(&done)], ""));
+        assert!(
+            shown.contains(&format!(
+                "call GET http://127.0.0.1:{}/echo  -> 200",
+                api.port
+            )),
+            "{shown}"
+        );
 
         // The grant lists the rule; another host is not granted: denied and recorded.
         let (_, listed) = acme.get("/v1/egress").await;
@@ -414,6 +441,182 @@ async fn a_secret_reaches_only_its_bound_host_and_nothing_else_sees_it() {
             "the secret is in the server's log"
         );
     }
+}
+
+/// A placeholder in a request body is substituted on the wire (its
+/// Content-Length corrected), and a secret sealed under an old key still
+/// reaches its host after `SUTRA_SECRET_KEY` is rotated: read while the old
+/// key is listed in `SUTRA_SECRET_PREVIOUS_KEYS`, re-sealed by `serve` at
+/// start, then read with the new key alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_placeholder_is_substituted_and_a_key_rotation_keeps_secrets() {
+    const NEW_KEY: &str = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+    for db in backends() {
+        let Some(srv) = Server::start_on(
+            db,
+            &[
+                ("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.1/32"),
+                ("SUTRA_SECRET_KEY", SECRET_KEY),
+            ],
+        )
+        .await
+        else {
+            continue;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let api = Api::start().await;
+        let (status, body) = acme
+            .call(
+                Method::PUT,
+                "/v1/secrets/token",
+                Some(json!({ "value": SECRET_VALUE })),
+            )
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+        let rules = json!([
+            { "host": format!("http://127.0.0.1:{}", api.port), "secrets": ["token"] },
+        ]);
+        let input = json!({
+            "url": api.url("127.0.0.1", "/echo"),
+            "method": "POST",
+            "body": "{\"token\": \"{{secret:token}}\", \"n\": 1}",
+        });
+        let expected = format!("{{\"token\": \"{SECRET_VALUE}\", \"n\": 1}}");
+        let sent = |api: &Api, n: usize| {
+            let seen = api.seen();
+            assert_eq!(seen.len(), n, "{seen:?}");
+            let last = seen.last().unwrap();
+            assert_eq!(String::from_utf8_lossy(&last.body), expected);
+            let length = last
+                .headers
+                .get("content-length")
+                .map(|v| v.to_str().unwrap().to_string());
+            assert_eq!(
+                length,
+                Some(expected.len().to_string()),
+                "Content-Length of the substituted body"
+            );
+        };
+        let (done, _) = run(&acme, rules.clone(), input.clone()).await;
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        sent(&api, 1);
+        let (_, attempts) = acme
+            .get(&format!("/v1/instances/{}/attempts", instance_id(&done)))
+            .await;
+        assert!(!attempts.to_string().contains(SECRET_VALUE), "{attempts}");
+
+        // Rotate: the new key, the old one listed as previous.
+        let srv = srv
+            .restart_with(
+                &[
+                    ("SUTRA_SECRET_KEY", NEW_KEY),
+                    ("SUTRA_SECRET_PREVIOUS_KEYS", SECRET_KEY),
+                ],
+                "2030-01-01T00:01:00Z",
+            )
+            .await;
+        let on = |srv: &Server| server::Api {
+            base: srv.url.clone(),
+            ..acme.clone()
+        };
+        let (done, _) = run(&on(&srv), rules.clone(), input.clone()).await;
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        sent(&api, 2);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !srv.log().contains("re-sealed 1 secrets") {
+            assert!(Instant::now() < deadline, "never re-sealed: {}", srv.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The old key gone: what was re-sealed still opens.
+        let srv = srv
+            .restart_without("SUTRA_SECRET_PREVIOUS_KEYS", "2030-01-01T00:02:00Z")
+            .await;
+        let (done, _) = run(&on(&srv), rules, input).await;
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        sent(&api, 3);
+        drop(srv);
+    }
+}
+
+/// The JavaScript and Python examples (`guest-examples/js/fetch.js` with
+/// componentize-js's `fetch()`, `guest-examples/py-fetch/app.py` with
+/// componentize-py's wasi:http bindings) go out through the same host, under
+/// the same grant, with the task's Idempotency-Key and the secret filled in;
+/// an ungranted host is denied and recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_and_python_tasks_call_an_api() {
+    for guest in ["js-fetch", "py-fetch"] {
+        guest_calls_an_api(guest).await;
+    }
+}
+
+async fn guest_calls_an_api(guest: &str) {
+    let Some(srv) = Server::start_on(
+        Db::Sqlite,
+        &[
+            ("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.1/32"),
+            ("SUTRA_SECRET_KEY", SECRET_KEY),
+        ],
+    )
+    .await
+    else {
+        return;
+    };
+    let acme = srv.tenant("acme", json!({})).await;
+    let api = Api::start().await;
+    let (status, body) = acme
+        .call(
+            Method::PUT,
+            "/v1/secrets/token",
+            Some(json!({ "value": SECRET_VALUE })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (done, calls) = run_guest(
+        &acme,
+        guest,
+        json!([{ "host": format!("http://127.0.0.1:{}", api.port), "secrets": ["token"] }]),
+        json!({
+            "url": api.url("127.0.0.1", "/echo?from=js"),
+            "method": "POST",
+            "headers": { "authorization": "Bearer {{secret:token}}", "content-type": "application/json" },
+            "body": "{\"n\": 1}",
+        }),
+    )
+    .await;
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    assert_eq!(done["variables"]["status"], 200, "{done}");
+    assert_eq!(done["variables"]["body"]["path"], "/echo", "{done}");
+    let seen = api.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(
+        seen[0].headers.get("authorization").unwrap(),
+        &format!("Bearer {SECRET_VALUE}")
+    );
+    assert!(seen[0].headers.get("idempotency-key").is_some());
+    assert_eq!(String::from_utf8_lossy(&seen[0].body), "{\"n\": 1}");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["method"], "POST");
+    assert_eq!(calls[0]["status"], 200);
+    assert!(!done.to_string().contains(SECRET_VALUE));
+    // Another host: denied by the host, a failure of the guest's own.
+    let (done, calls) = run_guest(
+        &acme,
+        guest,
+        json!([{ "host": format!("http://127.0.0.1:{}", api.port) }]),
+        json!({ "url": format!("http://127.0.0.1:{}/echo", api.port + 1) }),
+    )
+    .await;
+    assert_eq!(done["state"], "FAILED", "{guest}: {done}");
+    assert_eq!(
+        calls[0]["code"], "SUTRA.TASK.EGRESS_DENIED",
+        "{guest}: {calls:?}"
+    );
+    assert_eq!(
+        api.seen().len(),
+        1,
+        "{guest}: the denied request never went out"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -99,6 +99,7 @@ fn attempt(node: &str, n: i64) -> AttemptRow {
         code: Some("SUTRA.TASK.TRAP".to_string()),
         class: Some("transient".to_string()),
         message: Some(format!("attempt {n}")),
+        calls: None,
     }
 }
 
@@ -769,6 +770,11 @@ backends::store_tests! {
         assert_eq!(ids(db.list_instances(&all).await.unwrap()), ["a", "b", "c", "d", "e"]);
         let page = InstanceFilter { limit: 2, after_id: Some("b".to_string()), ..all.clone() };
         assert_eq!(ids(db.list_instances(&page).await.unwrap()), ["c", "d"]);
+        // Newest first, paged downward from a cursor.
+        let newest = InstanceFilter { newest_first: true, ..all.clone() };
+        assert_eq!(ids(db.list_instances(&newest).await.unwrap()), ["e", "d", "c", "b", "a"]);
+        let down = InstanceFilter { limit: 2, before_id: Some("d".to_string()), ..newest.clone() };
+        assert_eq!(ids(db.list_instances(&down).await.unwrap()), ["c", "b"]);
         let running = InstanceFilter { state: Some("RUNNING".to_string()), ..all.clone() };
         assert_eq!(ids(db.list_instances(&running).await.unwrap()), ["b", "e"]);
         let of_d2 = InstanceFilter {

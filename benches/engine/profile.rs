@@ -97,6 +97,7 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
                 code: None,
                 class: None,
                 message: None,
+                calls: None,
             }],
             ..StepWrite::default()
         };

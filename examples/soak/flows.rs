@@ -65,6 +65,22 @@ const MESSAGE: &str = r#"<bpmn:message id="Go" name="soak-go"/>
     <bpmn:endEvent id="end"/>
   </bpmn:process>"#;
 
+/// A task that runs long (a few hundred ms), so a kill lands during its
+/// attempt: the attempt is committed as started, and after the restart its
+/// park re-runs it once its deadline passed.
+const LONG: &str = r#"<bpmn:process id="soak-long" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="work"/>
+    <bpmn:serviceTask id="work" implementation="registered:chaos">
+      <bpmn:extensionElements>
+        <q:timeout duration="PT5S"/>
+        <q:io resultPath="$.out"/>
+      </bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:sequenceFlow id="f2" sourceRef="work" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>"#;
+
 /// A business error `DECLINED` routed by an error boundary to `recover`.
 const BUSINESS: &str = r#"<bpmn:error id="Declined" errorCode="DECLINED"/>
   <bpmn:process id="soak-business" isExecutable="true">
@@ -149,6 +165,7 @@ pub fn definitions() -> Vec<String> {
     vec![
         bpmn(RETRY),
         bpmn(TIMER),
+        bpmn(LONG),
         bpmn(MESSAGE),
         bpmn(BUSINESS),
         bpmn(CHANNEL),
@@ -162,6 +179,7 @@ pub fn definitions() -> Vec<String> {
 pub enum Kind {
     Retry,
     Timer,
+    Long,
     Message,
     Business,
     Channel,
@@ -169,9 +187,10 @@ pub enum Kind {
     States,
 }
 
-pub const KINDS: [Kind; 7] = [
+pub const KINDS: [Kind; 8] = [
     Kind::Retry,
     Kind::Timer,
+    Kind::Long,
     Kind::Message,
     Kind::Business,
     Kind::Channel,
@@ -184,6 +203,7 @@ impl Kind {
         match self {
             Kind::Retry => "soak-retry",
             Kind::Timer => "soak-timer",
+            Kind::Long => "soak-long",
             Kind::Message => "soak-message",
             Kind::Business => "soak-business",
             Kind::Channel => "soak-channel",
@@ -196,6 +216,7 @@ impl Kind {
         match self {
             Kind::Retry => "retry",
             Kind::Timer => "timer",
+            Kind::Long => "long task",
             Kind::Message => "message",
             Kind::Business => "business error",
             Kind::Channel => "channel call",
@@ -247,6 +268,13 @@ pub fn draw(kind: Kind, n: u64, rng: &mut impl Rng) -> (Value, Expected) {
             json!({"do": "echo", "n": n}),
             done(vec![("work", 1)], vec![("/out/n", json!(n))]),
         ),
+        Kind::Long => {
+            let ms: u64 = rng.random_range(200..=900);
+            (
+                json!({"do": "sleep", "ms": ms}),
+                done(vec![("work", 1)], vec![("/out/slept", json!(ms))]),
+            )
+        }
         Kind::Message => (
             json!({"do": "echo", "key": format!("k{n}")}),
             done(vec![("work", 1)], vec![("/got", json!(n))]),

@@ -9,7 +9,11 @@
 //! Each round starts `--per-round` instances of the features in `flows.rs`
 //! through the HTTP API with an `Idempotency-Key` (a start whose answer a
 //! kill swallowed is sent again with the same key), waits a random moment,
-//! kill -9s one replica (round-robin on PostgreSQL) and restarts it. A pump
+//! kill -9s one replica (round-robin on PostgreSQL; every `--kill-all-every`
+//! rounds all of them at once) and restarts it; on PostgreSQL every
+//! `--pg-drop-every` rounds the database also drops every connection of the
+//! replicas (as its restart would). One feature is a task that runs for up
+//! to 0.9 s, so kills land during attempts. A pump
 //! sends the messages and events instances wait for; a loopback counterpart
 //! answers the channel calls and counts deliveries by key. At the end every
 //! instance must reach the end its input decides (`check.rs`); the counts
@@ -78,6 +82,15 @@ struct Args {
     /// Keep the temporary directory (database, replica logs).
     #[arg(long)]
     keep: bool,
+    /// Every this many rounds kill every replica at once (several replicas
+    /// only; 0: never).
+    #[arg(long, default_value_t = 5)]
+    kill_all_every: u32,
+    /// Every this many rounds PostgreSQL drops every connection of the soak
+    /// (`pg_terminate_backend`, as a restart of the server does to its
+    /// clients; PostgreSQL only; 0: never).
+    #[arg(long, default_value_t = 7)]
+    pg_drop_every: u32,
 }
 
 /// Answers from the replicas, tried in turn.
@@ -137,6 +150,11 @@ impl Api {
 #[derive(Default)]
 struct Counts {
     kills: AtomicU64,
+    /// Rounds that killed every replica at once.
+    kills_all: AtomicU64,
+    /// Times PostgreSQL dropped the soak's connections, and how many.
+    pg_drops: AtomicU64,
+    pg_connections_dropped: AtomicU64,
     starts_resent: AtomicU64,
     starts_replayed: AtomicU64,
     server_errors: AtomicU64,
@@ -179,8 +197,13 @@ async fn run(args: Args) -> Result<bool> {
         let schema = format!("sutra_soak_{:016x}", rand::random::<u64>());
         pg_exec(&args.pg_url, &format!("CREATE SCHEMA \"{schema}\"")).await?;
         let sep = if args.pg_url.contains('?') { '&' } else { '?' };
+        // The application name marks the replicas' connections, so that
+        // `--pg-drop-every` drops those and no other client's.
         (
-            format!("{}{sep}options=-c%20search_path%3D{schema}", args.pg_url),
+            format!(
+                "{}{sep}options=-c%20search_path%3D{schema}&application_name={schema}",
+                args.pg_url
+            ),
             Some(schema),
         )
     } else {
@@ -202,7 +225,7 @@ async fn run(args: Args) -> Result<bool> {
     for i in 0..cluster.replicas() {
         cluster.start(i).await?;
     }
-    let outcome = soak(&args, &mut cluster, &mut rng, chaos).await;
+    let outcome = soak(&args, &mut cluster, &mut rng, chaos, schema.as_deref()).await;
     cluster.kill_all();
     if let Some(schema) = schema {
         if !args.keep {
@@ -225,6 +248,7 @@ async fn soak(
     cluster: &mut Cluster,
     rng: &mut impl Rng,
     chaos: Vec<u8>,
+    schema: Option<&str>,
 ) -> Result<bool> {
     let began = Instant::now();
     let http = reqwest::Client::builder()
@@ -324,10 +348,30 @@ async fn soak(
                 cluster.start(i).await?;
             }
         }
-        cluster.kill(victim);
-        counts.kills.fetch_add(1, Ordering::Relaxed);
+        let every = |n: u32| n > 0 && (round + 1) % n == 0;
+        if let (Some(schema), true) = (schema, every(args.pg_drop_every)) {
+            // Every connection of the replicas is cut mid-work; they must
+            // reconnect and lose nothing.
+            let dropped = pg_drop_connections(&args.pg_url, schema).await?;
+            counts.pg_drops.fetch_add(1, Ordering::Relaxed);
+            counts
+                .pg_connections_dropped
+                .fetch_add(dropped, Ordering::Relaxed);
+        }
+        let victims: Vec<usize> = if cluster.replicas() > 1 && every(args.kill_all_every) {
+            counts.kills_all.fetch_add(1, Ordering::Relaxed);
+            (0..cluster.replicas()).collect()
+        } else {
+            vec![victim]
+        };
+        for &v in &victims {
+            cluster.kill(v);
+            counts.kills.fetch_add(1, Ordering::Relaxed);
+        }
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..300))).await;
-        cluster.start(victim).await?;
+        for &v in &victims {
+            cluster.start(v).await?;
+        }
         if (round + 1) % 50 == 0 {
             let open = records
                 .lock()
@@ -638,9 +682,17 @@ fn report(
     let total: u32 = d.by_key.values().sum();
     let redelivered = d.by_key.values().filter(|&&c| c > 1).count();
     println!(
-        "soak: {rounds} rounds, {} kill -9s, {n} instances in {took:.0?}",
-        counts.kills.load(Ordering::Relaxed)
+        "soak: {rounds} rounds, {} kill -9s ({} rounds killed every replica), {n} instances in {took:.0?}",
+        counts.kills.load(Ordering::Relaxed),
+        counts.kills_all.load(Ordering::Relaxed)
     );
+    if counts.pg_drops.load(Ordering::Relaxed) > 0 {
+        println!(
+            "  PostgreSQL dropped the replicas' connections {} times ({} connections)",
+            counts.pg_drops.load(Ordering::Relaxed),
+            counts.pg_connections_dropped.load(Ordering::Relaxed)
+        );
+    }
     for ((kind, state), c) in &tally.by_kind {
         println!("  {:<18} {:<12} {c}", kind.name(), state);
     }
@@ -726,6 +778,26 @@ fn chaos_guest() -> Result<Vec<u8>> {
     }
     let path = root.join("target/guests/chaos.wasm");
     std::fs::read(&path).with_context(|| format!("read {}", path.display()))
+}
+
+/// Terminate every backend whose application name is `app` (the soak's
+/// replicas); how many were.
+async fn pg_drop_connections(url: &str, app: &str) -> Result<u64> {
+    use sqlx::{ConnectOptions, Connection};
+    let opts: sqlx::postgres::PgConnectOptions = url.parse()?;
+    let mut conn = opts
+        .connect()
+        .await
+        .with_context(|| format!("connect to {url}"))?;
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = $1 AND pid <> pg_backend_pid()) t",
+    )
+    .bind(app)
+    .fetch_one(&mut conn)
+    .await?;
+    conn.close().await?;
+    Ok(n as u64)
 }
 
 async fn pg_exec(url: &str, sql: &str) -> Result<()> {

@@ -183,7 +183,7 @@ fn bearer(parts: &Parts) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-async fn principal(parts: &Parts, state: &Arc<AppState>) -> ApiResult<Principal> {
+pub(super) async fn principal(parts: &Parts, state: &Arc<AppState>) -> ApiResult<Principal> {
     let key = bearer(parts).ok_or_else(ApiError::unauthorized)?;
     authenticate(state, key)
         .await?

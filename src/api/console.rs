@@ -37,6 +37,7 @@ macro_rules! assets {
 assets! {
     "index.html" => "text/html; charset=utf-8",
     "console.css" => "text/css; charset=utf-8",
+    "favicon.svg" => "image/svg+xml",
     "js/app.js" => "text/javascript; charset=utf-8",
     "js/api.js" => "text/javascript; charset=utf-8",
     "js/dom.js" => "text/javascript; charset=utf-8",
@@ -44,6 +45,7 @@ assets! {
     "js/deployments.js" => "text/javascript; charset=utf-8",
     "js/instances.js" => "text/javascript; charset=utf-8",
     "js/instance.js" => "text/javascript; charset=utf-8",
+    "js/incidents.js" => "text/javascript; charset=utf-8",
     "js/tenants.js" => "text/javascript; charset=utf-8",
     "vendor/bpmn-navigated-viewer.production.min.js" => "text/javascript; charset=utf-8",
     "vendor/diagram-js.css" => "text/css; charset=utf-8",

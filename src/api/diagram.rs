@@ -303,6 +303,9 @@ pub struct CountsBody {
     /// State → number of the caller's instances in it (every state, zeros included).
     pub counts: BTreeMap<String, i64>,
     pub total: i64,
+    /// Of the FAILED, how many a retry took over (the others still need
+    /// attention).
+    pub retried: i64,
 }
 
 /// The caller's instances counted by state (optionally of one process, and
@@ -347,7 +350,26 @@ pub async fn counts(
         counts.insert(s, n);
     }
     let total = counts.values().sum();
-    Ok(Json(CountsBody { counts, total }))
+    let retried = match counts.get("FAILED").copied().unwrap_or(0) {
+        0 => 0,
+        _ => {
+            state
+                .runtime
+                .store()
+                .retried_failed_count(
+                    &tenant,
+                    q.process.as_deref(),
+                    within.from.as_deref(),
+                    within.before.as_deref(),
+                )
+                .await?
+        }
+    };
+    Ok(Json(CountsBody {
+        counts,
+        total,
+        retried,
+    }))
 }
 
 #[cfg(test)]

@@ -108,7 +108,8 @@ pub async fn start(
 #[utoipa::path(get, path = "/v1/instances", tag = "instances",
     params(("state" = Option<String>, Query), ("process" = Option<String>, Query), ("after" = Option<String>, Query),
         ("since" = Option<String>, Query, description = "only instances started at or after this RFC 3339 instant"),
-        ("until" = Option<String>, Query, description = "only instances started at or before this RFC 3339 instant (ms precision)"), ("limit" = Option<i64>, Query)),
+        ("until" = Option<String>, Query, description = "only instances started at or before this RFC 3339 instant (ms precision)"), ("limit" = Option<i64>, Query),
+        ("order" = Option<String>, Query, description = "`oldest` (default) or `newest` first; `after` continues in that order")),
     responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(state): State<Arc<AppState>>,
@@ -128,18 +129,39 @@ pub async fn list(
     if let Some(a) = &q.after {
         check_id("instance", a)?;
     }
-    let within = started_within(q.since.as_deref(), q.until.as_deref())?;
-    let after = match (q.after, within.from) {
-        (a, None) => a,
-        // Every id of a start at `since` or later sorts after these 12 digits alone.
-        (a, Some(bound)) => Some(a.filter(|a| *a > bound).unwrap_or(bound)),
+    let newest = match q.order.as_deref() {
+        None | Some("oldest") => false,
+        Some("newest") => true,
+        Some(other) => {
+            return Err(ApiError::malformed(format!(
+                "order `{other}` is neither `oldest` nor `newest`"
+            )))
+        }
     };
+    let within = started_within(q.since.as_deref(), q.until.as_deref())?;
     let limit = q.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::malformed(format!(
             "limit must be from 1 to {MAX_PAGE}"
         )));
     }
+    // Ids begin with their start instant, so both orders page by id: oldest
+    // first from `since` (or the cursor) up, newest first from `until` (or
+    // the cursor) down; the first row past the other bound ends the listing.
+    let (after_id, before_id) = if newest {
+        let before = match (q.after, within.before.clone()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        (None, before)
+    } else {
+        let after = match (q.after, within.from.clone()) {
+            (a, None) => a,
+            // Every id of a start at `since` or later sorts after these 12 digits alone.
+            (a, Some(bound)) => Some(a.filter(|a| *a > bound).unwrap_or(bound)),
+        };
+        (after, None)
+    };
     let rows = state
         .runtime
         .store()
@@ -148,14 +170,18 @@ pub async fn list(
             state: q.state,
             process_id: q.process,
             deployment_id: None,
-            after_id: after,
+            after_id,
+            before_id,
+            newest_first: newest,
             limit: limit + 1,
         })
         .await?;
-    // Ordered by id, so by start: the first row past `until` ends the listing.
     let rows: Vec<_> = rows
         .into_iter()
-        .take_while(|r| within.before.as_deref().is_none_or(|b| r.id.as_str() < b))
+        .take_while(|r| match newest {
+            false => within.before.as_deref().is_none_or(|b| r.id.as_str() < b),
+            true => within.from.as_deref().is_none_or(|f| r.id.as_str() >= f),
+        })
         .collect();
     let more = rows.len() as i64 > limit;
     let page: Vec<InstanceSummary> = rows.iter().take(limit as usize).map(Into::into).collect();

@@ -32,7 +32,10 @@ pub mod migrate;
 pub mod openapi;
 pub mod seed_routes;
 pub mod shape;
+pub mod statistics;
 pub mod types;
+pub mod variables;
+pub mod whoami;
 
 use crate::runtime::Runtime;
 use crate::store::AnyStore;
@@ -166,6 +169,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/cancel", post(instances::cancel))
         .route("/v1/instances/{id}/retry", post(instances::retry))
         .route("/v1/instances/{id}/close", post(instances::close))
+        .route("/v1/instances/{id}/variables", post(variables::edit))
         .merge(seed_routes::routes())
         .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))
@@ -185,6 +189,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/admin/clock/advance", post(admin::advance))
         .route("/v1/openapi.json", get(openapi_json))
+        .route("/v1/whoami", get(whoami::whoami))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
@@ -205,6 +210,10 @@ fn console_routes() -> Router<Arc<AppState>> {
         .route("/ui/", get(console::index))
         .route("/ui/{*path}", get(console::file))
         .route("/v1/deployments/{id}/diagram", get(diagram::diagram))
+        .route(
+            "/v1/deployments/{id}/statistics",
+            get(statistics::statistics),
+        )
         .route("/v1/deployments/{id}/modules", get(diagram::modules))
         .route("/v1/instances/counts", get(diagram::counts))
         .route("/v1/instances/{id}/attempts", get(diagram::attempts))

@@ -3,7 +3,7 @@
 
 use super::{
     admin, channels, deployments, diagram, egress, events, external, incidents, instances, migrate,
-    seed_routes, types,
+    seed_routes, statistics, types, variables, whoami,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -37,7 +37,7 @@ impl Modify for BearerAuth {
         external::extend_lock, external::unlock, incidents::list, incidents::resolve, migrate::migrate,
         diagram::diagram, diagram::modules, diagram::attempts, diagram::counts,
         egress::put_grant, egress::get_grant, egress::list_grants, egress::delete_grant,
-        egress::put_secret, egress::list_secrets, egress::delete_secret,
+        egress::put_secret, egress::list_secrets, egress::delete_secret, whoami::whoami, variables::edit, statistics::statistics,
     ),
     components(schemas(
         types::ErrorBody, types::DeploymentBody, types::DeploymentList, types::ScheduleBody, types::ScheduleEventBody,
@@ -52,6 +52,7 @@ impl Modify for BearerAuth {
         diagram::ModuleBody, diagram::ModuleList, diagram::AttemptBody, diagram::LogLineBody, diagram::AttemptList, diagram::CountsBody,
         egress::GrantBody, egress::GrantList, egress::SecretPutBody, egress::SecretBody, egress::SecretList,
         crate::egress::Grant, crate::egress::GrantRule, crate::egress::Call, crate::egress::CallRecord,
+        whoami::WhoAmI, variables::EditVariablesBody, statistics::Statistics, statistics::NodeStatistics,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),

@@ -153,10 +153,53 @@ pub struct InstanceSummary {
     pub ended_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<String>,
+    /// The code the instance failed with (FAILED, COMPENSATED).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<String>,
+    /// The code of that error's cause (e.g. the guest's own code behind
+    /// `SUTRA.RUNTIME.TASK_FAILED`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause_code: Option<String>,
+    /// The node whose failure ended it, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_node: Option<String>,
+}
+
+/// What a listing reads of a snapshot: its error and node states only.
+#[derive(Deserialize)]
+struct SnapshotPeek {
+    #[serde(default)]
+    error: Option<ErrorPeek>,
+    #[serde(default)]
+    node_states: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct ErrorPeek {
+    code: String,
+    #[serde(default)]
+    cause: Option<CausePeek>,
+}
+
+#[derive(Deserialize)]
+struct CausePeek {
+    code: String,
 }
 
 impl From<&InstanceRecord> for InstanceSummary {
     fn from(r: &InstanceRecord) -> Self {
+        let peek: Option<SnapshotPeek> = serde_json::from_str(&r.snapshot).ok();
+        let (error_code, cause_code, failed_node) = match peek {
+            Some(p) => (
+                p.error.as_ref().map(|e| e.code.clone()),
+                p.error.and_then(|e| e.cause).map(|c| c.code),
+                p.node_states
+                    .into_iter()
+                    .find(|(_, s)| s == "FAILED")
+                    .map(|(n, _)| n),
+            ),
+            None => (None, None, None),
+        };
         InstanceSummary {
             id: r.id.clone(),
             process: r.process_id.clone(),
@@ -165,6 +208,9 @@ impl From<&InstanceRecord> for InstanceSummary {
             started_at: at(r.started_at),
             ended_at: r.ended_at.map(at),
             retry_of: r.retry_of.clone(),
+            error_code,
+            cause_code,
+            failed_node,
         }
     }
 }
@@ -188,6 +234,9 @@ pub struct ListQuery {
     /// RFC 3339: only instances started at or before it.
     pub until: Option<String>,
     pub limit: Option<i64>,
+    /// `oldest` (the default: by start, oldest first) or `newest`; `after`
+    /// continues in the same order.
+    pub order: Option<String>,
 }
 
 /// `POST /v1/instances/{id}/cancel`.

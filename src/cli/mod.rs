@@ -24,6 +24,7 @@ mod serve;
 mod show;
 mod task;
 mod tenant;
+mod variables;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -95,6 +96,8 @@ enum Command {
     Migrate(channels::MigrateArgs),
     /// Resume an instance that waits on a named event (a States-language `EventName` wait).
     Resume(resume::ResumeArgs),
+    /// Fix the variables of a FAILED (then retry from its failure) or WAITING instance on a server.
+    SetVariables(variables::SetVariablesArgs),
     /// The compile worker a server starts for an uploaded component (internal).
     #[command(name = "__compile", hide = true)]
     Compile(compile_worker::CompileArgs),
@@ -135,6 +138,7 @@ pub fn main() -> ExitCode {
         Command::Secret(cmd) => egress::exec_secret(cmd),
         Command::Migrate(args) => channels::exec_migrate(args),
         Command::Resume(args) => resume::exec(args),
+        Command::SetVariables(args) => variables::exec(args),
         Command::Compile(args) => compile_worker::exec(args),
     }
 }

@@ -159,7 +159,9 @@ pub fn exec(args: ServeArgs) -> ExitCode {
         tokio::spawn(async move {
             match resealing.reseal_secrets().await {
                 Ok(0) => {}
-                Ok(n) => tracing::info!("re-sealed {n} secrets under the current SUTRA_SECRET_KEY"),
+                // Said as "listening on" is: an operator rotating the key
+                // learns when the old one may leave SUTRA_SECRET_PREVIOUS_KEYS.
+                Ok(n) => eprintln!("sutra serve: re-sealed {n} secrets under the current SUTRA_SECRET_KEY"),
                 Err(e) => tracing::warn!(error = %e, "re-sealing secrets failed; the next start tries again"),
             }
         });

@@ -69,6 +69,7 @@ pub fn instance_text(v: &Value) -> String {
             s(&a["attempt"]),
             s(&a["outcome"])
         ));
+        out.push_str(&calls_text(&a["calls"]));
     }
     for w in v["waits"].as_array().into_iter().flatten() {
         out.push_str(&format!("  {}\n", wait_text(w)));
@@ -99,6 +100,40 @@ pub fn instance_text(v: &Value) -> String {
         }
     }
     out.push_str(&format!("  variables {}\n", v["variables"]));
+    out
+}
+
+/// An attempt's outbound calls (`calls` of the instance view), one line each
+/// under its attempt: the request, then its status and duration, or the
+/// code and reason of a denial or a failure.
+fn calls_text(record: &Value) -> String {
+    let mut out = String::new();
+    for c in record["calls"].as_array().into_iter().flatten() {
+        let port = match (c["scheme"].as_str(), c["port"].as_u64()) {
+            (Some("https"), Some(443)) | (Some("http"), Some(80)) | (_, None) => String::new(),
+            (_, Some(p)) => format!(":{p}"),
+        };
+        let target = format!(
+            "{} {}://{}{port}{}",
+            s(&c["method"]),
+            s(&c["scheme"]),
+            s(&c["host"]),
+            s(&c["path"])
+        );
+        let took = c["duration_us"]
+            .as_u64()
+            .map(|us| format!("  {:.1} ms", us as f64 / 1000.0))
+            .unwrap_or_default();
+        let result = match (c.get("code").filter(|v| !v.is_null()), c.get("status")) {
+            (Some(code), _) => format!("{} {}", s(code), s(&c["reason"])),
+            (None, Some(st)) if !st.is_null() => format!("-> {}{took}", s(st)),
+            _ => format!("failed: {}{took}", s(&c["reason"])),
+        };
+        out.push_str(&format!("      call {target}  {result}\n"));
+    }
+    if let Some(n) = record["dropped"].as_u64().filter(|n| *n > 0) {
+        out.push_str(&format!("      (and {n} more calls, not kept)\n"));
+    }
     out
 }
 
@@ -156,6 +191,36 @@ pub(crate) fn wait_text(w: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_attempt_lists_its_calls_and_denials() {
+        let v = json!({
+            "instance": "i", "process": "p", "state": "COMPLETED", "waits": [], "variables": {},
+            "attempts": [{
+                "task": "Fetch", "attempt": 1, "at": "2030-01-01T00:00:00Z", "outcome": "completed",
+                "calls": {
+                    "calls": [
+                        { "method": "GET", "scheme": "https", "host": "api.example.com", "port": 443,
+                          "path": "/v1/rates", "status": 200, "bytes_out": 0, "bytes_in": 512, "duration_us": 1500 },
+                        { "method": "POST", "scheme": "http", "host": "10.0.0.7", "port": 8080,
+                          "path": "/", "bytes_out": 0, "bytes_in": 0, "duration_us": 0,
+                          "code": "SUTRA.TASK.EGRESS_DENIED", "reason": "address 10.0.0.7 is in a denied range" },
+                    ],
+                    "dropped": 3,
+                },
+            }],
+        });
+        let text = instance_text(&v);
+        assert!(
+            text.contains("      call GET https://api.example.com/v1/rates  -> 200  1.5 ms\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("      call POST http://10.0.0.7:8080/  SUTRA.TASK.EGRESS_DENIED address 10.0.0.7 is in a denied range\n"),
+            "{text}"
+        );
+        assert!(text.contains("(and 3 more calls, not kept)"), "{text}");
+    }
 
     #[test]
     fn each_kind_of_wait_says_what_it_waits_for() {

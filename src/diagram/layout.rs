@@ -11,6 +11,7 @@
 //! - a boundary event sits on its host's bottom edge and never takes a
 //!   layer of its own; its outgoing flows rank as its host's.
 
+use super::route;
 use crate::model::{FlowIx, FlowKind, NodeIx, NodeKind, Process};
 
 /// A rectangle in diagram coordinates (top-left corner, size).
@@ -80,6 +81,10 @@ struct Ctx<'a> {
     top: Vec<NodeIx>,
     /// Positions relative to the enclosing scope's content origin.
     rel: Vec<Bounds>,
+    /// Flows routed through their scope's grid (`route.rs`): the flow, its
+    /// scope (None = the process) and its waypoints relative to the
+    /// scope's content origin. A flow not here is routed by [`route`].
+    routed: Vec<(FlowIx, Option<NodeIx>, Vec<(f64, f64)>)>,
 }
 
 /// Lay out a process.
@@ -98,9 +103,10 @@ pub fn layout(p: &Process) -> Layout {
         children,
         top: top.clone(),
         rel: vec![Bounds::default(); n],
+        routed: Vec::new(),
     };
     let mut visiting = vec![false; n];
-    cx.lay_scope(&top, &mut visiting);
+    cx.lay_scope(None, &top, &mut visiting);
     // Absolute positions: a scope's content origin is its container's corner plus padding.
     let mut abs = vec![Bounds::default(); n];
     let mut stack: Vec<(NodeIx, f64, f64)> = cx.top.iter().map(|&i| (i, MARGIN, MARGIN)).collect();
@@ -116,7 +122,17 @@ pub fn layout(p: &Process) -> Layout {
             stack.push((c, b.x + PAD, b.y + PAD_TOP));
         }
     }
-    let flows = p.flows.iter().map(|f| route(p, &abs, f.ix)).collect();
+    let mut flows: Vec<Vec<(f64, f64)>> = p.flows.iter().map(|f| route(p, &abs, f.ix)).collect();
+    for (f, scope, points) in std::mem::take(&mut cx.routed) {
+        let (ox, oy) = match scope {
+            None => (MARGIN, MARGIN),
+            Some(c) => {
+                let b = abs[c.0 as usize];
+                (b.x + PAD, b.y + PAD_TOP)
+            }
+        };
+        flows[f.0 as usize] = points.iter().map(|&(x, y)| (ox + x, oy + y)).collect();
+    }
     Layout { nodes: abs, flows }
 }
 
@@ -133,7 +149,12 @@ impl Ctx<'_> {
 
     /// Lay out the members of one scope (relative to its content origin);
     /// answers the content's size. Containers are laid out first.
-    fn lay_scope(&mut self, members: &[NodeIx], visiting: &mut [bool]) -> (f64, f64) {
+    fn lay_scope(
+        &mut self,
+        scope: Option<NodeIx>,
+        members: &[NodeIx],
+        visiting: &mut [bool],
+    ) -> (f64, f64) {
         let nodes: Vec<NodeIx> = members
             .iter()
             .copied()
@@ -149,7 +170,7 @@ impl Ctx<'_> {
             size[k] = if is_container(&node.kind) && !visiting[ix.0 as usize] {
                 visiting[ix.0 as usize] = true;
                 let inner = self.children[ix.0 as usize].clone();
-                let (w, h) = self.lay_scope(&inner, visiting);
+                let (w, h) = self.lay_scope(Some(ix), &inner, visiting);
                 visiting[ix.0 as usize] = false;
                 ((w + 2.0 * PAD).max(140.0), (h + PAD_TOP + PAD).max(100.0))
             } else {
@@ -243,22 +264,55 @@ impl Ctx<'_> {
             }
         }
         let layers = layer.iter().max().map_or(1, |m| m + 1);
+        // A forward edge over several layers passes a dummy in each layer
+        // between (a slot of its own in that column), so that no flow runs
+        // through a node it does not connect (route.rs).
+        let real = nodes.len();
+        let mut chains: std::collections::BTreeMap<(usize, usize), Vec<usize>> =
+            std::collections::BTreeMap::new();
+        let mut grid_out: Vec<Vec<usize>> = out.clone();
+        for s in 0..real {
+            for &t in &out[s] {
+                if !fwd(s, t) || layer[t] <= layer[s] + 1 {
+                    continue;
+                }
+                let mut chain = Vec::new();
+                let mut prev = s;
+                for l in layer[s] + 1..layer[t] {
+                    let d = size.len();
+                    size.push((0.0, route::DUMMY_H));
+                    layer.push(l);
+                    grid_out.push(Vec::new());
+                    grid_out[prev].retain(|&x| x != t);
+                    grid_out[prev].push(d);
+                    chain.push(d);
+                    prev = d;
+                }
+                grid_out[prev].push(t);
+                chains.insert((s, t), chain);
+            }
+        }
+        let total = size.len();
         let mut rows: Vec<Vec<usize>> = vec![Vec::new(); layers];
-        let is_comp = |k: usize| compensates[k].is_some() && !has_in[k];
+        let is_comp = |k: usize| k < real && compensates[k].is_some() && !has_in[k];
         for &k in order.iter().filter(|&&k| !is_comp(k)) {
+            rows[layer[k]].push(k);
+        }
+        for k in real..total {
             rows[layer[k]].push(k);
         }
         for &k in order.iter().filter(|&&k| is_comp(k)) {
             rows[layer[k]].push(k);
         }
         // Barycenter ordering: down by predecessors, up by successors.
-        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+        let out = grid_out;
+        let mut preds: Vec<Vec<usize>> = vec![Vec::new(); total];
         for (s, ts) in out.iter().enumerate() {
             for &t in ts {
                 preds[t].push(s);
             }
         }
-        let mut pos = vec![0.0f64; nodes.len()];
+        let mut pos = vec![0.0f64; total];
         let index = |rows: &Vec<Vec<usize>>, pos: &mut Vec<f64>| {
             for row in rows {
                 for (i, &k) in row.iter().enumerate() {
@@ -308,16 +362,23 @@ impl Ctx<'_> {
             .collect();
         let height = col_h.iter().copied().fold(0.0, f64::max);
         let mut x = 0.0;
+        let mut col_x = Vec::with_capacity(layers);
+        let mut dummy_y = vec![0.0f64; total - real];
         for (l, row) in rows.iter().enumerate() {
+            col_x.push(x);
             let mut y = (height - col_h[l]) / 2.0;
             for &k in row {
                 let (w, h) = size[k];
-                self.rel[nodes[k].0 as usize] = Bounds {
-                    x: x + (col_w[l] - w) / 2.0,
-                    y,
-                    w,
-                    h,
-                };
+                if k >= real {
+                    dummy_y[k - real] = y + h / 2.0;
+                } else {
+                    self.rel[nodes[k].0 as usize] = Bounds {
+                        x: x + (col_w[l] - w) / 2.0,
+                        y,
+                        w,
+                        h,
+                    };
+                }
                 y += h + GAP_Y;
             }
             x += col_w[l] + GAP_X;
@@ -347,7 +408,24 @@ impl Ctx<'_> {
                 h: 36.0,
             };
         }
-        (x - GAP_X, height + 18.0)
+        let grid = route::Grid {
+            col_x,
+            col_w,
+            gap: GAP_X,
+            left: -PAD / 2.0,
+            bottom: height + 18.0,
+            layer: layer[..real].to_vec(),
+            chains: chains
+                .into_iter()
+                .map(|(k, v)| (k, v.into_iter().map(|d| dummy_y[d - real]).collect()))
+                .collect(),
+        };
+        let (routed, (w, h)) = route::scope(self.p, &nodes, &grid, &self.rel, |ix| {
+            local(self.anchor(ix))
+        });
+        self.routed
+            .extend(routed.into_iter().map(|(f, pts)| (f, scope, pts)));
+        (w.max(x - GAP_X), h)
     }
 }
 

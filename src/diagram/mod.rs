@@ -17,6 +17,7 @@
 //! - every node and flow of the process appears, with a shape or an edge.
 
 pub mod layout;
+mod route;
 
 use crate::model::{
     BoundaryTrigger, CatchTrigger, EndKind, FlowKind, Node, NodeKind, Process, StartTrigger,
@@ -27,6 +28,9 @@ use std::fmt::Write;
 
 /// The namespace of the `sutra:node` attribute.
 pub const SUTRA_NS: &str = "https://sutra.dev/diagram/1.0";
+
+/// The longest condition drawn on a flow (a longer one is cut with "…").
+const FLOW_LABEL_MAX: usize = 60;
 
 /// A process's diagram.
 #[derive(Debug, Clone, PartialEq)]
@@ -251,11 +255,21 @@ fn scope(
                 );
             }
             FlowKind::Sequence | FlowKind::Error => {
-                let name = if f.kind == FlowKind::Error {
-                    " name=\"on error\""
-                } else {
-                    ""
+                // A flow says when it is taken: its condition (a Choice
+                // rule in words), `default`, or `on error`.
+                let is_default = matches!(
+                    &p.node(f.source).kind,
+                    NodeKind::ExclusiveGateway { default: Some(d) } if *d == f.ix
+                );
+                let label = match (&f.kind, &f.condition) {
+                    (FlowKind::Error, _) => Some("on error".to_string()),
+                    (_, Some(c)) => Some(c.label(FLOW_LABEL_MAX)),
+                    _ if is_default => Some("default".to_string()),
+                    _ => None,
                 };
+                let name = label
+                    .map(|l| format!(" name=\"{}\"", esc(&l)))
+                    .unwrap_or_default();
                 let _ = writeln!(
                     x,
                     "{pad}<bpmn:sequenceFlow id=\"{id}\"{name} sourceRef=\"{src}\" targetRef=\"{tgt}\" sutra:node=\"{}\"/>",
@@ -389,6 +403,13 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
             String::new(),
         ),
     };
+    // A States-language state's id, and an HX node's, is the name its
+    // author gave it: shown when the node has no other (a Choice, a
+    // Succeed); a BPMN id (often a modeler's GUID) and an internal one
+    // (`Reserve#catch1`) are not.
+    let label = label.or_else(|| {
+        (p.dialect != crate::model::Dialect::Bpmn && !n.id.contains('#')).then(|| n.id.clone())
+    });
     let _ = write!(x, "{pad}<bpmn:{tag} id=\"{id}\"");
     if let Some(l) = label {
         let _ = write!(x, " name=\"{}\"", esc(&l));
@@ -403,5 +424,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
     let _ = writeln!(x, "</bpmn:{tag}>");
 }
 
+#[cfg(test)]
+mod layout_check;
 #[cfg(test)]
 mod tests;

@@ -174,3 +174,31 @@ fn loops_lay_out_without_overlaps() {
         }
     }
 }
+
+#[test]
+fn flows_say_when_they_are_taken_and_states_show_their_names() {
+    let asl = r#"{"StartAt": "Check", "States": {
+        "Check": {"Type": "Choice", "Choices": [
+            {"Variable": "$.amount", "NumericGreaterThan": 100, "Next": "Review"},
+            {"And": [{"Variable": "$.kind", "StringMatches": "gift*"}, {"Not": {"Variable": "$.vip", "IsPresent": true}}], "Next": "Review"}
+        ], "Default": "Done"},
+        "Review": {"Type": "Pass", "Next": "Done"},
+        "Done": {"Type": "Succeed"}}}"#;
+    let xml = export(&processes(asl).remove(0));
+    assert!(xml.contains(r#"name="$.amount &gt; 100""#), "{xml}");
+    assert!(
+        xml.contains(r#"name="$.kind matches &quot;gift*&quot; and not ($.vip is present)""#),
+        "{xml}"
+    );
+    assert!(xml.contains(r#"name="default""#), "{xml}");
+    assert!(
+        xml.contains(r#"<bpmn:exclusiveGateway id="Check" name="Check""#),
+        "{xml}"
+    );
+    assert!(xml.contains(r#"name="Done""#), "{xml}");
+    // A BPMN condition is drawn as written; a BPMN id is never shown as a name.
+    let bpmn = file("tests/fixtures/bpmn/valid/conditional_flows.bpmn");
+    let xml = export(&processes(&bpmn).remove(0));
+    assert!(xml.contains(r#"name="amount &gt; 100""#), "{xml}");
+    assert!(xml.contains(r#"name="tier == &apos;gold&apos;""#), "{xml}");
+}

@@ -281,6 +281,7 @@ impl Machine<'_> {
             }
         };
         self.snap.completed.push(node.id.clone());
+        self.set_state(&node.id, NodeState::Succeeded);
         let scope = self.snap.token(token).and_then(|t| t.scope);
         self.discard(token);
         self.spawn_doc(self.process.flow(f).target, scope, Some(f), Some(out));

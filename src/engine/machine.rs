@@ -200,6 +200,7 @@ impl<'a> Machine<'a> {
                 m.end(InstanceState::Terminated);
             }
             Event::Resume => m.resume()?,
+            Event::EditVariables { set, unset, by } => m.edit_variables(set, unset, by)?,
             Event::ChildEnded { .. } if terminal => {
                 return Err(EngineError::new(
                     Code::InstanceState,

@@ -20,6 +20,7 @@ mod child;
 mod choice;
 mod docflow;
 pub mod document;
+mod edit;
 mod fanout;
 mod flow;
 mod intrinsics;
@@ -123,6 +124,13 @@ pub enum Event {
     /// The child instance awaited on child park `park` ended (child.rs).
     /// A child park that fires without it (`ParkFired`) is its timeout.
     ChildEnded { park: u64, outcome: ChildOutcome },
+    /// An operator sets and unsets variables of a FAILED or WAITING
+    /// instance (edit.rs); `by` says who, for the journal.
+    EditVariables {
+        set: Map<String, Value>,
+        unset: Vec<String>,
+        by: Option<String>,
+    },
 }
 
 /// The inputs a step may depend on besides the snapshot and the event.

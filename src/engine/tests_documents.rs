@@ -63,6 +63,12 @@ fn pass_choice_and_intrinsics_rewrite_the_document() {
         Value::Object(step.snapshot.variables),
         json!({"output": ["x", "y"]})
     );
+    // A Choice that routed succeeded (it was shown CANCELLED once the
+    // instance ended); the branch not taken never ran.
+    let states = &step.snapshot.node_states;
+    assert_eq!(states.get("C"), Some(&NodeState::Succeeded), "{states:?}");
+    assert_eq!(states.get("Three"), Some(&NodeState::Succeeded));
+    assert_eq!(states.get("Other"), None);
 }
 
 #[test]

@@ -199,6 +199,24 @@ impl Expr {
         &self.names
     }
 
+    /// The condition as a diagram labels its flow: a CEL expression as
+    /// written, a structured rule in words (`Rule::label`), at most `max`
+    /// characters.
+    pub fn label(&self, max: usize) -> String {
+        match &self.kind {
+            ExprKind::Rule(r) => r.label(max),
+            ExprKind::Cel(..) => {
+                let text = self.source.trim();
+                if text.chars().count() <= max {
+                    text.to_string()
+                } else {
+                    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+                    format!("{cut}…")
+                }
+            }
+        }
+    }
+
     /// Evaluate over a JSON object of variables.
     pub fn eval(
         &self,
@@ -427,6 +445,13 @@ mod tests {
             ("a.b == 'x'", "a.b != 'x'"),
             ("kind == 'a'", "kind == 'b'"),
             ("1 == n", "n == 2"),
+            // A negation across map and list literals (found by dialect::props).
+            (
+                "x < 1 && {\"k\": 1}.k < 0",
+                "!((x < 1 && {\"k\": 1}.k < 0))",
+            ),
+            ("[x, 1] == l", "!([x, 1] == l)"),
+            ("l.all(e, e > x)", "!l.all(e, e > x)"),
         ] {
             assert!(ex(a, b), "{a} / {b}");
             assert!(ex(b, a), "{b} / {a}");
@@ -437,6 +462,12 @@ mod tests {
             ("kind == 'a'", "kind == 'a'"),
             ("n == 1", "n == 1.0"),
             ("a || b", "!a"),
+            ("{\"k\": x}.k > 1", "!({\"k\": y}.k > 1)"),
+            (
+                "{\"a\": 1, \"b\": x}.a > 1",
+                "!({\"b\": x, \"a\": 1}.a > 1)",
+            ),
+            ("l.all(e, e > x)", "!l.exists(e, e > x)"),
         ] {
             assert!(!ex(a, b), "{a} / {b}");
         }

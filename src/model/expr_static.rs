@@ -191,6 +191,22 @@ fn distinct(p: &Val, q: &Val) -> bool {
     }
 }
 
+/// Entries of the same kinds, field names and optional flags, in order (their
+/// keys and values are compared as children).
+fn same_entries(
+    a: &[cel_parser::ast::IdedEntryExpr],
+    b: &[cel_parser::ast::IdedEntryExpr],
+) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| match (&x.expr, &y.expr) {
+            (EntryExpr::MapEntry(p), EntryExpr::MapEntry(q)) => p.optional == q.optional,
+            (EntryExpr::StructField(p), EntryExpr::StructField(q)) => {
+                p.field == q.field && p.optional == q.optional
+            }
+            _ => false,
+        })
+}
+
 /// Structural equality, ignoring the node ids the parser numbers.
 fn same(a: &IdedExpr, b: &IdedExpr) -> bool {
     let mut work = vec![(a, b)];
@@ -205,7 +221,15 @@ fn same(a: &IdedExpr, b: &IdedExpr) -> bool {
                     && x.target.is_some() == y.target.is_some()
             }
             (Ast::List(x), Ast::List(y)) => x.elements.len() == y.elements.len(),
-            // Maps, structs and comprehensions are never claimed equal.
+            // Keys and values are compared below, entry by entry in order
+            // (`{"a": 1, "b": 2}` and `{"b": 2, "a": 1}` are not claimed equal).
+            (Ast::Map(x), Ast::Map(y)) => same_entries(&x.entries, &y.entries),
+            (Ast::Struct(x), Ast::Struct(y)) => {
+                x.type_name == y.type_name && same_entries(&x.entries, &y.entries)
+            }
+            (Ast::Comprehension(x), Ast::Comprehension(y)) => {
+                x.iter_var == y.iter_var && x.iter_var2 == y.iter_var2 && x.accu_var == y.accu_var
+            }
             _ => false,
         };
         if !ok {

@@ -78,3 +78,78 @@ pub enum Rule {
         expect: bool,
     },
 }
+
+impl Rule {
+    /// The rule as a person reads it on a diagram (`$.x > 10`,
+    /// `$.kind matches "a*"`, `not ($.ok is boolean)`, `... and ...`),
+    /// at most `max` characters (cut with an ellipsis).
+    pub fn label(&self, max: usize) -> String {
+        let text = self.text();
+        if text.chars().count() <= max {
+            text
+        } else {
+            let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+            format!("{cut}…")
+        }
+    }
+
+    fn text(&self) -> String {
+        let join = |rules: &[Rule], word: &str| {
+            rules
+                .iter()
+                .map(|r| match r {
+                    Rule::And { .. } | Rule::Or { .. } => format!("({})", r.text()),
+                    _ => r.text(),
+                })
+                .collect::<Vec<_>>()
+                .join(&format!(" {word} "))
+        };
+        match self {
+            Rule::And { all } => join(all, "and"),
+            Rule::Or { any } => join(any, "or"),
+            Rule::Not { rule } => format!("not ({})", rule.text()),
+            Rule::Compare {
+                variable,
+                compare,
+                against,
+                ..
+            } => {
+                let op = match compare {
+                    Compare::Equals => "==",
+                    Compare::LessThan => "<",
+                    Compare::GreaterThan => ">",
+                    Compare::LessThanEquals => "<=",
+                    Compare::GreaterThanEquals => ">=",
+                };
+                let rhs = match against {
+                    Against::Literal(v) => v.to_string(),
+                    Against::Path(p) => p.text.clone(),
+                };
+                format!("{} {op} {rhs}", variable.text)
+            }
+            Rule::Matches { variable, pattern } => {
+                format!(
+                    "{} matches {}",
+                    variable.text,
+                    Value::String(pattern.clone())
+                )
+            }
+            Rule::Is {
+                variable,
+                test,
+                expect,
+            } => {
+                let what = match test {
+                    TypeTest::Null => "null",
+                    TypeTest::Present => "present",
+                    TypeTest::Numeric => "numeric",
+                    TypeTest::String => "a string",
+                    TypeTest::Boolean => "a boolean",
+                    TypeTest::Timestamp => "a timestamp",
+                };
+                let not = if *expect { "" } else { "not " };
+                format!("{} is {not}{what}", variable.text)
+            }
+        }
+    }
+}

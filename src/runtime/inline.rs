@@ -193,6 +193,7 @@ impl<S: Store> Runtime<S> {
                     code: a.code.clone(),
                     class: a.class.map(|c| c.as_str().to_string()),
                     message: a.message.clone(),
+                    calls: None,
                 }),
                 Effect::Journal(j) if self.inner.config.audit_sql => w.journal.push(JournalRow {
                     seq: j.seq as i64,

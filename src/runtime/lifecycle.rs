@@ -220,4 +220,43 @@ impl<S: Store> Runtime<S> {
         }
         Ok(())
     }
+
+    /// Set and unset variables of instance `id` of `tenant` — a FAILED one
+    /// (what a retry from its failure resumes with) or a WAITING one — as
+    /// one step, journaled (`variables_edited`: who, what) when the audit
+    /// journal is on (`engine::edit`). Another tenant's or a missing
+    /// instance is `INSTANCE_NOT_FOUND`; `by` has at most
+    /// [`MAX_CLOSE_REASON`] bytes.
+    pub async fn edit_variables(
+        &self,
+        tenant: &str,
+        id: &str,
+        set: serde_json::Map<String, serde_json::Value>,
+        unset: Vec<String>,
+        by: Option<String>,
+    ) -> RuntimeResult<crate::engine::Snapshot> {
+        let owned = self
+            .inner
+            .store
+            .load_instance(id)
+            .await?
+            .is_some_and(|r| r.tenant == tenant);
+        if !owned {
+            return Err(RuntimeError::new(
+                Code::InstanceNotFound,
+                format!("no instance {id}"),
+            ));
+        }
+        if by.as_ref().is_some_and(|b| b.len() > MAX_CLOSE_REASON) {
+            return Err(RuntimeError::new(
+                Code::ApiMalformed,
+                format!("`by` has at most {MAX_CLOSE_REASON} bytes"),
+            ));
+        }
+        self.drive(
+            id.to_string(),
+            crate::engine::Event::EditVariables { set, unset, by },
+        )
+        .await
+    }
 }

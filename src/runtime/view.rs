@@ -3,7 +3,7 @@
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::snapshot::TaskPhase;
-use crate::engine::{ParkKind, Snapshot, TokenStatus};
+use crate::engine::{InstanceState, ParkKind, Snapshot, TokenStatus};
 use crate::model::{NodeKind, Process, TaskImpl};
 use crate::store::{AttemptRow, Store};
 use chrono::{DateTime, Utc};
@@ -37,6 +37,10 @@ pub struct AttemptView {
     /// as the attempts route gives it (`AttemptRow::shown_class`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
+    /// Its outbound HTTP calls and denials (a task with an egress grant), as
+    /// the attempts route gives them: no query, no header, no body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calls: Option<crate::egress::CallRecord>,
 }
 
 /// One thing an instance waits for: a park of its snapshot.
@@ -107,6 +111,11 @@ pub struct InstanceView {
     /// The instance whose process call started this one (a child flow).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// The instances retried from this one, oldest first (listed for a
+    /// FAILED, TERMINATED or COMPENSATED instance: a COMPLETED one's view,
+    /// the answer of most starts, stays one read).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retried_by: Vec<String>,
 }
 
 /// The history route's answer: the journal, or an explanatory empty shape
@@ -132,6 +141,10 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
         outcome: a.outcome.clone(),
         code: a.code.clone(),
         class: a.shown_class(),
+        calls: a
+            .calls
+            .as_deref()
+            .and_then(|c| serde_json::from_str(c).ok()),
     }
 }
 
@@ -247,6 +260,12 @@ impl<S: Store> Runtime<S> {
             false => None,
         };
         let waits = waits(&snap, process.as_deref());
+        let retried_by = match snap.state {
+            InstanceState::Failed | InstanceState::Terminated | InstanceState::Compensated => {
+                self.inner.store.retries_of(id).await?
+            }
+            _ => Vec::new(),
+        };
         Ok(InstanceView {
             instance: rec.id,
             process: rec.process_id,
@@ -274,6 +293,7 @@ impl<S: Store> Runtime<S> {
             closed_at: rec.closed_at.map(at),
             retry_of: rec.retry_of,
             parent: snap.parent.map(|p| p.instance),
+            retried_by,
         })
     }
 

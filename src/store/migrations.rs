@@ -58,6 +58,10 @@ const SHARED: &[(&str, &str)] = &[
         "0012_egress.sql",
         include_str!("../../migrations/shared/0012_egress.sql"),
     ),
+    (
+        "0016_retries.sql",
+        include_str!("../../migrations/shared/0016_retries.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

@@ -255,6 +255,13 @@ pub struct AttemptRow {
     #[serde(default)]
     pub class: Option<String>,
     pub message: Option<String>,
+    /// Its outbound calls as read back (a JSON `crate::egress::CallRecord`,
+    /// migration 0012), so an instance's view lists them without a second
+    /// query. Read only: the attempt insert takes the calls from the step's
+    /// [`AttemptOutput`], never from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[sqlx(default)]
+    pub calls: Option<String>,
 }
 
 impl AttemptRow {
@@ -283,7 +290,7 @@ pub struct AttemptOutput {
     pub stderr: Option<String>,
     /// Its last log lines, a JSON array of `{"level", "message"}`.
     pub logs: Option<String>,
-    /// Its outbound calls, a JSON `crate::egress::CallRecord` (migration 0011).
+    /// Its outbound calls, a JSON `crate::egress::CallRecord` (migration 0012).
     pub calls: Option<String>,
 }
 
@@ -362,6 +369,12 @@ pub struct InstanceFilter {
     pub deployment_id: Option<String>,
     /// Keyset paging: ids strictly greater than this.
     pub after_id: Option<String>,
+    /// Ids strictly less than this (newest-first paging, an `until` bound).
+    #[serde(default)]
+    pub before_id: Option<String>,
+    /// Newest first (descending ids, so by start time); else oldest first.
+    #[serde(default)]
+    pub newest_first: bool,
     pub limit: i64,
 }
 

@@ -193,6 +193,9 @@ impl SqlBackend for PgStore {
     const SKIP_LOCKED: &'static str = "FOR UPDATE SKIP LOCKED";
     const SKIP_LOCKED_O: &'static str = "FOR UPDATE OF o SKIP LOCKED";
     const KEY_SHARE_I: &'static str = "FOR KEY SHARE OF i";
+    const NODE_STATES: &'static str = "SELECT j.key, j.value, COUNT(*) FROM instances i, \
+         jsonb_each_text(i.snapshot::jsonb -> 'node_states') j WHERE i.deployment_id = $1 \
+         GROUP BY j.key, j.value ORDER BY j.key, j.value";
 
     fn reads(&self) -> &PgPool {
         &self.pool

@@ -30,9 +30,9 @@
 //! CASCADE`).
 
 use super::rows::{
-    duplicate_or_db, effective_limit, encode_modules, load_from_counts, paged_select, AttemptDbRow,
-    DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS, DEPLOYMENT_COLUMNS,
-    INSTANCE_READ_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
+    duplicate_or_db, effective_limit, encode_modules, load_from_counts, paged_select_in,
+    AttemptDbRow, DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS,
+    DEPLOYMENT_COLUMNS, INSTANCE_READ_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
 };
 use super::{
     AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
@@ -117,6 +117,11 @@ pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 's
     /// instead of failing the insert's foreign key; SQLite: nothing (one
     /// writer at a time).
     const KEY_SHARE_I: &'static str;
+    /// (node, state, instances) of one deployment's instances (`$1`), read
+    /// from each snapshot's `node_states` in the database: the JSON
+    /// functions are the one thing the backends spell differently (SQLite
+    /// `json_each`, PostgreSQL `jsonb_each_text`).
+    const NODE_STATES: &'static str;
 
     /// The pool reads run on.
     fn reads(&self) -> &Pool<Self::Db>;
@@ -365,8 +370,14 @@ where
             ("process_id =", &filter.process_id),
             ("deployment_id =", &filter.deployment_id),
             ("id >", &filter.after_id),
+            ("id <", &filter.before_id),
         ];
-        let (sql, values) = paged_select(INSTANCE_READ_COLUMNS, "instances", &filters);
+        let (sql, values) = paged_select_in(
+            INSTANCE_READ_COLUMNS,
+            "instances",
+            &filters,
+            filter.newest_first,
+        );
         let mut q = sqlx::query_as::<_, InstanceRow>(&sql);
         for value in values {
             q = q.bind(value);

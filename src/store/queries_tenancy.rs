@@ -208,6 +208,54 @@ where
         .await?)
     }
 
+    async fn node_states(&self, deployment: &str) -> StoreResult<Vec<(String, String, i64)>> {
+        Ok(sqlx::query_as(B::NODE_STATES)
+            .bind(deployment)
+            .fetch_all(self.reads())
+            .await?)
+    }
+
+    async fn open_incidents_by_node(&self, deployment: &str) -> StoreResult<Vec<(String, i64)>> {
+        Ok(sqlx::query_as(
+            "SELECT n.node, COUNT(*) FROM incidents n JOIN instances i ON i.id = n.instance_id \
+             WHERE i.deployment_id = $1 AND n.state = 'OPEN' GROUP BY n.node ORDER BY n.node",
+        )
+        .bind(deployment)
+        .fetch_all(self.reads())
+        .await?)
+    }
+
+    async fn retries_of(&self, id: &str) -> StoreResult<Vec<String>> {
+        Ok(
+            sqlx::query_scalar("SELECT id FROM instances WHERE retry_of = $1 ORDER BY id")
+                .bind(id)
+                .fetch_all(self.reads())
+                .await?,
+        )
+    }
+
+    async fn retried_failed_count(
+        &self,
+        tenant: &str,
+        process: Option<&str>,
+        from: Option<&str>,
+        before: Option<&str>,
+    ) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM instances f WHERE f.tenant = $1 AND f.state = 'FAILED' \
+             AND (CAST($2 AS TEXT) IS NULL OR f.process_id = CAST($2 AS TEXT)) \
+             AND (CAST($3 AS TEXT) IS NULL OR f.id >= CAST($3 AS TEXT)) \
+             AND (CAST($4 AS TEXT) IS NULL OR f.id < CAST($4 AS TEXT)) \
+             AND EXISTS (SELECT 1 FROM instances r WHERE r.retry_of = f.id)",
+        )
+        .bind(tenant)
+        .bind(process.map(str::to_string))
+        .bind(from.map(str::to_string))
+        .bind(before.map(str::to_string))
+        .fetch_one(self.reads())
+        .await?)
+    }
+
     async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
         let row: Option<(String, Option<String>)> =
             sqlx::query_as(super::queries_steps::INSTANCE_BY_KEY)

@@ -32,7 +32,7 @@ pub(super) const PARK_COLUMNS: &str =
     "instance_id, seq, tenant, deployment_id, kind, due_at, message_name, correlation_key";
 /// Columns of `attempts` that make an [`AttemptRow`].
 pub(super) const ATTEMPT_COLUMNS: &str =
-    "token, node, attempt, started_at, ended_at, outcome, code, class, message";
+    "token, node, attempt, started_at, ended_at, outcome, code, class, message, calls";
 /// Columns of `journal` that make a [`JournalRow`].
 pub(super) const JOURNAL_COLUMNS: &str = "seq, at, kind, node, data";
 
@@ -121,6 +121,17 @@ pub(super) fn paged_select<'a>(
     table: &str,
     filters: &[(&str, &'a Option<String>)],
 ) -> (String, Vec<&'a String>) {
+    paged_select_in(columns, table, filters, false)
+}
+
+/// [`paged_select`] in id order, or newest first (`desc`: descending ids;
+/// pair it with an `id <` keyset filter).
+pub(super) fn paged_select_in<'a>(
+    columns: &str,
+    table: &str,
+    filters: &[(&str, &'a Option<String>)],
+    desc: bool,
+) -> (String, Vec<&'a String>) {
     let mut sql = format!("SELECT {columns} FROM {table} WHERE 1 = 1");
     let mut values = Vec::new();
     for (rule, value) in filters {
@@ -129,7 +140,8 @@ pub(super) fn paged_select<'a>(
             sql.push_str(&format!(" AND {rule} ${}", values.len()));
         }
     }
-    sql.push_str(&format!(" ORDER BY id LIMIT ${}", values.len() + 1));
+    let order = if desc { "id DESC" } else { "id" };
+    sql.push_str(&format!(" ORDER BY {order} LIMIT ${}", values.len() + 1));
     (sql, values)
 }
 

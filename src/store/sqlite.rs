@@ -229,6 +229,9 @@ impl SqlBackend for SqliteStore {
     const SKIP_LOCKED: &'static str = "";
     const SKIP_LOCKED_O: &'static str = "";
     const KEY_SHARE_I: &'static str = "";
+    const NODE_STATES: &'static str = "SELECT j.key, j.value, COUNT(*) FROM instances i, \
+         json_each(i.snapshot, '$.node_states') j WHERE i.deployment_id = $1 \
+         GROUP BY j.key, j.value ORDER BY j.key, j.value";
 
     fn reads(&self) -> &SqlitePool {
         &self.read

@@ -156,6 +156,30 @@ pub trait TenancyStore: Send + Sync {
         from: Option<&str>,
         before: Option<&str>,
     ) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
+    /// Per node of deployment `deployment`: how many of its instances have
+    /// the node in each state (READY, RUNNING, SUCCEEDED, FAILED, ...), as
+    /// (node, state, count), computed by the database from the snapshots.
+    fn node_states(
+        &self,
+        deployment: &str,
+    ) -> impl Future<Output = StoreResult<Vec<(String, String, i64)>>> + Send;
+    /// Per node of deployment `deployment`: its open incidents.
+    fn open_incidents_by_node(
+        &self,
+        deployment: &str,
+    ) -> impl Future<Output = StoreResult<Vec<(String, i64)>>> + Send;
+    /// The instances retried from `id` (`retry_of = id`), oldest first
+    /// (migration 0016 indexes them).
+    fn retries_of(&self, id: &str) -> impl Future<Output = StoreResult<Vec<String>>> + Send;
+    /// How many FAILED instances of a tenant a retry took over, with the
+    /// bounds of [`Self::instance_counts`].
+    fn retried_failed_count(
+        &self,
+        tenant: &str,
+        process: Option<&str>,
+        from: Option<&str>,
+        before: Option<&str>,
+    ) -> impl Future<Output = StoreResult<i64>> + Send;
     /// The instance a (tenant, idempotency key) created, if any.
     fn instance_by_key(
         &self,
@@ -253,6 +277,27 @@ mod any_impl {
             before: Option<&str>,
         ) -> StoreResult<Vec<(String, i64)>> {
             delegate!(self, s => s.instance_counts(tenant, process, from, before).await)
+        }
+        async fn node_states(&self, deployment: &str) -> StoreResult<Vec<(String, String, i64)>> {
+            delegate!(self, s => s.node_states(deployment).await)
+        }
+        async fn open_incidents_by_node(
+            &self,
+            deployment: &str,
+        ) -> StoreResult<Vec<(String, i64)>> {
+            delegate!(self, s => s.open_incidents_by_node(deployment).await)
+        }
+        async fn retries_of(&self, id: &str) -> StoreResult<Vec<String>> {
+            delegate!(self, s => s.retries_of(id).await)
+        }
+        async fn retried_failed_count(
+            &self,
+            tenant: &str,
+            process: Option<&str>,
+            from: Option<&str>,
+            before: Option<&str>,
+        ) -> StoreResult<i64> {
+            delegate!(self, s => s.retried_failed_count(tenant, process, from, before).await)
         }
         async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
             delegate!(self, s => s.instance_by_key(tenant, key).await)

@@ -113,6 +113,17 @@ impl Server {
     }
 
     /// Kill -9 (if still running) and start another on the same database
+    /// with the clock at `clock_start`, with the environment variables `env`
+    /// set (replacing those of the same names).
+    pub async fn restart_with(mut self, env: &[(&str, &str)], clock_start: &str) -> Server {
+        for (k, v) in env {
+            self.extra_env.retain(|(name, _)| name != k);
+            self.extra_env.push((k.to_string(), v.to_string()));
+        }
+        self.restart_at(clock_start).await
+    }
+
+    /// Kill -9 (if still running) and start another on the same database
     /// with the clock at `clock_start`, without the environment variable `var`.
     pub async fn restart_without(mut self, var: &str, clock_start: &str) -> Server {
         self.extra_env.retain(|(k, _)| k != var);

@@ -5,12 +5,18 @@
 
 const KEY = 'sutra.console.key';
 const ROLE = 'sutra.console.role';
+const TENANT = 'sutra.console.tenant';
 
 export const session = {
   get key() { return sessionStorage.getItem(KEY); },
   get role() { return sessionStorage.getItem(ROLE); },
-  set(key, role) { sessionStorage.setItem(KEY, key); sessionStorage.setItem(ROLE, role); },
-  clear() { sessionStorage.removeItem(KEY); sessionStorage.removeItem(ROLE); },
+  get tenant() { return sessionStorage.getItem(TENANT); },
+  set(key, who) {
+    sessionStorage.setItem(KEY, key);
+    sessionStorage.setItem(ROLE, who.role);
+    if (who.tenant) sessionStorage.setItem(TENANT, who.tenant); else sessionStorage.removeItem(TENANT);
+  },
+  clear() { for (const k of [KEY, ROLE, TENANT]) sessionStorage.removeItem(k); },
 };
 
 export class ApiError extends Error {
@@ -57,16 +63,9 @@ export function query(params) {
 }
 
 /**
- * Who a key belongs to: 'admin' when it may list tenants, 'tenant' when it may
- * list deployments; an ApiError (401) otherwise.
+ * Who a key belongs to (GET /v1/whoami): {role: 'admin'} or {role: 'tenant',
+ * tenant}; an ApiError (401) for a key the server does not accept.
  */
 export async function whoIs(key) {
-  try {
-    await api('GET', '/v1/admin/tenants', undefined, key);
-    return 'admin';
-  } catch (e) {
-    if (e.status !== 401 && e.status !== 403 && e.status !== 404) throw e;
-  }
-  await api('GET', '/v1/deployments', undefined, key);
-  return 'tenant';
+  return api('GET', '/v1/whoami', undefined, key);
 }

@@ -1,13 +1,14 @@
 // The Sutra console: a hash-routed page over the public /v1 API.
 //   #/                      → deployments (tenant) or tenants (admin)
-//   #/deployments[/<id>]    #/instances[?state=&process=&since=]    #/instances/<id>    #/tenants
+//   #/deployments[/<id>]    #/instances[?state=&process=&since=]    #/instances/<id>    #/incidents    #/tenants
 // Routes carry ids and filters only; the API key never appears in a URL.
 
 import { session, whoIs } from './api.js';
-import { h, fill, errorBox } from './dom.js';
+import { h, fill, errorBox, timeMode, setTimeMode } from './dom.js';
 import { deploymentsPage, deploymentPage } from './deployments.js';
 import { instancesPage } from './instances.js';
 import { instancePage } from './instance.js';
+import { incidentsPage } from './incidents.js';
 import { tenantsPage } from './tenants.js';
 
 // Any Content-Security-Policy violation is kept for the browser tests to read.
@@ -46,10 +47,13 @@ export function confirmAction(title, ...body) {
 function nav() {
   const items = session.role === 'admin'
     ? [['#/tenants', 'Tenants']]
-    : [['#/deployments', 'Deployments'], ['#/instances', 'Instances']];
+    : [['#/deployments', 'Deployments'], ['#/instances', 'Instances'], ['#/incidents', 'Incidents']];
   fill(document.getElementById('nav'), items.map(([href, t]) => h('a', { href }, t)));
-  fill(document.getElementById('who'), session.role === 'admin' ? 'admin' : (session.role ? 'tenant key' : ''));
+  fill(document.getElementById('who'), session.role === 'admin' ? 'admin' : (session.role ? ['tenant ', h('strong', { id: 'who-tenant' }, session.tenant || '?')] : ''));
   document.getElementById('signout').hidden = !session.role;
+  const tz = document.getElementById('time-mode');
+  fill(tz, timeMode() === 'local' ? 'Times: local' : 'Times: UTC');
+  tz.title = timeMode() === 'local' ? 'Times in this browser\u2019s zone; click for UTC' : 'Times in UTC (server time); click for this browser\u2019s zone';
 }
 
 function signIn() {
@@ -64,10 +68,10 @@ function signIn() {
     e.preventDefault();
     fill(status, 'Checking…');
     try {
-      const role = await whoIs(key.value.trim());
-      session.set(key.value.trim(), role);
+      const who = await whoIs(key.value.trim());
+      session.set(key.value.trim(), who);
       key.value = '';
-      location.hash = role === 'admin' ? '#/tenants' : '#/deployments';
+      location.hash = who.role === 'admin' ? '#/tenants' : '#/deployments';
       route();
     } catch (err) {
       fill(status, errorBox(err.status === 401 ? { code: err.code, message: 'this key is not accepted' } : err));
@@ -98,6 +102,8 @@ async function route() {
       leave = await instancePage(page, parts[1]);
     } else if (parts[0] === 'instances') {
       leave = await instancesPage(page, params);
+    } else if (parts[0] === 'incidents') {
+      leave = await incidentsPage(page, params);
     } else {
       leave = await deploymentsPage(page);
     }
@@ -107,6 +113,10 @@ async function route() {
   }
 }
 
+document.getElementById('time-mode').addEventListener('click', () => {
+  setTimeMode(timeMode() === 'local' ? 'utc' : 'local');
+  route();
+});
 document.getElementById('signout').addEventListener('click', () => {
   session.clear();
   location.hash = '#/';

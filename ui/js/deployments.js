@@ -33,9 +33,10 @@ export async function deploymentsPage(page) {
 }
 
 export async function deploymentPage(page, id) {
-  const [d, { modules }] = await Promise.all([
+  const [d, { modules }, sched] = await Promise.all([
     get(`/v1/deployments/${encodeURIComponent(id)}`),
     get(`/v1/deployments/${encodeURIComponent(id)}/modules`),
+    get(`/v1/deployments/${encodeURIComponent(id)}/schedules`).catch(() => ({ schedules: [], events: [] })),
   ]);
   const canvas = h('div', { id: 'diagram', class: 'diagram' });
   const note = h('p', { class: 'muted', id: 'diagram-note' });
@@ -62,13 +63,45 @@ export async function deploymentPage(page, id) {
         { title: 'Digest (sha256)', cell: m => h('code', {}, m.digest) },
         { title: 'Size', cell: m => bytes(m.bytes) },
       ], modules, { id: 'modules' })),
+    section('Schedules', schedules(sched)),
     section('Definition', h('details', {}, h('summary', {}, 'Source'), h('pre', { class: 'source' }, d.source || ''))));
   const diagram = new Diagram(canvas);
   try {
     const source = await diagram.load(id, d.process);
-    fill(note, source === 'original' ? 'Drawn as in the deployed file.' : 'Exported from the process model and laid out automatically.');
+    fill(note, source === 'original' ? 'Drawn as in the deployed file.' : 'Exported from the process model and laid out automatically.',
+      ' Badges: instances active at a node, failed at it, that completed it, and its open incidents.');
+    const stats = await get(`/v1/deployments/${encodeURIComponent(id)}/statistics`);
+    diagram.showStatistics(stats);
   } catch (e) {
     canvas.append(errorBox(e));
   }
   return () => diagram.destroy();
+}
+
+// A deployment's timer start events: each schedule's state, next fire and
+// counts, then its journal (fires and refusals), newest first.
+function schedules({ schedules: list, events }) {
+  if (list.length === 0) return h('p', { class: 'muted', id: 'no-schedules' }, 'No timer start event: instances start only when asked.');
+  const cols = [
+    { title: 'Start event', cell: s => s.startNode },
+    { title: 'State', cell: s => badge(s.state) },
+    { title: 'Next fire', cell: s => when(s.nextDue) },
+    { title: 'Fires', cell: s => String(s.fires) },
+    { title: 'Skipped', cell: s => String(s.skipped) },
+    { title: 'Refused', cell: s => String(s.refused) },
+    { title: 'Armed', cell: s => when(s.armedAt) },
+  ];
+  cols.rowAttrs = s => ({ dataset: { start: s.startNode, state: s.state } });
+  const journal = events.slice().reverse();
+  return [table(cols, list, { id: 'schedules' }),
+    journal.length === 0 ? h('p', { class: 'muted' }, 'It has not fired yet.') : h('details', { id: 'schedule-journal' },
+      h('summary', {}, `Journal: ${journal.length} event(s)`),
+      table([
+        { title: 'At', cell: e => when(e.at) },
+        { title: 'Outcome', cell: e => h('span', { class: `outcome-${e.outcome}` }, e.outcome) },
+        { title: 'Instance', cell: e => (e.instance ? link(`/instances/${encodeURIComponent(e.instance)}`, h('code', {}, e.instance)) : '') },
+        { title: 'Skipped', cell: e => String(e.skipped) },
+        { title: 'Code', cell: e => (e.code ? h('code', {}, e.code) : '') },
+        { title: 'Message', cell: e => e.message || '' },
+      ], journal))];
 }

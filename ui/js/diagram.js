@@ -5,15 +5,32 @@
 // `sutra:node`; original BPMN elements are their node ids.
 
 import { get } from './api.js';
-import { h } from './dom.js';
+import { h, when } from './dom.js';
 
 export class Diagram {
   constructor(container) {
     this.container = container;
-    this.viewer = new window.BpmnJS({ container });
+    // The drawing gets its own box; zoom and fit buttons sit over it.
+    const canvasBox = h('div', { class: 'diagram-canvas' });
+    const button = (cls, label, title, act) => h('button', { type: 'button', class: `zoom ${cls}`, title, 'aria-label': title, onclick: act }, label);
+    this.controls = h('div', { class: 'diagram-controls' },
+      button('zoom-in', '+', 'Zoom in', () => this.zoomBy(1.25)),
+      button('zoom-out', '−', 'Zoom out', () => this.zoomBy(0.8)),
+      button('zoom-fit', 'Fit', 'Fit the whole diagram', () => this.fit()));
+    container.append(canvasBox, this.controls);
+    this.viewer = new window.BpmnJS({ container: canvasBox });
+    // Refit when the box changes size (a window resize), unless the user zoomed.
+    this.userZoomed = false;
+    this.resize = new ResizeObserver(() => {
+      const canvas = this.viewer.get('canvas');
+      canvas.resized();
+      if (!this.userZoomed) this.fit(true);
+    });
+    this.resize.observe(canvasBox);
     this.byNode = new Map();
     this.overlayIds = [];
     this.markers = [];
+    this.stacks = new Map();
   }
 
   /** Load a deployment's diagram for `process`; answers 'original' or 'generated'. */
@@ -40,8 +57,33 @@ export class Diagram {
     if (wanted && defs.diagrams.length > 1) await this.viewer.open(wanted);
     this.index();
     this.container.dataset.diagram = source;
-    this.viewer.get('canvas').zoom('fit-viewport', 'auto');
+    this.fit(true);
     return source;
+  }
+
+  /**
+   * Fit the whole drawing in the box with a margin (badges above the top
+   * row stay inside), centred; `auto` keeps a later window resize refitting.
+   */
+  fit(auto) {
+    const canvas = this.viewer.get('canvas');
+    canvas.zoom('fit-viewport', 'auto');
+    const box = canvas.viewbox();
+    const margin = 40;
+    const scale = Math.min(1, box.outer.width / (box.inner.width + 2 * margin), box.outer.height / (box.inner.height + 2 * margin + 40));
+    canvas.viewbox({
+      x: box.inner.x - (box.outer.width / scale - box.inner.width) / 2,
+      y: box.inner.y - (box.outer.height / scale - box.inner.height) / 2,
+      width: box.outer.width / scale,
+      height: box.outer.height / scale,
+    });
+    if (!auto) this.userZoomed = false;
+  }
+
+  zoomBy(factor) {
+    const canvas = this.viewer.get('canvas');
+    canvas.zoom(canvas.zoom() * factor, 'auto');
+    this.userZoomed = true;
   }
 
   index() {
@@ -52,6 +94,15 @@ export class Diagram {
       const node = (bo.$attrs && bo.$attrs['sutra:node']) || bo.id;
       if (!this.byNode.has(node)) this.byNode.set(node, el.id);
     }
+  }
+
+  /** The name drawn for IR node `node` (its BPMN `name`), if any. */
+  name(node) {
+    const id = this.element(node);
+    if (!id) return null;
+    const el = this.viewer.get('elementRegistry').get(id);
+    const name = el && el.businessObject && el.businessObject.name;
+    return name ? String(name) : null;
   }
 
   /** The diagram element of IR node `node`, if drawn. */
@@ -66,6 +117,7 @@ export class Diagram {
     const overlays = this.viewer.get('overlays');
     for (const id of this.overlayIds) overlays.remove(id);
     this.overlayIds = [];
+    this.stacks.clear();
   }
 
   mark(node, cls) {
@@ -75,13 +127,24 @@ export class Diagram {
     this.markers.push([id, cls]);
   }
 
-  /** A text badge on a node (a DOM element, never HTML text). */
-  badge(node, position, cls, text, title) {
+  /**
+   * A text badge on a node (a DOM element, never HTML text). A node's badges
+   * stack in one column that grows upward from just above its shape, so they
+   * cover neither each other nor the node's label (drawn inside a task, below
+   * an event or a gateway); each shows its whole text and a tooltip.
+   */
+  badge(node, cls, text, title) {
     const id = this.element(node);
     if (!id) return;
-    const html = h('div', { class: `overlay ${cls}`, title: title || null }, text);
-    html.dataset.node = node;
-    this.overlayIds.push(this.viewer.get('overlays').add(id, { position, html }));
+    let stack = this.stacks.get(node);
+    if (!stack) {
+      stack = h('div', { class: 'badges', dataset: { node } });
+      this.overlayIds.push(this.viewer.get('overlays').add(id, { position: { top: -4, left: 0 }, html: stack }));
+      this.stacks.set(node, stack);
+    }
+    const el = h('div', { class: `overlay ${cls}`, title: title || text }, text);
+    el.dataset.node = node;
+    stack.append(el);
   }
 
   /**
@@ -102,13 +165,13 @@ export class Diagram {
       this.mark(node, `sutra-${state.toLowerCase()}`);
     }
     for (const [node, c] of perNode) {
-      this.badge(node, { top: -12, right: 12 }, 'attempts', `×${c.n}`, `${c.n} attempt(s)`);
+      this.badge(node, 'attempts', `×${c.n}`, `${c.n} attempt(s)`);
     }
     for (const [node, state] of Object.entries(view.nodes || {})) {
       if (state !== 'FAILED') continue;
       const last = perNode.get(node)?.last;
       const code = (last && last.code) || (view.error && view.error.code) || 'FAILED';
-      this.badge(node, { bottom: -6, left: 0 }, 'failed-code', code, last && last.message);
+      this.badge(node, 'failed-code', code, last && last.message ? `${code}: ${last.message}` : code);
     }
     for (const w of view.waits || []) {
       let text = w.kind;
@@ -120,15 +183,40 @@ export class Diagram {
       else if (w.kind === 'child') text = `child ${w.child}`;
       else if (w.kind === 'channel' && w.channel) text = `channel ${w.channel}`;
       this.mark(w.node, 'sutra-token');
-      this.badge(w.node, { bottom: -6, left: 0 }, 'wait', text);
+      this.badge(w.node, 'wait', text, w.due ? `${text} (due ${when(w.due)})` : text);
+    }
+  }
+
+  /**
+   * A deployment's per-node figures (GET /v1/deployments/{id}/statistics)
+   * as badges: instances active there, failed there, that completed it, and
+   * its open incidents (zeros are not drawn).
+   */
+  showStatistics(stats) {
+    this.clear();
+    for (const [node, s] of Object.entries(stats.nodes || {})) {
+      if (s.active) this.badge(node, 'stat-active', `${s.active} active`, `${s.active} instance(s) at this node now`);
+      if (s.failed) this.badge(node, 'stat-failed', `${s.failed} failed`, `${s.failed} instance(s) failed here`);
+      if (s.incidents) this.badge(node, 'incident', `${s.incidents} incident${s.incidents === 1 ? '' : 's'}`, `${s.incidents} open incident(s)`);
+      if (s.completed) this.badge(node, 'stat-completed', `${s.completed} done`, `${s.completed} instance(s) completed this node`);
     }
   }
 
   destroy() {
+    this.resize.disconnect();
     this.viewer.destroy();
   }
 }
 
+/**
+ * A due time for a badge: the time of day when it falls today (UTC, as
+ * every time in the console), else its date and time, so a timer due
+ * tomorrow never reads as already overdue.
+ */
 function short(iso) {
-  return iso ? String(iso).replace(/^\d{4}-\d{2}-\d{2}T/, '').replace(/\.\d+/, '').replace('Z', 'Z') : '?';
+  if (!iso) return '?';
+  const s = String(iso);
+  const today = new Date().toISOString().slice(0, 10);
+  const time = s.replace(/^\d{4}-\d{2}-\d{2}T/, '').replace(/\.\d+/, '').replace(/Z$|\+00:00$/, '');
+  return s.slice(0, 10) === today ? `${time} UTC` : `${s.slice(0, 10)} ${time} UTC`;
 }

@@ -32,9 +32,32 @@ export function fill(el, ...children) {
   return el;
 }
 
-/** An ISO instant as `YYYY-MM-DD HH:MM:SS.mmm UTC` (server time, not the browser's zone). */
+const TIME_MODE = 'sutra.console.time';
+
+/** 'utc' (the default: server time) or 'local' (the browser's zone); kept in localStorage (not secret). */
+export function timeMode() {
+  return localStorage.getItem(TIME_MODE) === 'local' ? 'local' : 'utc';
+}
+
+export function setTimeMode(mode) {
+  localStorage.setItem(TIME_MODE, mode === 'local' ? 'local' : 'utc');
+}
+
+/**
+ * An ISO instant as `YYYY-MM-DD HH:MM:SS.mmm UTC` (server time), or in the
+ * browser's zone with its offset (`... UTC+01:00`) when the user chose local time.
+ */
 export function when(iso) {
   if (!iso) return '—';
+  if (timeMode() === 'local') {
+    const d = new Date(iso);
+    if (!Number.isNaN(d.getTime())) {
+      const p = (n, w = 2) => String(n).padStart(w, '0');
+      const off = -d.getTimezoneOffset();
+      const zone = `UTC${off >= 0 ? '+' : '-'}${p(Math.floor(Math.abs(off) / 60))}:${p(Math.abs(off) % 60)}`;
+      return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}.${p(d.getMilliseconds(), 3)} ${zone}`;
+    }
+  }
   return String(iso).replace('T', ' ').replace(/(\.\d{3})\d*/, '$1').replace(/Z$|\+00:00$/, ' UTC');
 }
 
@@ -59,9 +82,17 @@ export function link(route, ...children) {
   return h('a', { href: `#${route}` }, ...children);
 }
 
+/** Strings longer than this are folded to their start (the rest on demand). */
+const LONG_STRING = 300;
+/** At most this many entries of an array or object are drawn at first. */
+const MANY_ENTRIES = 100;
+
 /**
  * A JSON value as a collapsible tree (<details>), open to `openDepth` levels.
- * Strings are shown JSON-quoted, as text.
+ * Strings are shown JSON-quoted, as text. Large values are folded, so a
+ * 400 KB variable never draws in full: a long string shows its start and
+ * its length (the whole on a click), a large array or object its first
+ * entries and a "show N more" control, and neither opens by itself.
  */
 export function jsonTree(value, name, openDepth = 1, depth = 0) {
   const label = name === undefined ? [] : [h('span', { class: 'json-key' }, name), ': '];
@@ -71,12 +102,29 @@ export function jsonTree(value, name, openDepth = 1, depth = 0) {
     if (entries.length === 0) {
       return h('div', { class: 'json-leaf' }, label, h('span', { class: 'json-empty' }, Array.isArray(value) ? '[]' : '{}'));
     }
-    return h('details', { class: 'json-node', open: depth < openDepth },
-      h('summary', {}, label, h('span', { class: 'json-count' }, summary)),
-      h('div', { class: 'json-children' }, entries.map(([k, v]) => jsonTree(v, k, openDepth, depth + 1))));
+    const children = h('div', { class: 'json-children' });
+    const drawFrom = (start) => {
+      const end = Math.min(entries.length, start + MANY_ENTRIES);
+      children.append(...entries.slice(start, end).map(([k, v]) => jsonTree(v, k, openDepth, depth + 1)));
+      if (end < entries.length) {
+        const more = h('button', { type: 'button', class: 'json-more' }, `show ${Math.min(MANY_ENTRIES, entries.length - end)} more of ${entries.length - end}`);
+        more.addEventListener('click', () => { more.remove(); drawFrom(end); });
+        children.append(more);
+      }
+    };
+    drawFrom(0);
+    return h('details', { class: 'json-node', open: depth < openDepth && entries.length <= MANY_ENTRIES },
+      h('summary', {}, label, h('span', { class: 'json-count' }, summary)), children);
   }
   const kind = value === null ? 'null' : typeof value;
-  return h('div', { class: 'json-leaf' }, label, h('span', { class: `json-${kind}` }, JSON.stringify(value)));
+  const text = JSON.stringify(value);
+  if (kind === 'string' && text.length > LONG_STRING) {
+    return h('details', { class: 'json-leaf json-long' },
+      h('summary', {}, label, h('span', { class: 'json-string' }, `${text.slice(0, LONG_STRING)}…`), ' ',
+        h('span', { class: 'json-count' }, `${value.length} characters`)),
+      h('span', { class: 'json-string json-whole' }, text));
+  }
+  return h('div', { class: 'json-leaf' }, label, h('span', { class: `json-${kind}` }, text));
 }
 
 /** A section with a heading. */

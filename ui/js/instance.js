@@ -35,6 +35,7 @@ export async function instancePage(page, id) {
   let stopped = false;
   let lastVars = null;
   let lastAttempts = null;
+  let versionOf = { id: null, version: null };
 
   async function refresh(first) {
     const [v, a, hist, inc] = await Promise.all([
@@ -43,7 +44,12 @@ export async function instancePage(page, id) {
       get(`/v1/instances/${enc}/history`),
       get(`/v1/incidents${query({ instance: id })}`).catch(() => ({ incidents: [] })),
     ]);
+    if (v.deployment !== drawn) { drawn = v.deployment; diagramReady = loadDiagram(v); } // migrated
+    await diagramReady;
     if (stopped) return;
+    if (v.deployment !== versionOf.id) {
+      versionOf = { id: v.deployment, version: await get(`/v1/deployments/${encodeURIComponent(v.deployment)}`).then(d => d.version).catch(() => null) };
+    }
     view = v;
     renderHead(v);
     renderActions(v, inc.incidents);
@@ -55,13 +61,11 @@ export async function instancePage(page, id) {
     if (attemptsText !== lastAttempts) { renderAttempts(a.attempts); lastAttempts = attemptsText; }
     renderIncidents(inc.incidents);
     renderHistory(hist);
-    if (v.deployment !== drawn) { drawn = v.deployment; diagramReady = loadDiagram(v); } // migrated
-    await diagramReady;
     if (!stopped) {
       diagram.showInstance(v, a.attempts);
       // An open incident stops its task until an operator resolves it.
       for (const i of inc.incidents.filter(i => i.state === 'OPEN')) {
-        diagram.badge(i.task, { top: -12, left: 0 }, 'incident', 'incident', i.message);
+        diagram.badge(i.task, 'incident', 'incident', i.message);
       }
     }
     page.dataset.state = v.state;
@@ -72,15 +76,24 @@ export async function instancePage(page, id) {
 
   function showError(e) { fill(feedback, errorBox(e)); }
 
+  // A node as a person reads it: its name from the diagram (a modeler's
+  // GUID or an internal id is kept as a tooltip), else its id.
+  function nodeLabel(node) {
+    const name = diagram.name(node);
+    return name && name !== node ? h('span', { class: 'node-name', title: node, dataset: { node } }, name) : h('span', { dataset: { node } }, node);
+  }
+
   function renderHead(v) {
     fill(head,
       h('h1', {}, 'Instance ', h('code', { id: 'instance-id' }, v.instance), ' ', h('span', { id: 'instance-state' }, badge(v.state)),
         LIVE.has(v.state) ? h('span', { class: 'live', title: `refreshing every ${POLL_MS / 1000} s` }, '● live') : null),
       h('p', { class: 'meta' },
         'process ', link(`/deployments/${encodeURIComponent(v.deployment)}`, v.process),
+        versionOf.version !== null ? [' ', h('span', { id: 'instance-version', title: v.deployment }, `v${versionOf.version}`)] : '',
         ` · started ${when(v.startedAt)}`, v.endedAt ? ` · ended ${when(v.endedAt)}` : '',
         v.retryOf ? [' · retry of ', link(`/instances/${encodeURIComponent(v.retryOf)}`, h('code', {}, v.retryOf))] : '',
-        v.parent ? [' · child of ', link(`/instances/${encodeURIComponent(v.parent)}`, h('code', {}, v.parent))] : ''));
+        v.parent ? [' · child of ', link(`/instances/${encodeURIComponent(v.parent)}`, h('code', {}, v.parent))] : '',
+        (v.retriedBy || []).length ? [' · retried as ', h('span', { id: 'retried-by' }, v.retriedBy.map((r, i) => [i ? ', ' : '', link(`/instances/${encodeURIComponent(r)}`, h('code', {}, r))]))] : ''));
   }
 
   function renderError(v) {
@@ -93,22 +106,31 @@ export async function instancePage(page, id) {
   }
 
   function renderWaits(v) {
-    if (!v.waits || v.waits.length === 0) { fill(waits, h('p', { class: 'muted' }, LIVE.has(v.state) ? 'Nothing parked.' : 'Nothing: the instance has ended.')); return; }
+    // An attempt in flight is work being done, not a wait: it is listed
+    // apart, with its lease (when a lost runner's attempt is run again).
+    const running = (v.waits || []).filter(w => w.kind === 'attempt');
+    const parked = (v.waits || []).filter(w => w.kind !== 'attempt');
+    const runningNow = running.length ? h('ul', { id: 'running-now', class: 'running' }, running.map(w => h('li', { dataset: { node: w.node } },
+      'Running now: ', nodeLabel(w.node), ` attempt #${w.attempt}`, h('span', { class: 'muted' }, ` (run again if its runner is lost, after ${when(w.due)})`)))) : null;
+    if (parked.length === 0) {
+      fill(waits, runningNow, h('p', { class: 'muted' }, LIVE.has(v.state) ? (running.length ? 'Nothing else parked.' : 'Nothing parked.') : 'Nothing: the instance has ended.'));
+      return;
+    }
     const cols = [
       { title: 'Kind', cell: w => w.kind },
-      { title: 'Node', cell: w => w.node },
+      { title: 'Node', cell: w => nodeLabel(w.node) },
       { title: 'Due', cell: w => when(w.due) },
       { title: 'Detail', cell: w => [w.message ? `message ${w.message}` : '', w.correlationKey ? ` key ${w.correlationKey}` : '', w.attempt ? `attempt #${w.attempt}` : '', w.child ? [' child ', link(`/instances/${encodeURIComponent(w.child)}`, w.child)] : '',
         w.channel ? ['channel ', h('code', { class: 'channel' }, w.channel)] : '', w.request ? [' request ', h('code', { class: 'request' }, w.request)] : ''] },
     ];
     cols.rowAttrs = w => ({ dataset: { kind: w.kind, node: w.node } });
-    fill(waits, table(cols, v.waits, { id: 'waits-table' }));
+    fill(waits, runningNow, table(cols, parked, { id: 'waits-table' }));
   }
 
   function renderAttempts(attempts) {
     if (attempts.length === 0) { fill(attemptsBox, h('p', { class: 'muted' }, 'No attempts yet.')); return; }
     const cols = [
-      { title: 'Task', cell: a => a.task },
+      { title: 'Task', cell: a => nodeLabel(a.task) },
       { title: '#', cell: a => String(a.attempt) },
       { title: 'Outcome', cell: a => h('span', { class: `outcome-${a.outcome}` }, a.outcome) },
       { title: 'Code', cell: a => (a.code ? h('code', {}, a.code) : '') },
@@ -116,6 +138,7 @@ export async function instancePage(page, id) {
       { title: 'Started', cell: a => when(a.startedAt) },
       { title: 'Duration', cell: a => ms(a.durationMs) },
       { title: 'Message', cell: a => [reporter(a), a.message ? h('span', { class: 'message' }, a.message) : ''] },
+      { title: 'Calls', cell: calls },
       { title: 'Output', cell: output },
     ];
     cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome, ...(a.worker ? { worker: a.worker } : {}) } });
@@ -128,6 +151,25 @@ export async function instancePage(page, id) {
     if (!a.worker) return '';
     const left = a.retriesLeft === undefined ? '' : ` · ${a.retriesLeft} ${a.retriesLeft === 1 ? 'retry' : 'retries'} left`;
     return h('span', { class: 'worker' }, 'worker ', h('code', {}, a.worker), `${left}: `);
+  }
+
+  // The attempt's outbound HTTP calls (a task with an egress grant): one
+  // line each, the request then its status or the denial's code and reason,
+  // folded behind a count; denials are marked.
+  function calls(a) {
+    const rec = a.calls;
+    const list = (rec && rec.calls) || [];
+    if (list.length === 0) return '';
+    const denied = list.filter(c => c.code).length;
+    const more = rec.dropped ? ` (+${rec.dropped} not kept)` : '';
+    const summary = `${list.length} call${list.length === 1 ? '' : 's'}${denied ? ` · ${denied} denied` : ''}${more}`;
+    const line = c => {
+      const port = (c.scheme === 'https' && c.port === 443) || (c.scheme === 'http' && c.port === 80) ? '' : `:${c.port}`;
+      const target = `${c.method} ${c.scheme}://${c.host}${port}${c.path}`;
+      const result = c.code ? `${c.code} ${c.reason || ''}` : c.status !== undefined ? `→ ${c.status} · ${ms(Math.round(c.duration_us / 100) / 10)}` : `failed: ${c.reason || ''}`;
+      return h('li', { class: c.code ? 'call denied' : 'call' }, h('code', {}, target), ' ', result);
+    };
+    return h('details', { class: 'calls' }, h('summary', {}, summary), h('ul', {}, list.map(line)));
   }
 
   // What the guest wrote (the tails the server keeps: its last log lines and
@@ -189,8 +231,13 @@ export async function instancePage(page, id) {
       // Each dialog's inputs are made when it opens, filled from the instance
       // as it is then (not from what an earlier, cancelled dialog held).
       buttons.push(h('button', { type: 'button', id: 'cancel', class: 'danger', onclick: cancelDialog }, 'Cancel'));
-      buttons.push(h('button', { type: 'button', id: 'send-message', onclick: messageDialog }, 'Send message…'));
-      buttons.push(h('button', { type: 'button', id: 'send-event', onclick: eventDialog }, 'Send event…'));
+      // Offered only when the instance waits for one (a message or a named event).
+      if ((v.waits || []).some(w => w.kind === 'message')) {
+        buttons.push(h('button', { type: 'button', id: 'send-message', onclick: messageDialog }, 'Send message…'));
+      }
+      if ((v.waits || []).some(w => w.kind === 'event')) {
+        buttons.push(h('button', { type: 'button', id: 'send-event', onclick: eventDialog }, 'Send event…'));
+      }
     } else {
       buttons.push(h('button', {
         type: 'button', id: 'retry-full', onclick: () => act(`Retry ${id} from the start?`,
@@ -206,6 +253,7 @@ export async function instancePage(page, id) {
       }
     }
     if (v.state === 'FAILED' || v.state === 'WAITING') {
+      buttons.push(h('button', { type: 'button', id: 'edit-variables', onclick: () => editVariables(v) }, 'Edit variables…'));
       buttons.push(h('button', { type: 'button', id: 'migrate', onclick: () => migrate(v) }, 'Migrate…'));
     }
     for (const i of incidents.filter(i => i.state === 'OPEN')) {
@@ -252,6 +300,25 @@ export async function instancePage(page, id) {
           : `Incident ${i.id} resolved: its call no longer waits, nothing to send.`));
         reload();
       });
+  }
+
+  // Fix the data (then retry from the failure): the variables as JSON, the
+  // changes sent as what is set and what is removed, with who edits.
+  function editVariables(v) {
+    const text = h('textarea', { id: 'variables-json', rows: 10, spellcheck: 'false' }, JSON.stringify(v.variables, null, 2));
+    const by = h('input', { id: 'variables-by', placeholder: 'your name (kept in the history)' });
+    return act(`Edit the variables of ${id}?`,
+      [h('p', {}, v.state === 'FAILED' ? 'A retry from the failure then runs on them.' : 'What runs next reads them.'),
+        h('label', {}, 'Variables (JSON object) ', text), h('label', {}, 'By ', by)],
+      () => {
+        let next;
+        try { next = JSON.parse(text.value); } catch (e) { return Promise.reject({ code: 'NOT JSON', message: e.message }); }
+        if (!next || typeof next !== 'object' || Array.isArray(next)) return Promise.reject({ code: 'NOT AN OBJECT', message: 'the variables are a JSON object' });
+        const set = {};
+        for (const [k, val] of Object.entries(next)) if (JSON.stringify(v.variables[k]) !== JSON.stringify(val)) set[k] = val;
+        const unset = Object.keys(v.variables).filter(k => !(k in next));
+        return post(`/v1/instances/${enc}/variables`, { set, unset, by: by.value.trim() || null });
+      }, reload);
   }
 
   async function migrate(v) {

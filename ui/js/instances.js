@@ -1,17 +1,26 @@
-// Instances: counts per state, filters (state, process, started since / until),
-// keyset paging ("Next page" follows the API's `next`).
+// Instances: counts per state, filters (state, process, started since /
+// until), newest or oldest first, a page size, keyset paging ("Next page"
+// follows the API's `next`). Every choice and the page are in the URL
+// (#/instances?state=&process=&since=&until=&order=&limit=&after=), so Back
+// and reload keep them. Each row says what failed (its code and node) and
+// its open incidents. The counts and the page refresh themselves every 5 s.
 
 import { get, query } from './api.js';
-import { h, fill, badge, when, link, section, table } from './dom.js';
+import { h, fill, badge, when, link, table } from './dom.js';
 
 const STATES = ['RUNNING', 'WAITING', 'COMPLETED', 'FAILED', 'TERMINATED', 'COMPENSATED'];
+const SIZES = [10, 25, 50, 100, 200];
+const REFRESH_MS = 5000;
 
 export async function instancesPage(page, params) {
   const state = params.get('state') || '';
   const process = params.get('process') || '';
   const since = params.get('since') || '';
   const until = params.get('until') || '';
-  const pages = [params.get('after') || ''];
+  const order = params.get('order') === 'oldest' ? 'oldest' : 'newest';
+  const limit = SIZES.includes(Number(params.get('limit'))) ? Number(params.get('limit')) : 25;
+  const after = params.get('after') || '';
+  const here = (changes) => `#/instances${query({ state, process, since, until, order, limit, ...changes })}`;
 
   const counts = h('div', { id: 'counts', class: 'counts' });
   const list = h('div', { id: 'instance-list' });
@@ -22,40 +31,60 @@ export async function instancesPage(page, params) {
   const utc = v => (v ? `${v.length === 16 ? `${v}:00` : v}Z` : '');
   const sinceIn = h('input', { id: 'filter-since', type: 'datetime-local', step: '1', value: local(since) });
   const untilIn = h('input', { id: 'filter-until', type: 'datetime-local', step: '1', value: local(until) });
+  const orderSel = h('select', { id: 'sort-order' },
+    [['newest', 'newest first'], ['oldest', 'oldest first']].map(([v, t]) => h('option', { value: v, selected: v === order }, t)));
+  const sizeSel = h('select', { id: 'page-size' }, SIZES.map(n => h('option', { value: String(n), selected: n === limit }, `${n} a page`)));
   const form = h('form', { class: 'filters', id: 'filters' },
     h('label', {}, 'State ', stateSel), h('label', {}, 'Process ', processIn),
-    h('label', {}, 'Started since ', sinceIn), h('label', {}, 'until (UTC) ', untilIn), h('button', { type: 'submit' }, 'Filter'));
-  form.addEventListener('submit', (e) => {
-    e.preventDefault();
-    location.hash = `#/instances${query({ state: stateSel.value, process: processIn.value.trim(), since: utc(sinceIn.value), until: utc(untilIn.value) })}`;
-  });
+    h('label', {}, 'Started since ', sinceIn), h('label', {}, 'until (UTC) ', untilIn),
+    h('label', {}, 'Sort ', orderSel), h('label', {}, 'Show ', sizeSel), h('button', { type: 'submit' }, 'Filter'));
+  const apply = () => {
+    location.hash = `#/instances${query({ state: stateSel.value, process: processIn.value.trim(), since: utc(sinceIn.value), until: utc(untilIn.value), order: orderSel.value, limit: sizeSel.value })}`;
+  };
+  form.addEventListener('submit', (e) => { e.preventDefault(); apply(); });
+  orderSel.addEventListener('change', apply);
+  sizeSel.addEventListener('change', apply);
   fill(page, h('h1', {}, 'Instances'), counts, form, list);
 
-  const c = await get(`/v1/instances/counts${query({ process, since, until })}`);
-  const span = [since ? ` since ${when(since)}` : '', until ? ` until ${when(until)}` : ''].join('');
-  fill(counts, h('span', { class: 'muted', id: 'counts-total' }, `${c.total} instance(s)${process ? ` of ${process}` : ''}${span}: `),
-    STATES.map(s => h('a', {
-      class: `count ${s === state ? 'active' : ''}`, dataset: { state: s },
-      href: `#/instances${query({ state: s === state ? '' : s, process, since, until })}`,
-    }, badge(s), ' ', h('span', { class: 'n' }, String(c.counts[s] || 0)))));
+  let timer = null;
+  let stopped = false;
 
-  async function show() {
-    const after = pages[pages.length - 1];
-    const r = await get(`/v1/instances${query({ state, process, since, until, after, limit: 25 })}`);
+  async function refresh() {
+    const [c, r, inc] = await Promise.all([
+      get(`/v1/instances/counts${query({ process, since, until })}`),
+      get(`/v1/instances${query({ state, process, since, until, after, limit, order })}`),
+      get(`/v1/incidents${query({ state: 'OPEN', limit: 500 })}`).catch(() => ({ incidents: [] })),
+    ]);
+    if (stopped) return;
+    const span = [since ? ` since ${when(since)}` : '', until ? ` until ${when(until)}` : ''].join('');
+    fill(counts, h('span', { class: 'muted', id: 'counts-total' }, `${c.total} instance(s)${process ? ` of ${process}` : ''}${span}: `),
+      STATES.map(s => h('a', {
+        class: `count ${s === state ? 'active' : ''}`, dataset: { state: s },
+        href: here({ state: s === state ? '' : s }),
+      }, badge(s), ' ', h('span', { class: 'n' }, String(c.counts[s] || 0)),
+        s === 'FAILED' && c.retried ? h('span', { class: 'retried muted', title: 'retried: a retry took these over; the rest still need attention' }, ` (${c.retried} retried)`) : null)));
+    const open = new Map();
+    for (const i of inc.incidents) open.set(i.instance, (open.get(i.instance) || 0) + 1);
     const cols = [
       { title: 'Instance', cell: i => link(`/instances/${encodeURIComponent(i.id)}`, h('code', {}, i.id)) },
       { title: 'Process', cell: i => i.process },
       { title: 'State', cell: i => badge(i.state) },
+      { title: 'Error', cell: i => (i.errorCode ? [h('code', { class: 'error-code' }, i.errorCode),
+        i.causeCode ? h('div', { class: 'cause-code muted' }, 'cause ', h('code', {}, i.causeCode)) : null] : '') },
+      { title: 'Failed at', cell: i => i.failedNode || '' },
+      { title: 'Incidents', cell: i => (open.get(i.id) ? h('span', { class: 'badge state-open incidents' }, `${open.get(i.id)} open`) : '') },
       { title: 'Started', cell: i => when(i.startedAt) },
       { title: 'Ended', cell: i => when(i.endedAt) },
       { title: 'Retry of', cell: i => (i.retryOf ? link(`/instances/${encodeURIComponent(i.retryOf)}`, h('code', {}, i.retryOf)) : '') },
     ];
     cols.rowAttrs = i => ({ dataset: { instance: i.id, state: i.state } });
-    const prev = pages.length > 1 ? h('button', { type: 'button', id: 'prev-page', onclick: () => { pages.pop(); show(); } }, '← Previous') : null;
-    const next = r.next ? h('button', { type: 'button', id: 'next-page', onclick: () => { pages.push(r.next); show(); } }, 'Next page →') : null;
+    const first = after ? h('a', { id: 'first-page', href: here({}) }, '← First page') : null;
+    const next = r.next ? h('a', { id: 'next-page', href: here({ after: r.next }) }, 'Next page →') : null;
     fill(list, r.instances.length === 0 ? h('p', { class: 'muted' }, 'No instance matches.') : table(cols, r.instances, { id: 'instances' }),
-      h('div', { class: 'pager' }, prev, next));
+      h('div', { class: 'pager' }, first, next));
+    clearTimeout(timer);
+    timer = setTimeout(() => refresh().catch(() => {}), REFRESH_MS);
   }
-  await show();
-  return null;
+  await refresh();
+  return () => { stopped = true; clearTimeout(timer); };
 }
