@@ -5,8 +5,10 @@
 //! | key | env | default |
 //! |---|---|---|
 //! | `sutra.datasource.url` | `SUTRA_DATASOURCE_URL` | none (the CLI's `--db` wins) |
+//! | `sutra.datasource.acquire-timeout` | `SUTRA_DATASOURCE_ACQUIRE_TIMEOUT` | `PT3S` (`serve` on PostgreSQL: how long a request waits for a connection before its 503 `SUTRA.RUNTIME.STORE`) |
 //! | `sutra.instance.retention` | `SUTRA_INSTANCE_RETENTION` | `P7D` |
 //! | `sutra.instance.retention-sweep-interval` | `SUTRA_INSTANCE_RETENTION_SWEEP_INTERVAL` | `PT1H` |
+//! | `sutra.instance.idempotency-window` | `SUTRA_INSTANCE_IDEMPOTENCY_WINDOW` | `P1D` (how long an `Idempotency-Key` outlives its instance deleted at its end) |
 //! | `sutra.audit.sql` | `SUTRA_AUDIT_SQL` | `false` |
 //! | `sutra.runtime.lanes` | `SUTRA_RUNTIME_LANES` | `4` |
 //! | `sutra.runtime.slots` | `SUTRA_RUNTIME_SLOTS` | `32` |
@@ -57,10 +59,16 @@ use std::path::Path;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub datasource_url: Option<String>,
+    /// How long a caller waits for a pooled PostgreSQL connection (`serve`):
+    /// while the database is away, requests fail fast with a 503.
+    pub acquire_timeout: IsoDuration,
     /// How long terminal (COMPLETED/TERMINATED) snapshots stay queryable; zero
     /// deletes at completion. FAILED is always retained.
     pub retention: IsoDuration,
     pub retention_sweep_interval: IsoDuration,
+    /// How long a start's `Idempotency-Key` keeps answering after its
+    /// instance was deleted at its end (retention `PT0S`), from that end.
+    pub idempotency_window: IsoDuration,
     /// Keep the audit journal (history) in the database.
     pub audit_sql: bool,
     /// Attempts that may execute guest code at once (CPU lanes), shared
@@ -195,6 +203,8 @@ impl Default for Config {
             datasource_url: None,
             retention: IsoDuration(std::time::Duration::from_secs(7 * 24 * 3600)),
             retention_sweep_interval: IsoDuration(std::time::Duration::from_secs(3600)),
+            idempotency_window: IsoDuration(std::time::Duration::from_secs(24 * 3600)),
+            acquire_timeout: IsoDuration(std::time::Duration::from_secs(3)),
             audit_sql: false,
             lanes: 4,
             slots: 32,
@@ -232,7 +242,7 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 40] = [
+const KEYS: [&str; 42] = [
     "sutra.egress.allowed-hosts",
     "sutra.egress.allowed-cidrs",
     "sutra.egress.static-hosts",
@@ -261,8 +271,10 @@ const KEYS: [&str; 40] = [
     "sutra.outbox.max-response-bytes",
     "sutra.external-task.retries",
     "sutra.datasource.url",
+    "sutra.datasource.acquire-timeout",
     "sutra.instance.retention",
     "sutra.instance.retention-sweep-interval",
+    "sutra.instance.idempotency-window",
     "sutra.audit.sql",
     "sutra.runtime.lanes",
     "sutra.runtime.slots",
@@ -338,6 +350,18 @@ impl Config {
                 ));
             }
             c.retention_sweep_interval = d;
+        }
+        if let Some(d) = duration("sutra.datasource.acquire-timeout")? {
+            if d == IsoDuration::ZERO {
+                return Err(bad(
+                    "sutra.datasource.acquire-timeout",
+                    "must be longer than PT0S",
+                ));
+            }
+            c.acquire_timeout = d;
+        }
+        if let Some(d) = duration("sutra.instance.idempotency-window")? {
+            c.idempotency_window = d;
         }
         if let Some(v) = values.get("sutra.audit.sql") {
             c.audit_sql = boolean("sutra.audit.sql", v)?;

@@ -269,3 +269,47 @@ async fn history_with_the_journal_off_prints_the_reason() {
     assert!(text.contains("sutra.audit.sql"), "{text}");
     assert!(!text.contains("SEQ"), "no bare table header: {text}");
 }
+
+/// Issue 33 item 9: `sutra start --no-wait` answers once the start is
+/// committed, while its first task (4 s) still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_no_wait_answers_while_the_first_task_runs() {
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", serde_json::json!({})).await;
+    let flow = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="slow" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="T"/>
+    <bpmn:serviceTask id="T" implementation="registered:chaos"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="T" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+    let (status, body) = api
+        .deploy(flow, &[("chaos", common::guest_bytes("chaos"))])
+        .await;
+    assert_eq!(status.as_u16(), 201, "{body}");
+    let key = api.token.clone().unwrap();
+    let asked = std::time::Instant::now();
+    let out = client(
+        &srv,
+        &key,
+        &[
+            "start",
+            "slow",
+            "--no-wait",
+            "--input",
+            r#"{"do": "sleep", "ms": 4000}"#,
+            "--format",
+            "json",
+        ],
+    );
+    let took = asked.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json(&out)["state"], "RUNNING", "{}", stdout(&out));
+    assert!(
+        took < std::time::Duration::from_millis(3500),
+        "answered after {took:?}"
+    );
+}

@@ -707,3 +707,72 @@ async fn a_deployments_diagram_shows_its_per_node_statistics() {
         .await;
     no_csp_violations(&b).await;
 }
+
+/// An instance's timeline (issue 35 item 5): its attempts as bars on one
+/// time axis, the backoffs between them, and what it waits for now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instances_timeline_shows_attempts_backoffs_and_the_next_due() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let def = one_task("order").replace(
+        r#"implementation="registered:chaos"/>"#,
+        r#"implementation="registered:chaos"><bpmn:extensionElements><q:retry maxAttempts="4" initialDelay="PT10S"/></bpmn:extensionElements></bpmn:serviceTask>"#,
+    );
+    deploy(&api, &def, &["chaos"]).await;
+    let (_, started) = api
+        .start("order", json!({"do": "fail", "class": "transient"}))
+        .await;
+    let id = started["instance"].as_str().unwrap().to_string();
+    // The first retry runs (after 10 s); the second waits.
+    {
+        srv.advance("PT15S").await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let (_, a) = api.get(&format!("/v1/instances/{id}/attempts")).await;
+            let (_, v) = api.get(&format!("/v1/instances/{id}")).await;
+            let waiting = v["waits"]
+                .as_array()
+                .is_some_and(|w| w.iter().any(|w| w["kind"] == "retry"));
+            if a["attempts"].as_array().unwrap().len() >= 2 && waiting {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{a}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#timeline-svg rect.attempt").await;
+    let drawn = b
+        .js(
+            "const svg = document.querySelector('#timeline-svg'); \
+             const bars = [...svg.querySelectorAll('rect.attempt')]; \
+             const xs = bars.map(r => Number(r.getAttribute('x'))); \
+             return [bars.length, svg.querySelectorAll('line.backoff').length, svg.querySelectorAll('circle.due[data-kind=\"retry\"]').length, \
+                     xs.every((x, i) => i === 0 || x > xs[i - 1]), bars.every(r => r.classList.contains('outcome-failed')), \
+                     svg.querySelector('text.task').textContent];",
+            json!([]),
+        )
+        .await;
+    let attempts = api.get(&format!("/v1/instances/{id}/attempts")).await.1["attempts"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(
+        drawn,
+        json!([attempts, attempts - 1, 1, true, true, "Reserve stock"]),
+        "a bar per attempt in time order, a backoff between each two, the next retry's due"
+    );
+    b.js(
+        "document.querySelector('#timeline').scrollIntoView(); return true;",
+        json!([]),
+    )
+    .await;
+    b.screenshot(&screenshots().join("instance-timeline.png"))
+        .await;
+    no_csp_violations(&b).await;
+}

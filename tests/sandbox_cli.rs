@@ -306,3 +306,40 @@ fn task_run_compiles_in_the_bounded_worker_under_the_servers_limits() {
         r.stdout
     );
 }
+
+/// Issue 33 item 9: every verb takes `--format`, `task run` too (JSON is its default).
+#[test]
+fn format_json_is_accepted_and_is_the_default_shape() {
+    let input = r#"{"do":"echo","n":2}"#;
+    let plain = sutra(&["task", "run", &chaos(), "--input", input]);
+    let json = sutra(&[
+        "task",
+        "run",
+        &chaos(),
+        "--input",
+        input,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(json.code, Some(0), "{}", json.stderr);
+    assert_eq!(json.json, plain.json);
+    assert_eq!(json.json["output"]["n"], 2);
+}
+
+#[test]
+fn format_text_renders_the_outcome_for_people() {
+    let r = sutra(&[
+        "task",
+        "run",
+        &chaos(),
+        "--input",
+        r#"{"do":"fail","code":"Api.Down"}"#,
+        "--format",
+        "text",
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(r.stdout.starts_with("outcome failed\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("code Api.Down"), "{}", r.stdout);
+    let bad = sutra(&["task", "run", &chaos(), "--input", "{}", "--format", "yaml"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+}

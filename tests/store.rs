@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use sutra::store::tenancy::TenancyStore;
 use sutra::store::{
     AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
-    InstanceFilter, JournalRow, KeyHolder, NewDeployment, NewInstance, NewPark, ParkClaim,
-    StepWrite, Store, StoreError,
+    EndedInstance, InstanceFilter, JournalRow, KeyHolder, NewDeployment, NewInstance, NewPark,
+    ParkClaim, StepWrite, Store, StoreError,
 };
 
 const T: &str = "acme";
@@ -209,10 +209,10 @@ backends::store_tests! {
         assert_eq!((i1.version, i1.snapshot.as_str(), i1.idempotency_key.as_deref()), (1, "{\"n\":1}", Some("k")));
         // The first start's fingerprint is kept beside its key (issue 16).
         assert_eq!(
-            db.instance_by_key(T, "k").await.unwrap(),
-            Some(KeyHolder { id: "i1".into(), fingerprint: Some("fp-k".into()) })
+            db.instance_by_key(T, "k", 100).await.unwrap(),
+            Some(KeyHolder { id: "i1".into(), fingerprint: Some("fp-k".into()), ended: None })
         );
-        assert_eq!(db.instance_by_key(T, "other").await.unwrap(), None);
+        assert_eq!(db.instance_by_key(T, "other", 100).await.unwrap(), None);
 
         // Without a key every start is new; a reused id is refused.
         let running = step("RUNNING", "{}", 1);
@@ -225,6 +225,57 @@ backends::store_tests! {
         let g = db.insert_deployment(&new_deployment("g1", "globex", "order")).await.unwrap();
         let created = db.create_instance(&new_instance("g-i1", &g, Some("k")), &running).await.unwrap();
         assert_eq!(created, Created::New);
+    }
+
+    /// Issue 33 item 5: an instance deleted at its end (retention PT0S)
+    /// leaves its idempotency key for its window: the key answers what the
+    /// instance ended as, a start with it creates nothing; past the window
+    /// the key is free again and the sweep's purge removes it.
+    async fn a_deleted_instance_keeps_its_key_for_its_window(db) {
+        let d = deploy(&*db, "d1").await;
+        let ended = StepWrite {
+            ended_at: Some(150),
+            delete: true,
+            key_window_ms: 1_000,
+            ..step("COMPLETED", "{}", 150)
+        };
+        // Deleted in its first step (the create), and in a later one (a commit).
+        assert_eq!(db.create_instance(&new_instance("i1", &d, Some("k")), &ended).await.unwrap(), Created::New);
+        assert_eq!(db.load_instance("i1").await.unwrap(), None);
+        let running = step("RUNNING", "{}", 100);
+        assert_eq!(db.create_instance(&new_instance("i2", &d, Some("k2")), &running).await.unwrap(), Created::New);
+        db.commit_step("i2", 1, &StepWrite { state: "TERMINATED".into(), ..ended.clone() }).await.unwrap();
+        assert_eq!(db.load_instance("i2").await.unwrap(), None);
+
+        let kept = |id: &str, state: &str| KeyHolder {
+            id: id.into(),
+            fingerprint: Some(format!("fp-{}", if id == "i1" { "k" } else { "k2" })),
+            ended: Some(EndedInstance {
+                state: state.into(),
+                process_id: "order".into(),
+                deployment_id: "d1".into(),
+                started_at: 100,
+                ended_at: Some(150),
+            }),
+        };
+        assert_eq!(db.instance_by_key(T, "k", 1_149).await.unwrap(), Some(kept("i1", "COMPLETED")));
+        assert_eq!(db.instance_by_key(T, "k2", 1_149).await.unwrap(), Some(kept("i2", "TERMINATED")));
+        // Another tenant's key of the same name is its own.
+        assert_eq!(db.instance_by_key("globex", "k", 1_149).await.unwrap(), None);
+        // A start with the key inside its window answers the deleted instance, writes nothing.
+        let again = NewInstance { started_at: 1_000, ..new_instance("i3", &d, Some("k")) };
+        assert_eq!(db.create_instance(&again, &running).await.unwrap(), Created::Existing("i1".into()));
+        assert_eq!(db.load_instance("i3").await.unwrap(), None);
+        // Past it (its end + 1 s), the key is free.
+        assert_eq!(db.instance_by_key(T, "k", 1_150).await.unwrap(), None);
+        let later = NewInstance { started_at: 1_200, ..new_instance("i4", &d, Some("k")) };
+        assert_eq!(db.create_instance(&later, &running).await.unwrap(), Created::New);
+        assert_eq!(db.instance_by_key(T, "k", 1_200).await.unwrap().unwrap().id, "i4");
+        assert_eq!(db.purge_kept_keys(1_149).await.unwrap(), 0);
+        assert_eq!(db.purge_kept_keys(1_150).await.unwrap(), 2);
+        // A key without an instance behind it keeps nothing; nor a deleted one without a key.
+        assert_eq!(db.create_instance(&new_instance("i5", &d, None), &ended).await.unwrap(), Created::New);
+        assert_eq!(db.purge_kept_keys(i64::MAX / 2).await.unwrap(), 0);
     }
 
     async fn concurrent_deploys_get_distinct_versions_and_one_active(db) {

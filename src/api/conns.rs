@@ -11,6 +11,7 @@
 //!
 //! Invariant: the counts are exactly the live admitted connections.
 
+use super::conn_timeouts::{ConnActivity, ConnTimeouts, Timed};
 use super::shape::{ShapedIo, ShapedListener};
 use crate::codes::Code;
 use std::collections::HashMap;
@@ -159,25 +160,40 @@ fn refusal(limits: ConnLimits, full: Full) -> Vec<u8> {
     .into_bytes()
 }
 
-/// [`ShapedListener`] under [`ConnLimits`].
+/// [`ShapedListener`] under [`ConnLimits`], each admitted connection under
+/// [`ConnTimeouts`] (`conn_timeouts.rs`).
 pub struct LimitedListener {
     inner: ShapedListener,
     limits: ConnLimits,
+    timeouts: ConnTimeouts,
     counts: Arc<Mutex<Counts>>,
 }
 
 impl LimitedListener {
-    pub fn new(listener: tokio::net::TcpListener, limits: ConnLimits) -> LimitedListener {
+    pub fn new(
+        listener: tokio::net::TcpListener,
+        limits: ConnLimits,
+        timeouts: ConnTimeouts,
+    ) -> LimitedListener {
         LimitedListener {
             inner: ShapedListener(listener),
             limits,
+            timeouts,
             counts: Arc::default(),
         }
     }
 }
 
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, LimitedListener>>
+    for ConnActivity
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, LimitedListener>) -> Self {
+        ConnActivity(stream.io().io.activity())
+    }
+}
+
 impl axum::serve::Listener for LimitedListener {
-    type Io = Counted<ShapedIo<tokio::net::TcpStream>>;
+    type Io = Counted<Timed<ShapedIo<tokio::net::TcpStream>>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -187,7 +203,7 @@ impl axum::serve::Listener for LimitedListener {
                 Ok(permit) => {
                     return (
                         Counted {
-                            io,
+                            io: Timed::new(io, self.timeouts),
                             _permit: permit,
                         },
                         addr,

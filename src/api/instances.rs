@@ -9,13 +9,14 @@ use super::error::{ApiError, ApiResult};
 use super::extract::{check_id, ApiJson, ApiQuery};
 use super::types::{
     CancelBody, CloseBody, ErrorBody, InstanceList, InstanceSummary, ListQuery, MessageAnswer,
-    MessageBody, RetryQuery, StartBody,
+    MessageBody, RetryQuery, StartBody, StartQuery,
 };
 use super::AppState;
 use crate::codes::Code;
 use crate::engine::{InstanceState, Snapshot};
 use crate::runtime::{HistoryView, InstanceView, StartRequest};
-use crate::store::{InstanceFilter, InstanceRecord, Store};
+use crate::store::tenancy::TenancyStore;
+use crate::store::{InstanceFilter, InstanceRecord, KeyHolder, Store};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
@@ -23,6 +24,9 @@ use std::sync::Arc;
 
 /// The header that makes a retried start return the same instance.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// RFC 7240: `Prefer: respond-async` answers a start once it is committed.
+const PREFER: &str = "prefer";
+const PREFERENCE_APPLIED: &str = "preference-applied";
 /// Page size bounds of `GET /v1/instances`.
 const DEFAULT_PAGE: i64 = 50;
 const MAX_PAGE: i64 = 500;
@@ -62,46 +66,143 @@ fn idempotency_key(headers: &HeaderMap) -> ApiResult<Option<String>> {
     Ok(Some(key.to_string()))
 }
 
-/// Start an instance of the process's ACTIVE deployment; answers once every token waits.
+/// Whether the client asked for the answer at commit: `?wait=false`, or
+/// `Prefer: respond-async` (RFC 7240; other preferences are ignored).
+fn answer_at_commit(query: &StartQuery, headers: &HeaderMap) -> bool {
+    query.wait == Some(false) || prefers_async(headers)
+}
+
+/// `Prefer: respond-async` among the request's preferences.
+fn prefers_async(headers: &HeaderMap) -> bool {
+    headers.get_all(PREFER).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',').any(|p| {
+                p.split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .eq_ignore_ascii_case("respond-async")
+            })
+        })
+    })
+}
+
+/// Start an instance of the process's ACTIVE deployment; answers once every
+/// token waits, or once the start is committed when asked (`?wait=false` or
+/// `Prefer: respond-async`). An instance deleted at its end before the
+/// answer (retention `PT0S`) answers its final state, with a `note`.
 #[utoipa::path(post, path = "/v1/processes/{process}/instances", tag = "instances",
     request_body = StartBody,
-    params(("Idempotency-Key" = Option<String>, Header, description = "a retried start with the same key and the same request returns the same instance; the same key with another request is 422 SUTRA.RUNTIME.IDEMPOTENCY_KEY_REUSED")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "a retried start with the same key and the same request returns the same instance; the same key with another request is 422 SUTRA.RUNTIME.IDEMPOTENCY_KEY_REUSED. The key outlives an instance deleted at its end (retention PT0S) for sutra.instance.idempotency-window"),
+        ("wait" = Option<bool>, Query, description = "false: answer once the start is committed (its first step durable; its first task may still run), not once every token waits"),
+        ("Prefer" = Option<String>, Header, description = "respond-async: as wait=false (answered with Preference-Applied: respond-async)")),
     responses((status = 201, description = "started", body = Object), (status = 200, description = "the instance this key started before", body = Object),
         (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, body = ErrorBody)))]
 pub async fn start(
     State(state): State<Arc<AppState>>,
     TenantCaller(tenant): TenantCaller,
     Path(process): Path<String>,
+    ApiQuery(query): ApiQuery<StartQuery>,
     headers: HeaderMap,
     ApiJson(body): ApiJson<StartBody>,
-) -> ApiResult<(StatusCode, Json<InstanceView>)> {
+) -> ApiResult<(StatusCode, HeaderMap, Json<InstanceView>)> {
     check_id("process", &process)?;
+    let at_commit = answer_at_commit(&query, &headers);
+    let mut answer_headers = HeaderMap::new();
+    if prefers_async(&headers) {
+        answer_headers.insert(
+            PREFERENCE_APPLIED,
+            axum::http::HeaderValue::from_static("respond-async"),
+        );
+    }
     let key = idempotency_key(&headers)?;
     if let Some(k) = &key {
         // The same request replays (200); another one is refused (422).
         let fingerprint = crate::runtime::idempotency::fingerprint(&process, None, &body.variables);
-        if let Some(existing) = state.runtime.replayed(&tenant, k, &fingerprint).await? {
-            return Ok((StatusCode::OK, view(&state, &existing).await?));
+        let holder = state
+            .runtime
+            .replayed_holder(&tenant, k, &fingerprint)
+            .await?;
+        if let Some(holder) = holder {
+            let view = replay(&state, &tenant, k, holder).await?;
+            return Ok((StatusCode::OK, answer_headers, view));
         }
     }
     let id = crate::runtime::new_id(state.runtime.clock().now().timestamp_millis());
-    let started = state
+    let answered = state
         .runtime
-        .start(StartRequest {
-            id: Some(id.clone()),
-            tenant,
-            process_id: process,
-            variables: body.variables,
-            idempotency_key: key,
-            ..StartRequest::default()
-        })
+        .start_answered(
+            StartRequest {
+                id: Some(id.clone()),
+                tenant: tenant.clone(),
+                process_id: process,
+                variables: body.variables,
+                idempotency_key: key.clone(),
+                ..StartRequest::default()
+            },
+            at_commit,
+        )
         .await?;
-    let status = if started == id {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
+    if answered.id != id {
+        // A concurrent start with the same key won: its answer.
+        let holder = match &key {
+            Some(k) => {
+                let now = state.runtime.clock().now().timestamp_millis();
+                state
+                    .runtime
+                    .store()
+                    .instance_by_key(&tenant, k, now)
+                    .await?
+            }
+            None => None,
+        };
+        let view = match (holder, &key) {
+            (Some(h), Some(k)) => replay(&state, &tenant, k, h).await?,
+            _ => view(&state, &answered.id).await?,
+        };
+        return Ok((StatusCode::OK, answer_headers, view));
+    }
+    let view = match answered.deleted {
+        Some(ended) => Json(ended),
+        None => view(&state, &id).await?,
     };
-    Ok((status, view(&state, &started).await?))
+    Ok((StatusCode::CREATED, answer_headers, view))
+}
+
+/// What a replayed key answers: its live instance, or what the instance
+/// deleted at its end left for its key (also when it was deleted between
+/// the key's read and the inspection).
+async fn replay(
+    state: &AppState,
+    tenant: &str,
+    key: &str,
+    holder: KeyHolder,
+) -> ApiResult<Json<InstanceView>> {
+    if let Some(ended) = &holder.ended {
+        return Ok(Json(crate::runtime::answer::kept_key_view(
+            &holder.id, ended,
+        )));
+    }
+    match state.runtime.inspect(&holder.id).await {
+        Ok(v) => Ok(Json(v)),
+        Err(e) if e.code == Code::InstanceNotFound => {
+            let now = state.runtime.clock().now().timestamp_millis();
+            match state
+                .runtime
+                .store()
+                .instance_by_key(tenant, key, now)
+                .await?
+            {
+                Some(KeyHolder {
+                    id,
+                    ended: Some(ended),
+                    ..
+                }) => Ok(Json(crate::runtime::answer::kept_key_view(&id, &ended))),
+                _ => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// List the caller's instances, oldest first; page with `after`.
@@ -342,16 +443,24 @@ pub async fn retry(
         }
         state.runtime.resume_failed(&snap, &tenant).await?
     } else {
-        state
+        let answered = state
             .runtime
-            .start(StartRequest {
-                tenant,
-                process_id: rec.process_id.clone(),
-                variables: snap.input.clone(),
-                retry_of: Some(id.clone()),
-                ..StartRequest::default()
-            })
-            .await?
+            .start_answered(
+                StartRequest {
+                    tenant,
+                    process_id: rec.process_id.clone(),
+                    variables: snap.input.clone(),
+                    retry_of: Some(id.clone()),
+                    ..StartRequest::default()
+                },
+                false,
+            )
+            .await?;
+        // Deleted at its end (retention PT0S): its final state.
+        if let Some(ended) = answered.deleted {
+            return Ok((StatusCode::CREATED, Json(ended)));
+        }
+        answered.id
     };
     Ok((StatusCode::CREATED, view(&state, &new_id).await?))
 }

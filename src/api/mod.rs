@@ -16,6 +16,7 @@
 pub mod admin;
 pub mod auth;
 pub mod channels;
+pub mod conn_timeouts;
 pub mod conns;
 pub mod console;
 pub mod deployments;
@@ -66,6 +67,8 @@ pub struct ApiConfig {
     pub manual_clock: Option<Arc<VirtualClock>>,
     /// How many connections the server holds (`conns`).
     pub conn_limits: conns::ConnLimits,
+    /// When it closes a connection that sends no request (`conn_timeouts`).
+    pub conn_timeouts: conn_timeouts::ConnTimeouts,
 }
 
 impl Default for ApiConfig {
@@ -77,6 +80,7 @@ impl Default for ApiConfig {
             max_bundle_bytes: DEFAULT_MAX_BUNDLE_BYTES,
             manual_clock: None,
             conn_limits: conns::ConnLimits::defaults(),
+            conn_timeouts: conn_timeouts::ConnTimeouts::default(),
         }
     }
 }
@@ -269,7 +273,14 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = state.config.conn_limits;
-    axum::serve(conns::LimitedListener::new(listener, limits), router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let timeouts = state.config.conn_timeouts;
+    // Every request marks itself in flight on its connection (its timeouts
+    // never close a connection whose request runs).
+    let app = router(state).layer(axum::middleware::from_fn(conn_timeouts::track));
+    axum::serve(
+        conns::LimitedListener::new(listener, limits, timeouts),
+        app.into_make_service_with_connect_info::<conn_timeouts::ConnActivity>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

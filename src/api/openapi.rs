@@ -20,6 +20,63 @@ impl Modify for BearerAuth {
     }
 }
 
+/// Declares the path parameters of every templated route (`{id}`,
+/// `{name}`, `{process}`, ...): each `{x}` of a path becomes a required
+/// string parameter `in: path` of that path (every operation under it), so
+/// a generated client can fill them. Derived from the paths themselves, so a
+/// new route cannot forget one.
+struct PathParams;
+
+/// What each path parameter names.
+fn path_param_description(name: &str) -> &'static str {
+    match name {
+        "id" => "the id of the resource the route names (deployment, instance, external task or incident)",
+        "process" => "the process id (the definition's process id, or the States-language flow's name)",
+        "name" => "the name (tenant, channel, secret or event)",
+        "key_id" => "the API key's id",
+        "executionId" => "the instance id (seed 004's name for it)",
+        "module" => "the task module's name (`registered:<name>` without the prefix)",
+        _ => "a path segment",
+    }
+}
+
+/// The `{x}` segments of a path template, in order.
+pub(crate) fn template_names(path: &str) -> Vec<&str> {
+    path.split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .collect()
+}
+
+impl Modify for PathParams {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        use utoipa::openapi::{ObjectBuilder, Required, Type};
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            let params = item.parameters.get_or_insert_with(Vec::new);
+            for name in template_names(path) {
+                if params
+                    .iter()
+                    .any(|p| p.name == name && p.parameter_in == ParameterIn::Path)
+                {
+                    continue;
+                }
+                params.push(
+                    ParameterBuilder::new()
+                        .name(name)
+                        .parameter_in(ParameterIn::Path)
+                        .required(Required::True)
+                        .description(Some(path_param_description(name)))
+                        .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                        .build(),
+                );
+            }
+            if params.is_empty() {
+                item.parameters = None;
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "Sutra", description = "A durable workflow engine whose tasks are WebAssembly components. \
@@ -54,7 +111,7 @@ impl Modify for BearerAuth {
         crate::egress::Grant, crate::egress::GrantRule, crate::egress::Call, crate::egress::CallRecord,
         whoami::WhoAmI, variables::EditVariablesBody, statistics::Statistics, statistics::NodeStatistics,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &PathParams),
     security(("bearer" = [])),
 )]
 pub struct ApiDoc;
@@ -66,6 +123,38 @@ pub fn document() -> utoipa::openapi::OpenApi {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 33 item 9: every `{x}` of every path is a declared, required
+    /// path parameter (at the path or on each of its operations).
+    #[test]
+    fn every_path_parameter_is_declared() {
+        let json = serde_json::to_value(super::document()).unwrap();
+        let paths = json["paths"].as_object().unwrap();
+        let declared = |params: &serde_json::Value, name: &str| {
+            params.as_array().is_some_and(|ps| {
+                ps.iter()
+                    .any(|p| p["name"] == name && p["in"] == "path" && p["required"] == true)
+            })
+        };
+        let mut checked = 0;
+        for (path, item) in paths {
+            for name in super::template_names(path) {
+                for (method, op) in item.as_object().unwrap() {
+                    if !matches!(method.as_str(), "get" | "post" | "put" | "delete" | "patch") {
+                        continue;
+                    }
+                    assert!(
+                        declared(&item["parameters"], name) || declared(&op["parameters"], name),
+                        "{method} {path}: the path parameter `{name}` is not declared"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 30, "only {checked} templated operations");
+        let start = &paths["/v1/processes/{process}/instances"]["parameters"];
+        assert!(declared(start, "process"), "{start}");
+    }
+
     #[test]
     fn every_route_is_documented() {
         let doc = super::document();

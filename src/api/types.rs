@@ -254,6 +254,14 @@ pub struct CloseBody {
     pub reason: Option<String>,
 }
 
+/// `POST /v1/processes/{process}/instances` query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartQuery {
+    /// `false`: answer once the start is committed, not once every token waits.
+    pub wait: Option<bool>,
+}
+
 /// `POST /v1/instances/{id}/retry` query.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -52,6 +52,10 @@ pub struct StartArgs {
     /// A retried start with the same key returns the same instance.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// Answer once the start is committed (`?wait=false`), not once every
+    /// token waits: its first task may still run.
+    #[arg(long)]
+    pub no_wait: bool,
     #[command(flatten)]
     pub server: ServerOpts,
 }
@@ -475,7 +479,8 @@ pub fn exec_start(args: StartArgs) -> ExitCode {
         .iter()
         .map(|k| ("Idempotency-Key", k.clone()))
         .collect();
-    let path = format!("/v1/processes/{}/instances", enc(&args.process));
+    let wait = if args.no_wait { "?wait=false" } else { "" };
+    let path = format!("/v1/processes/{}/instances{wait}", enc(&args.process));
     let opts = args.server.clone();
     run_instance(args.server.format, async move {
         call(

@@ -124,6 +124,15 @@ pub(crate) fn load_config(path: Option<&Path>) -> Result<Config, String> {
 pub(crate) async fn open_store(
     db: Option<&str>,
 ) -> Result<(AnyStore, bool, Option<tempfile::TempDir>), String> {
+    open_store_with(db, None).await
+}
+
+/// [`open_store`], with `acquire`: how long a caller waits for a pooled
+/// PostgreSQL connection (`serve`: `sutra.datasource.acquire-timeout`).
+pub(crate) async fn open_store_with(
+    db: Option<&str>,
+    acquire: Option<std::time::Duration>,
+) -> Result<(AnyStore, bool, Option<tempfile::TempDir>), String> {
     let (url, guard) = match db {
         Some(u) => (u.to_string(), None),
         None => {
@@ -134,9 +143,11 @@ pub(crate) async fn open_store(
         }
     };
     let durable = !url.contains(":memory:");
-    let store = AnyStore::open(&url)
-        .await
-        .map_err(|e| format!("cannot open {url}: {e}"))?;
+    let opened = match acquire {
+        Some(t) => AnyStore::open_with_acquire(&url, t).await,
+        None => AnyStore::open(&url).await,
+    };
+    let store = opened.map_err(|e| format!("cannot open {url}: {e}"))?;
     Ok((store, durable, guard))
 }
 

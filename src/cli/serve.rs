@@ -9,7 +9,7 @@
 //! moves it, and then drives everything due on the way, so a test sees a
 //! settled state when the call answers. `--clock-start` sets where virtual
 //! time starts.
-use super::run::{fail_exit, load_config, open_store, tokio};
+use super::run::{fail_exit, load_config, open_store_with, tokio};
 use super::usage_error;
 use crate::api::{self, ApiConfig, AppState};
 use crate::runtime::{Runtime, RuntimeOptions};
@@ -45,6 +45,19 @@ pub struct ServeArgs {
     /// Most connections held at once from one source address.
     #[arg(long, env = "SUTRA_API_MAX_CONNECTIONS_PER_ADDR")]
     pub max_connections_per_addr: Option<usize>,
+    /// Close a connection whose request head is not complete this long after
+    /// its first byte (ISO-8601 duration; default PT30S).
+    #[arg(long, env = "SUTRA_API_HEADER_READ_TIMEOUT")]
+    pub header_read_timeout: Option<String>,
+    /// Close a connection that sends no request this long after it was
+    /// accepted or last answered (ISO-8601 duration; default PT120S).
+    #[arg(long, env = "SUTRA_API_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<String>,
+    /// After SIGINT/SIGTERM, how long the server may take to stop cleanly
+    /// (answer requests in flight, release leases) before it exits anyway,
+    /// whatever a step is doing (ISO-8601 duration; default PT10S).
+    #[arg(long, env = "SUTRA_SHUTDOWN_GRACE")]
+    pub shutdown_grace: Option<String>,
     /// Cap of a JSON request body, in bytes.
     #[arg(long, default_value_t = api::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
@@ -81,6 +94,32 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The default of `--shutdown-grace`.
+const DEFAULT_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Bounds the clean stop that a signal began: a thread of its own (neither
+/// a busy executor nor a request awaiting a long attempt can hold it) ends
+/// the process after `grace`. Exiting then is as safe as a kill -9: every
+/// answer given was committed first, and an attempt cut short is re-run
+/// after its lease (its attempt park).
+fn exit_after(grace: std::time::Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("sutra-shutdown".into())
+        .spawn(move || {
+            std::thread::sleep(grace);
+            eprintln!(
+                "sutra serve: not stopped within {} ms of the signal (a request or a step \
+                 still runs): exiting; what was committed stays, an attempt cut short \
+                 re-runs after its lease",
+                grace.as_millis()
+            );
+            std::process::exit(1);
+        });
+    if spawned.is_err() {
+        std::process::exit(1);
     }
 }
 
@@ -126,12 +165,24 @@ pub fn exec(args: ServeArgs) -> ExitCode {
         return usage_error("the admin key must be at least 16 characters");
     }
     let metrics_token = config.metrics_token.clone();
+    let conn_timeouts = match conn_timeouts(&args) {
+        Ok(t) => t,
+        Err(e) => return usage_error(e),
+    };
+    let grace = match &args.shutdown_grace {
+        None => DEFAULT_SHUTDOWN_GRACE,
+        Some(v) => match crate::time::IsoDuration::parse(v) {
+            Ok(d) => d.as_std(),
+            Err(e) => return usage_error(format!("--shutdown-grace {v:?}: {e}")),
+        },
+    };
     let rt = match tokio() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
-    rt.block_on(async move {
-        let (store, durable, _guard) = match open_store(Some(&db)).await {
+    let code = rt.block_on(async move {
+        let acquire = config.acquire_timeout.as_std();
+        let (store, durable, _guard) = match open_store_with(Some(&db), Some(acquire)).await {
             Ok(s) => s,
             Err(e) => return fail_exit(&e),
         };
@@ -169,6 +220,7 @@ pub fn exec(args: ServeArgs) -> ExitCode {
         tokio::spawn(async move {
             shutdown_signal().await;
             let _ = stop_tx.send(true);
+            exit_after(grace);
         });
         let listen = args.listen.clone();
         // Connections, the store and compiles all take descriptors: use what
@@ -205,6 +257,7 @@ pub fn exec(args: ServeArgs) -> ExitCode {
                 max_bundle_bytes: args.max_bundle_bytes,
                 manual_clock: manual.clone(),
                 conn_limits,
+                conn_timeouts,
             },
             clock_lock: tokio::sync::Mutex::new(()),
             http: Default::default(),
@@ -242,7 +295,30 @@ pub fn exec(args: ServeArgs) -> ExitCode {
             }
         }
         finish(served.map_err(|e| e.to_string()))
-    })
+    });
+    // Work still running (an attempt on its lane, a step on a worker) must
+    // not hold the exit: what it would commit is re-done after its lease.
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    code
+}
+
+/// `--header-read-timeout` and `--idle-timeout` (each longer than PT0S).
+fn conn_timeouts(args: &ServeArgs) -> Result<crate::api::conn_timeouts::ConnTimeouts, String> {
+    let mut t = crate::api::conn_timeouts::ConnTimeouts::default();
+    let parse = |flag: &str, v: &str| {
+        let d = crate::time::IsoDuration::parse(v).map_err(|e| format!("{flag} {v:?}: {e}"))?;
+        if d.as_std().is_zero() {
+            return Err(format!("{flag}: must be longer than PT0S"));
+        }
+        Ok(d.as_std())
+    };
+    if let Some(v) = &args.header_read_timeout {
+        t.header_read = parse("--header-read-timeout", v)?;
+    }
+    if let Some(v) = &args.idle_timeout {
+        t.idle = parse("--idle-timeout", v)?;
+    }
+    Ok(t)
 }
 
 fn finish(r: Result<(), String>) -> ExitCode {

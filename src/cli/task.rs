@@ -1,7 +1,8 @@
 //! `sutra task run`: one attempt of one component, printed as ONE JSON object
 //! on stdout.
 //!
-//! Invariant: stdout carries exactly one JSON object — `{"outcome":"completed",
+//! Invariant: stdout carries exactly one JSON object (with `--format json`,
+//! the default; `--format text` renders the same fields for people) — `{"outcome":"completed",
 //! "output":...}` or `{"outcome":"business_error"|"failed","code","class",
 //! "retryable","message","stderr"}` (plus `details` when the guest gave some).
 //! Exit 0 only for completed, 1 for any other outcome (a refused component
@@ -13,6 +14,7 @@
 //! the same bounded worker process, quick tier first; a refusal is the
 //! same `SUTRA.TASK.MODULE_INVALID` naming the limit.
 
+use super::run::Format;
 use crate::sandbox::{AttemptReport, Limits, Outcome, Sandbox, SandboxConfig, TaskContext};
 use crate::time::IsoDuration;
 use clap::{Args, Subcommand};
@@ -68,6 +70,10 @@ pub struct RunArgs {
     /// method, under the `sutra.egress.*` ceiling of the environment (repeatable).
     #[arg(long = "allow-host", value_name = "PATTERN")]
     pub allow_hosts: Vec<String>,
+    /// Output: `json` (the default here: one object on one line, for
+    /// scripts) or `text` for people.
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: Format,
 }
 
 pub fn exec(cmd: TaskCommand) -> ExitCode {
@@ -139,7 +145,7 @@ fn run(args: RunArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let outcome = Outcome::failed(e.code, e.message);
-            print_json(&render(&outcome, ""));
+            print_shown(&render(&outcome, ""), args.format);
             return ExitCode::from(1);
         }
     };
@@ -174,7 +180,7 @@ fn run(args: RunArgs) -> ExitCode {
     if !report.calls.is_empty() {
         shown["calls"] = serde_json::to_value(&report.calls).unwrap_or_default();
     }
-    print_json(&shown);
+    print_shown(&shown, args.format);
     if report.outcome.is_completed() {
         ExitCode::SUCCESS
     } else {
@@ -294,8 +300,49 @@ fn render(outcome: &Outcome, stderr: &str) -> Value {
     }
 }
 
-fn print_json(v: &Value) {
-    println!("{v}");
+/// The one object on stdout: as JSON on one line, or as text.
+fn print_shown(v: &Value, format: Format) {
+    match format {
+        Format::Json => println!("{v}"),
+        Format::Text => print!("{}", text(v)),
+    }
+}
+
+/// The text rendering of [`render`]'s object: the outcome first, then the
+/// output (completed) or the code, class, message and stderr tail.
+fn text(v: &Value) -> String {
+    let field = |k: &str| match &v[k] {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_string(),
+        other => other.to_string(),
+    };
+    let mut out = format!("outcome {}\n", field("outcome"));
+    if v["outcome"] == "completed" {
+        let output = serde_json::to_string_pretty(&v["output"]).unwrap_or_default();
+        out.push_str(&format!("  output {output}\n"));
+    } else {
+        out.push_str(&format!(
+            "  code {}  class {}  retryable {}\n  message {}\n",
+            field("code"),
+            field("class"),
+            field("retryable"),
+            field("message")
+        ));
+        if let Some(d) = v.get("details") {
+            out.push_str(&format!("  details {d}\n"));
+        }
+        let stderr = field("stderr");
+        if !stderr.is_empty() && stderr != "-" {
+            out.push_str("  stderr:\n");
+            for line in stderr.lines() {
+                out.push_str(&format!("    {line}\n"));
+            }
+        }
+    }
+    if let Some(calls) = v.get("calls").and_then(Value::as_array) {
+        out.push_str(&format!("  calls {}\n", calls.len()));
+    }
+    out
 }
 
 fn show_on_stderr(report: &AttemptReport) {

@@ -84,7 +84,7 @@ struct Ctx<'a> {
     /// Flows routed through their scope's grid (`route.rs`): the flow, its
     /// scope (None = the process) and its waypoints relative to the
     /// scope's content origin. A flow not here is routed by [`route`].
-    routed: Vec<(FlowIx, Option<NodeIx>, Vec<(f64, f64)>)>,
+    routed: Vec<(FlowIx, Option<NodeIx>, route::Waypoints)>,
 }
 
 /// Lay out a process.

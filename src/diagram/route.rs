@@ -28,6 +28,9 @@ const SLOT: f64 = 7.0;
 /// How far below a boundary event its flow turns.
 const DROP: f64 = 8.0;
 
+/// A flow's waypoints.
+pub type Waypoints = Vec<(f64, f64)>;
+
 /// One scope's grid, relative to its content origin.
 pub struct Grid {
     /// Each column's left edge and width.
@@ -81,7 +84,7 @@ pub fn scope(
     grid: &Grid,
     rel: &[Bounds],
     local: impl Fn(NodeIx) -> Option<usize>,
-) -> (Vec<(FlowIx, Vec<(f64, f64)>)>, (f64, f64)) {
+) -> (Vec<(FlowIx, Waypoints)>, (f64, f64)) {
     let mut used = BTreeMap::new();
     let mut lanes = 0usize;
     let mut max_x = 0.0f64;

@@ -31,6 +31,9 @@ pub struct StartRequest {
     /// A start event other than the none start (a message or timer start).
     pub start_node: Option<String>,
     pub retry_of: Option<String>,
+    /// Answer once the first step is committed; the rest of the start (its
+    /// attempts, children, sends) runs on in a task of its own.
+    pub answer_at_commit: bool,
 }
 
 /// The requests an answering step ends ([`StepWrite::finished`],
@@ -236,6 +239,20 @@ impl<S: Store> Runtime<S> {
         tracing::debug!(instance = %id, "started");
         self.committed(&id, 1, &mut spec, &write).await;
         drop(guard);
+        if req.answer_at_commit {
+            let rt = self.clone();
+            let deployed = deployed.clone();
+            let carried = id.clone();
+            tokio::spawn(async move { rt.carry_on_start(carried, deployed, spec).await });
+            return Ok(id);
+        }
+        self.carry_on_start(id.clone(), deployed.clone(), spec)
+            .await;
+        Ok(id)
+    }
+
+    /// What follows a start's first commit, until every token waits.
+    async fn carry_on_start(&self, id: String, deployed: Arc<Deployed>, mut spec: Spec) {
         self.after_commit(&mut spec).await;
         // Drive until every token waits: attempts still running, then the rest.
         for task in std::mem::take(&mut spec.running) {
@@ -243,9 +260,8 @@ impl<S: Store> Runtime<S> {
         }
         self.await_sends(&mut spec).await;
         let pending = std::mem::take(&mut spec.pending);
-        self.run_attempts(id.clone(), deployed.clone(), spec.snapshot, pending)
+        self.run_attempts(id, deployed, spec.snapshot, pending)
             .await;
-        Ok(id)
     }
 
     /// What follows every commit: wake the poller for new parks, set alarms,
@@ -270,6 +286,10 @@ impl<S: Store> Runtime<S> {
         let sends = self.dispatch_requests(&spec.snapshot, write);
         spec.sends.extend(sends);
         self.inner.stepped.notify_waiters();
+        if write.delete {
+            // A start awaiting this instance answers its final state (answer.rs).
+            self.inner.answers.deleted(id, &spec.snapshot);
+        }
         if spec.snapshot.state.is_terminal() {
             // Its deployment may retire now (lifecycle.rs).
             self.after_terminal(&spec.snapshot.deployment_id).await;

@@ -17,7 +17,7 @@
 
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
-use crate::store::Store;
+use crate::store::{KeyHolder, Store};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -83,10 +83,25 @@ impl<S: Store> Runtime<S> {
         key: &str,
         fingerprint: &str,
     ) -> RuntimeResult<Option<String>> {
-        let Some(holder) = self.inner.store.instance_by_key(tenant, key).await? else {
+        Ok(self
+            .replayed_holder(tenant, key, fingerprint)
+            .await?
+            .map(|h| h.id))
+    }
+
+    /// [`Self::replayed`] with what holds the key: the live instance, or the
+    /// key kept for an instance deleted at its end (`KeyHolder::ended`).
+    pub async fn replayed_holder(
+        &self,
+        tenant: &str,
+        key: &str,
+        fingerprint: &str,
+    ) -> RuntimeResult<Option<KeyHolder>> {
+        let now = self.inner.clock.now().timestamp_millis();
+        let Some(holder) = self.inner.store.instance_by_key(tenant, key, now).await? else {
             return Ok(None);
         };
-        match holder.fingerprint {
+        match &holder.fingerprint {
             Some(f) if f != fingerprint => Err(RuntimeError::new(
                 Code::IdempotencyKeyReused,
                 format!(
@@ -96,7 +111,7 @@ impl<S: Store> Runtime<S> {
                     holder.id
                 ),
             )),
-            _ => Ok(Some(holder.id)),
+            _ => Ok(Some(holder)),
         }
     }
 }

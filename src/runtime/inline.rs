@@ -123,6 +123,7 @@ pub(crate) fn merge(a: &mut StepWrite, b: StepWrite) {
     a.attempts.extend(b.attempts);
     a.journal.extend(b.journal);
     a.delete |= b.delete;
+    a.key_window_ms = a.key_window_ms.max(b.key_window_ms);
 }
 
 impl Spec {
@@ -236,6 +237,10 @@ impl<S: Store> Runtime<S> {
                     // Retention PT0S: no history at all, but FAILED is always retained.
                     w.delete = *state != InstanceState::Failed
                         && self.inner.config.retention.as_std().is_zero();
+                    // Its idempotency key outlives it (store::KEEP_KEY).
+                    w.key_window_ms =
+                        i64::try_from(self.inner.config.idempotency_window.as_std().as_millis())
+                            .unwrap_or(i64::MAX / 4);
                 }
             }
         }

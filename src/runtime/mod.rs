@@ -15,6 +15,8 @@
 //! - time is read only through the `Clock`.
 
 mod alarm;
+// What a start answers: at commit on request, a deleted instance's final state (issue 33).
+pub mod answer;
 // Channel calls, the outbox, external tasks, incidents, migration (issue 14).
 mod channel;
 // Child flows (process calls, the States language's InvokeFlow).
@@ -203,6 +205,8 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) pull_wake: tokio::sync::Notify,
     /// The attempts running in this process, to stop abandoned ones (`interrupt.rs`).
     pub(crate) running: interrupt::Running,
+    /// The starts awaiting their answer (`answer.rs`).
+    pub(crate) answers: answer::Answers,
 }
 
 /// The runtime. Cheap to clone.
@@ -316,6 +320,7 @@ impl<S: Store> Runtime<S> {
                 keyring,
                 pull_wake: tokio::sync::Notify::new(),
                 running: interrupt::Running::default(),
+                answers: answer::Answers::default(),
             }),
         })
     }

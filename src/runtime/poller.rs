@@ -350,22 +350,38 @@ impl<S: Store> Runtime<S> {
     /// draining deployments (lifecycle.rs).
     async fn sweeper_loop(&self) {
         let mut next_sweep = self.inner.clock.now();
+        // A pass the store failed is tried again after a backoff (100 ms
+        // doubling to 5 s), not a whole interval later.
+        let mut failing = StoreBackoff::default();
         loop {
             if self.inner.clock.now() >= next_sweep {
+                let mut failed = false;
                 if let Err(e) = self.sweep_once().await {
                     tracing::warn!(error = %e, "retention sweep failed");
+                    failed = true;
                 }
                 if let Err(e) = self.retire_drained().await {
                     tracing::warn!(error = %e, "retirement pass failed");
+                    failed = true;
                 }
                 if let Err(e) = self.cancel_orphans().await {
                     tracing::warn!(error = %e, "orphan pass failed");
+                    failed = true;
                 }
-                next_sweep = self
-                    .inner
-                    .config
-                    .retention_sweep_interval
-                    .after(self.inner.clock.now());
+                next_sweep = match failed {
+                    true => {
+                        let pause = chrono::Duration::from_std(failing.failed())
+                            .unwrap_or(chrono::Duration::seconds(5));
+                        self.inner.clock.now() + pause
+                    }
+                    false => {
+                        failing.reset();
+                        self.inner
+                            .config
+                            .retention_sweep_interval
+                            .after(self.inner.clock.now())
+                    }
+                };
             }
             let left = (next_sweep - self.inner.clock.now())
                 .to_std()
@@ -418,6 +434,12 @@ impl<S: Store> Runtime<S> {
         // Channel requests that are over (delivered, done, cancelled) go
         // after the same window; poisoned ones and incidents stay.
         while self.inner.store.purge_requests(before, 1000).await? == 1000 {}
+        // Idempotency keys kept past their window for instances deleted at
+        // their end (migration 0013).
+        self.inner
+            .store
+            .purge_kept_keys(now.timestamp_millis())
+            .await?;
         Ok(total)
     }
 }

@@ -94,7 +94,7 @@ impl<S: Store> Runtime<S> {
             if self
                 .inner
                 .store
-                .instance_by_key(&req.tenant, key)
+                .instance_by_key(&req.tenant, key, self.inner.clock.now().timestamp_millis())
                 .await?
                 .is_some()
             {

@@ -26,6 +26,20 @@ pub struct ErrorView {
     pub compensation_failures: Vec<crate::engine::CompensationFailure>,
 }
 
+impl From<crate::engine::snapshot::InstanceError> for ErrorView {
+    fn from(e: crate::engine::snapshot::InstanceError) -> Self {
+        ErrorView {
+            code: e.code,
+            message: e.message,
+            cause: e.cause.map(|c| CauseView {
+                code: c.code,
+                message: c.message,
+            }),
+            compensation_failures: e.compensation_failures,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AttemptView {
     pub task: String,
@@ -111,6 +125,11 @@ pub struct InstanceView {
     /// The instance whose process call started this one (a child flow).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
+    /// Why the view is not the stored instance: a start's answer for an
+    /// instance deleted at its end (retention `PT0S`), or a replayed
+    /// idempotency key whose instance is gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// The instances retried from this one, oldest first (listed for a
     /// FAILED, TERMINATED or COMPENSATED instance: a COMPLETED one's view,
     /// the answer of most starts, stays one read).
@@ -272,15 +291,7 @@ impl<S: Store> Runtime<S> {
             deployment: rec.deployment_id,
             state: rec.state,
             variables: snap.variables,
-            error: snap.error.map(|e| ErrorView {
-                code: e.code,
-                message: e.message,
-                cause: e.cause.map(|c| CauseView {
-                    code: c.code,
-                    message: c.message,
-                }),
-                compensation_failures: e.compensation_failures,
-            }),
+            error: snap.error.map(ErrorView::from),
             attempts: attempts.iter().map(attempt_view).collect(),
             waits,
             nodes: snap
@@ -293,6 +304,7 @@ impl<S: Store> Runtime<S> {
             closed_at: rec.closed_at.map(at),
             retry_of: rec.retry_of,
             parent: snap.parent.map(|p| p.instance),
+            note: None,
             retried_by,
         })
     }

@@ -34,6 +34,25 @@ impl AnyStore {
         }
     }
 
+    /// [`Self::open`] with a bound on how long a caller waits for a pooled
+    /// connection (PostgreSQL: while the database is away, a request fails
+    /// with a store error after `acquire_timeout`, not after sqlx's 30 s;
+    /// SQLite's pools keep their own).
+    pub async fn open_with_acquire(
+        url: &str,
+        acquire_timeout: std::time::Duration,
+    ) -> StoreResult<AnyStore> {
+        if is_postgres_url(url) {
+            let opts = super::PgOptions {
+                acquire_timeout,
+                ..super::PgOptions::default()
+            };
+            Ok(AnyStore::Postgres(PgStore::open_with(url, opts).await?))
+        } else {
+            Ok(AnyStore::Sqlite(SqliteStore::open(url).await?))
+        }
+    }
+
     /// Closes the underlying pools.
     pub async fn close(&self) {
         match self {

@@ -91,6 +91,34 @@ fn crash(n: u64, when: &str) -> ! {
     std::process::abort();
 }
 
+/// The environment variable of the write failpoint (issue 33 item 2): while
+/// the file it names exists, every write of the store fails (as on a full
+/// disk or a database that refuses writes): the SQLite writer's requests and
+/// transactions, PostgreSQL's transactions. Reads go on. Debug builds only.
+pub const FAIL_WRITES_VAR: &str = "SUTRA_FAIL_WRITES_WHILE";
+
+/// `Err` while the write failpoint's file exists (debug builds with
+/// [`FAIL_WRITES_VAR`] set); `Ok` otherwise, and always in a release build.
+#[cfg(debug_assertions)]
+pub(super) fn refuse_write() -> super::StoreResult<()> {
+    static PATH: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let path = PATH.get_or_init(|| std::env::var_os(FAIL_WRITES_VAR).map(Into::into));
+    match path {
+        Some(p) if p.exists() => Err(super::StoreError::Other(format!(
+            "failpoint: writes fail while {} exists",
+            p.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `Ok`: a release build has no write failpoint.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub(super) fn refuse_write() -> super::StoreResult<()> {
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,6 +59,10 @@ const SHARED: &[(&str, &str)] = &[
         include_str!("../../migrations/shared/0012_egress.sql"),
     ),
     (
+        "0013_idempotency_keys.sql",
+        include_str!("../../migrations/shared/0013_idempotency_keys.sql"),
+    ),
+    (
         "0016_retries.sql",
         include_str!("../../migrations/shared/0016_retries.sql"),
     ),

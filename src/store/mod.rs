@@ -187,6 +187,19 @@ pub struct InstanceRecord {
 pub struct KeyHolder {
     pub id: String,
     pub fingerprint: Option<String>,
+    /// The instance was deleted at its end (retention `PT0S`) and its key
+    /// kept (`idempotency_keys`, migration 0013): what it ended as.
+    pub ended: Option<EndedInstance>,
+}
+
+/// What an instance deleted at its end leaves for its idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedInstance {
+    pub state: String,
+    pub process_id: String,
+    pub deployment_id: String,
+    pub started_at: i64,
+    pub ended_at: Option<i64>,
 }
 
 /// What `create_instance` did.
@@ -327,6 +340,10 @@ pub struct StepWrite {
     pub journal: Vec<JournalRow>,
     /// Delete the instance row and everything of it (retention `PT0S` at completion).
     pub delete: bool,
+    /// With `delete`: how long (ms) the instance's idempotency key, if it has
+    /// one, outlives it from its end (`idempotency_keys`).
+    #[serde(default)]
+    pub key_window_ms: i64,
     /// Channel-call requests issued by the step (the transactional outbox).
     #[serde(default)]
     pub requests: Vec<channels::NewRequest>,

@@ -175,6 +175,7 @@ static CLAIM_DUE: LazyLock<String> = LazyLock::new(|| {
 /// statement, on a pooled connection).
 impl OutboxPath for PgStore {
     async fn outbox(&self, op: OutboxOp) -> StoreResult<OutboxDone> {
+        super::failpoint::refuse_write()?;
         let lock = Self::SKIP_LOCKED_O;
         if matches!(op, OutboxOp::FetchAndLock { .. }) {
             let mut conn = self.pool.acquire().await?;
@@ -206,6 +207,7 @@ impl SqlBackend for PgStore {
     }
 
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Postgres>> {
+        super::failpoint::refuse_write()?;
         Ok(self.pool.begin().await?)
     }
 
@@ -224,6 +226,7 @@ impl SqlBackend for PgStore {
     }
 
     async fn create(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
+        super::failpoint::refuse_write()?;
         let mut tx = self.pool.begin().await?;
         let inserted = Steps::insert_instance(&INSERT_INSTANCE_UNLESS_KEY_USED, inst, step)
             .fetch_optional(&mut *tx)
@@ -232,11 +235,26 @@ impl SqlBackend for PgStore {
         if inserted.is_none() {
             // The key is taken; the SELECT (a new snapshot) sees the winner.
             let key = inst.idempotency_key.as_deref().unwrap_or_default();
-            return match Steps::instance_by_key(&mut tx, &inst.tenant, key).await? {
+            return match Steps::instance_by_key(&mut tx, &inst.tenant, key, inst.started_at).await?
+            {
                 Some(holder) => Ok(Created::Existing(holder.id)),
                 // The holder of the key was deleted between the two statements.
                 None => Err(StoreError::Conflict(inst.id.clone())),
             };
+        }
+        if let Some(key) = &inst.idempotency_key {
+            // A key kept for an instance deleted at its end (migration 0013):
+            // that deletion committed before our insert could take the key,
+            // so this statement (a new snapshot) sees it. Nothing is written.
+            let kept: Option<(String,)> = sqlx::query_as(super::queries_steps::KEY_KEPT)
+                .bind(&inst.tenant)
+                .bind(key)
+                .bind(inst.started_at)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if let Some((id,)) = kept {
+                return Ok(Created::Existing(id));
+            }
         }
         Steps::apply(&mut tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
         pg_listen::notify_armed(&mut tx, [step]).await?;
@@ -246,6 +264,7 @@ impl SqlBackend for PgStore {
     }
 
     async fn commit(&self, id: &str, expected_version: i64, step: &StepWrite) -> StoreResult<()> {
+        super::failpoint::refuse_write()?;
         let mut tx = self.pool.begin().await?;
         Steps::commit(&mut tx, id, expected_version, step).await?;
         pg_listen::notify_armed(&mut tx, [step]).await?;
@@ -259,6 +278,7 @@ impl SqlBackend for PgStore {
     async fn commit_batch(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {
         let mut ordered: Vec<&(String, i64, StepWrite)> = steps.iter().collect();
         ordered.sort_by(|a, b| a.0.cmp(&b.0));
+        super::failpoint::refuse_write()?;
         let mut tx = self.pool.begin().await?;
         for (id, expected_version, step) in ordered {
             Steps::commit(&mut tx, id, *expected_version, step).await?;
@@ -270,6 +290,7 @@ impl SqlBackend for PgStore {
     }
 
     async fn claim(&self, claim: Claim) -> StoreResult<Vec<ParkRecord>> {
+        super::failpoint::refuse_write()?;
         let rows: Vec<ParkRow> = sqlx::query_as(&CLAIM_DUE)
             .bind(&claim.owner)
             .bind(claim.until)

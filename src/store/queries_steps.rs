@@ -23,10 +23,69 @@ use sqlx::query::Query;
 use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
 use std::marker::PhantomData;
 
-/// `$1` tenant, `$2` idempotency key → the (id, idempotency_fingerprint)
-/// holding that key.
-pub(super) const INSTANCE_BY_KEY: &str = "SELECT id, idempotency_fingerprint FROM instances \
-     WHERE tenant = $1 AND idempotency_key = $2";
+/// `$1` tenant, `$2` idempotency key, `$3` now → who holds that key: the
+/// live instance (`ended` NULL) or, after it, the key kept for an instance
+/// deleted at its end until it expires. Columns: id, fingerprint, ended
+/// (state), process_id, deployment_id, started_at, ended_at; the live
+/// instance first.
+pub(super) const INSTANCE_BY_KEY: &str = "SELECT id, idempotency_fingerprint, \
+     CAST(NULL AS TEXT) AS ended, process_id, deployment_id, started_at, ended_at, CAST(0 AS BIGINT) AS kept \
+     FROM instances WHERE tenant = $1 AND idempotency_key = $2 \
+     UNION ALL SELECT instance_id, fingerprint, state, process_id, deployment_id, started_at, \
+     ended_at, CAST(1 AS BIGINT) AS kept FROM idempotency_keys \
+     WHERE tenant = $1 AND idempotency_key = $2 AND expires_at > $3 \
+     ORDER BY kept";
+
+/// A row of [`INSTANCE_BY_KEY`].
+pub(super) type KeyRow = (
+    String,
+    Option<String>,
+    Option<String>,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    i64,
+);
+
+/// The holder a [`KeyRow`] names.
+pub(super) fn key_holder(row: KeyRow) -> KeyHolder {
+    let (id, fingerprint, ended, process_id, deployment_id, started_at, ended_at, _) = row;
+    KeyHolder {
+        id,
+        fingerprint,
+        ended: ended.map(|state| super::EndedInstance {
+            state,
+            process_id,
+            deployment_id,
+            started_at,
+            ended_at,
+        }),
+    }
+}
+
+/// `$1` the key's window (ms), `$2` instance id (numbered as they appear,
+/// for the SQLite writer's positional binding): before the instance is
+/// deleted at its end, its idempotency key (if any) is kept with what it
+/// ended as, until its end plus the window (a kept key of an earlier,
+/// expired use is replaced).
+pub(super) const KEEP_KEY: &str = "INSERT INTO idempotency_keys (tenant, idempotency_key, \
+     fingerprint, instance_id, process_id, deployment_id, state, started_at, ended_at, expires_at) \
+     SELECT tenant, idempotency_key, idempotency_fingerprint, id, process_id, deployment_id, state, \
+     started_at, ended_at, COALESCE(ended_at, updated_at) + $1 FROM instances \
+     WHERE id = $2 AND idempotency_key IS NOT NULL \
+     ON CONFLICT (tenant, idempotency_key) DO UPDATE SET fingerprint = excluded.fingerprint, \
+     instance_id = excluded.instance_id, process_id = excluded.process_id, \
+     deployment_id = excluded.deployment_id, state = excluded.state, \
+     started_at = excluded.started_at, ended_at = excluded.ended_at, expires_at = excluded.expires_at";
+
+/// `$1` tenant, `$2` key, `$3` now → a row if the key is kept for an
+/// instance deleted at its end (PostgreSQL's create checks it after its insert).
+pub(super) const KEY_KEPT: &str = "SELECT instance_id FROM idempotency_keys \
+     WHERE tenant = $1 AND idempotency_key = $2 AND expires_at > $3";
+
+/// `$1` now: the kept keys that expired.
+pub(super) const PURGE_KEYS: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
 
 /// `$1` id, `$2` tenant, `$3` deployment_id, `$4` process_id, `$5` state,
 /// `$6` snapshot, `$7` idempotency_key, `$8` retry_of, `$9` started_at,
@@ -132,18 +191,20 @@ where
             .bind(&inst.idempotency_fingerprint)
     }
 
-    /// The instance that holds (tenant, idempotency key), if any.
+    /// The instance that holds (tenant, idempotency key) at `now`, if any.
     pub(super) async fn instance_by_key(
         conn: &mut DB::Connection,
         tenant: &str,
         key: &str,
+        now: i64,
     ) -> StoreResult<Option<KeyHolder>> {
-        let row: Option<(String, Option<String>)> = sqlx::query_as(INSTANCE_BY_KEY)
+        let row: Option<KeyRow> = sqlx::query_as(INSTANCE_BY_KEY)
             .bind(tenant)
             .bind(key)
+            .bind(now)
             .fetch_optional(conn)
             .await?;
-        Ok(row.map(|(id, fingerprint)| KeyHolder { id, fingerprint }))
+        Ok(row.map(key_holder))
     }
 
     /// Updates the instance row if it is at `expected_version`, then applies
@@ -249,6 +310,11 @@ where
         step: &StepWrite,
     ) -> StoreResult<()> {
         if step.delete {
+            sqlx::query(KEEP_KEY)
+                .bind(step.key_window_ms)
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
             for statement in DELETE_INSTANCE_ALL {
                 sqlx::query(statement).bind(id).execute(&mut *conn).await?;
             }

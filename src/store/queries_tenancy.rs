@@ -256,14 +256,30 @@ where
         .await?)
     }
 
-    async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
-        let row: Option<(String, Option<String>)> =
+    async fn instance_by_key(
+        &self,
+        tenant: &str,
+        key: &str,
+        now: i64,
+    ) -> StoreResult<Option<KeyHolder>> {
+        let row: Option<super::queries_steps::KeyRow> =
             sqlx::query_as(super::queries_steps::INSTANCE_BY_KEY)
                 .bind(tenant)
                 .bind(key)
+                .bind(now)
                 .fetch_optional(self.reads())
                 .await?;
-        Ok(row.map(|(id, fingerprint)| KeyHolder { id, fingerprint }))
+        Ok(row.map(super::queries_steps::key_holder))
+    }
+
+    async fn purge_kept_keys(&self, now: i64) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(super::queries_steps::PURGE_KEYS)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 
     async fn arm_schedule(&self, s: &ScheduleRecord) -> StoreResult<()> {

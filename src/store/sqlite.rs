@@ -208,6 +208,7 @@ impl SqliteStore {
 
     /// Runs an instance write or a claim on the write path of this database.
     async fn submit(&self, op: Op) -> StoreResult<Done> {
+        super::failpoint::refuse_write()?;
         match &self.writes {
             WritePath::Thread(writer) => writer.submit(op).await,
             WritePath::Group(group) => group.submit(op).await,
@@ -246,11 +247,16 @@ impl SqlBackend for SqliteStore {
     /// when it would upgrade a read.
     ///
     /// A COMMIT that failed (a full disk) can leave the one writer connection
-    /// inside a transaction sqlx no longer ends, and every later begin on it
+    /// inside a transaction sqlx no longer ends — SQLite rolls a transaction
+    /// back by itself on SQLITE_FULL or SQLITE_IOERR, so the ROLLBACK that
+    /// sqlx's dropped `Transaction` sends fails ("no transaction is active")
+    /// and sqlx, which only counts a depth down on success, keeps depth 1 —
+    /// and every later begin on it
     /// would fail ("begin_with at non-zero transaction depth"): such a
     /// connection is closed and the write begins on a fresh one, so writes
     /// resume as soon as the disk has room again.
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        super::failpoint::refuse_write()?;
         match self.write.begin_with("BEGIN IMMEDIATE").await {
             Err(sqlx::Error::InvalidSavePointStatement | sqlx::Error::BeginFailed) => {
                 tracing::warn!(
@@ -332,5 +338,56 @@ mod tests {
         tx.commit().await.unwrap();
         let again = store.begin_write().await.expect("and the next one");
         again.rollback().await.unwrap();
+    }
+
+    /// Issue 33 item 2, the cause: a database that cannot grow (a full disk;
+    /// here `max_page_count` capped at its size on the writer connection)
+    /// fails a write with SQLITE_FULL. The writes after it still begin —
+    /// whatever SQLite rolled back by itself — and once there is room they
+    /// commit.
+    #[tokio::test]
+    async fn writes_begin_again_after_a_full_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("full.db").display());
+        let store = SqliteStore::open(&url).await.unwrap();
+        {
+            let mut conn = store.write.acquire().await.unwrap();
+            sqlx::query("CREATE TABLE filler (b BLOB)")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            sqlx::query(&format!("PRAGMA max_page_count = {}", pages + 2))
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        }
+        let mut full = 0;
+        for _ in 0..4 {
+            let mut tx = match store.begin_write().await {
+                Ok(tx) => tx,
+                Err(e) => panic!("a write after SQLITE_FULL could not begin: {e}"),
+            };
+            let wrote = sqlx::query("INSERT INTO filler (b) VALUES (zeroblob(200000))")
+                .execute(&mut *tx)
+                .await;
+            match wrote {
+                Err(e) => {
+                    assert!(e.to_string().contains("full"), "{e}");
+                    full += 1;
+                    drop(tx);
+                }
+                Ok(_) => tx.commit().await.unwrap(),
+            }
+        }
+        assert!(full >= 1, "the cap never filled the database");
+        let tx = store
+            .begin_write()
+            .await
+            .expect("a writer after the disk filled");
+        tx.rollback().await.unwrap();
     }
 }

@@ -116,7 +116,9 @@ async fn create_one(
     step: &StepWrite,
 ) -> StoreResult<Created> {
     if let Some(key) = &inst.idempotency_key {
-        if let Some(holder) = Steps::instance_by_key(conn, &inst.tenant, key).await? {
+        if let Some(holder) =
+            Steps::instance_by_key(conn, &inst.tenant, key, inst.started_at).await?
+        {
             return Ok(Created::Existing(holder.id));
         }
     }

@@ -367,7 +367,7 @@ fn create_one(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreR
     if let Some(key) = &inst.idempotency_key {
         let existing: Option<String> = conn
             .prepare_cached(sql::INSTANCE_BY_KEY)?
-            .query_row(params![inst.tenant, key], |r| r.get(0))
+            .query_row(params![inst.tenant, key, inst.started_at], |r| r.get(0))
             .optional()?;
         if let Some(id) = existing {
             return Ok(Created::Existing(id));
@@ -498,6 +498,8 @@ fn apply_rows(
     step: &StepWrite,
 ) -> StoreResult<()> {
     if step.delete {
+        conn.prepare_cached(sql::KEEP_KEY)?
+            .execute(params![step.key_window_ms, id])?;
         for statement in sql::DELETE_INSTANCE_ALL {
             conn.prepare_cached(statement)?.execute(params![id])?;
         }
@@ -596,7 +598,8 @@ mod tests {
     use rusqlite::Connection;
 
     /// Every statement this thread binds by position.
-    const STATEMENTS: [&str; 15] = [
+    const STATEMENTS: [&str; 16] = [
+        sql::KEEP_KEY,
         super::children::SET_PARENT,
         super::children::WAKE_PARENT,
         sql::INSTANCE_BY_KEY,

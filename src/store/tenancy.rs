@@ -180,12 +180,16 @@ pub trait TenancyStore: Send + Sync {
         from: Option<&str>,
         before: Option<&str>,
     ) -> impl Future<Output = StoreResult<i64>> + Send;
-    /// The instance a (tenant, idempotency key) created, if any.
+    /// The instance a (tenant, idempotency key) created, if any: the live
+    /// one, or the key kept (unexpired at `now`) for one deleted at its end.
     fn instance_by_key(
         &self,
         tenant: &str,
         key: &str,
+        now: i64,
     ) -> impl Future<Output = StoreResult<Option<KeyHolder>>> + Send;
+    /// Removes the kept idempotency keys expired at `now`. Returns how many.
+    fn purge_kept_keys(&self, now: i64) -> impl Future<Output = StoreResult<u64>> + Send;
 
     // ---- schedules ----
     /// Inserts an ARMED schedule unless one exists for (deployment, node).
@@ -299,8 +303,16 @@ mod any_impl {
         ) -> StoreResult<i64> {
             delegate!(self, s => s.retried_failed_count(tenant, process, from, before).await)
         }
-        async fn instance_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<KeyHolder>> {
-            delegate!(self, s => s.instance_by_key(tenant, key).await)
+        async fn instance_by_key(
+            &self,
+            tenant: &str,
+            key: &str,
+            now: i64,
+        ) -> StoreResult<Option<KeyHolder>> {
+            delegate!(self, s => s.instance_by_key(tenant, key, now).await)
+        }
+        async fn purge_kept_keys(&self, now: i64) -> StoreResult<u64> {
+            delegate!(self, s => s.purge_kept_keys(now).await)
         }
         async fn arm_schedule(&self, sched: &ScheduleRecord) -> StoreResult<()> {
             delegate!(self, s => s.arm_schedule(sched).await)

@@ -21,6 +21,11 @@ pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
 /// Where virtual time starts in these tests.
 pub const T0: &str = "2030-01-01T00:00:00Z";
 
+/// Put `(SYSTEM_CLOCK, "1")` among a server's variables to run it on the
+/// system clock (its poller, sweeper and schedules on their own) instead of
+/// the manual clock; it is not passed to the server.
+pub const SYSTEM_CLOCK: &str = "__SUTRA_TEST_SYSTEM_CLOCK";
+
 /// The environment variable naming the PostgreSQL test server.
 pub const PG_URL_VAR: &str = "SUTRA_TEST_POSTGRES_URL";
 
@@ -66,6 +71,38 @@ impl Server {
         }
         let sep = if pg.contains('?') { '&' } else { '?' };
         let url = format!("{pg}{sep}options=-c%20search_path%3D{schema}");
+        let dir = Arc::new(tempfile::tempdir().unwrap());
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut server = Self::spawn(dir, url, T0, env).await;
+        server.pg_schema = Some((pg, schema));
+        Some(server)
+    }
+
+    /// A server on a fresh schema of `SUTRA_TEST_POSTGRES_URL` that reaches
+    /// PostgreSQL at `via` (`host:port`, e.g. a test's proxy) instead of the
+    /// URL's own address; `None` when the variable is unset.
+    pub async fn start_on_pg_via(via: &str, env: &[(&str, &str)]) -> Option<Server> {
+        let Ok(pg) = std::env::var(PG_URL_VAR) else {
+            eprintln!("skipped: {PG_URL_VAR} not set");
+            return None;
+        };
+        let schema = format!("sutra_api_{:016x}", rand::random::<u64>());
+        match sutra::store::PgStore::open_in_schema(&pg, &schema).await {
+            Ok(store) => store.close().await,
+            Err(e) => panic!("{PG_URL_VAR}={pg} is set but PostgreSQL is unusable: {e}"),
+        }
+        let mut routed = reqwest::Url::parse(&pg).expect("a PostgreSQL URL");
+        let (host, port) = via.rsplit_once(':').expect("host:port");
+        routed.set_host(Some(host)).expect("a host");
+        routed
+            .set_port(Some(port.parse().expect("a port")))
+            .expect("a port");
+        let routed = routed.to_string();
+        let sep = if routed.contains('?') { '&' } else { '?' };
+        let url = format!("{routed}{sep}options=-c%20search_path%3D{schema}");
         let dir = Arc::new(tempfile::tempdir().unwrap());
         let env: Vec<(String, String)> = env
             .iter()
@@ -137,21 +174,16 @@ impl Server {
         env: Vec<(String, String)>,
     ) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sutra"));
-        cmd.args([
-            "serve",
-            "--db",
-            &db,
-            "--listen",
-            "127.0.0.1:0",
-            "--manual-clock",
-            "--clock-start",
-            clock_start,
-        ])
-        .env("SUTRA_ADMIN_KEY", ADMIN_KEY)
-        .env("SUTRA_AUDIT_SQL", "true")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-        for (k, v) in &env {
+        cmd.args(["serve", "--db", &db, "--listen", "127.0.0.1:0"]);
+        // The system clock when asked (the server's own loops drive time).
+        if !env.iter().any(|(k, _)| k == SYSTEM_CLOCK) {
+            cmd.args(["--manual-clock", "--clock-start", clock_start]);
+        }
+        cmd.env("SUTRA_ADMIN_KEY", ADMIN_KEY)
+            .env("SUTRA_AUDIT_SQL", "true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env.iter().filter(|(k, _)| k != SYSTEM_CLOCK) {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn sutra serve");

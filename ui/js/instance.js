@@ -6,6 +6,7 @@ import { get, post, query } from './api.js';
 import { h, fill, badge, when, ms, link, section, table, jsonTree, errorBox } from './dom.js';
 import { Diagram } from './diagram.js';
 import { confirmAction } from './app.js';
+import { timeline } from './timeline.js';
 
 const LIVE = new Set(['RUNNING', 'WAITING']);
 const POLL_MS = 1500;
@@ -20,11 +21,12 @@ export async function instancePage(page, id) {
   const waits = h('div', { id: 'waits' });
   const vars = h('div', { id: 'variables', class: 'json' });
   const attemptsBox = h('div', { id: 'attempts' });
+  const timelineBox = h('div', { id: 'timeline', class: 'timeline-box' });
   const historyBox = h('div', { id: 'history' });
   const incidentsBox = h('div', { id: 'incidents' });
   fill(page, head, actions, feedback, errorSec,
     section('Diagram', canvas), section('Waiting for', waits), section('Variables', vars),
-    section('Attempts', attemptsBox), section('Incidents', incidentsBox), section('History', historyBox));
+    section('Timeline', timelineBox), section('Attempts', attemptsBox), section('Incidents', incidentsBox), section('History', historyBox));
 
   let view = await get(`/v1/instances/${enc}`);
   const diagram = new Diagram(canvas);
@@ -59,6 +61,7 @@ export async function instancePage(page, id) {
     if (varsText !== lastVars) { fill(vars, jsonTree(v.variables, undefined, 2)); lastVars = varsText; }
     const attemptsText = JSON.stringify(a.attempts);
     if (attemptsText !== lastAttempts) { renderAttempts(a.attempts); lastAttempts = attemptsText; }
+    fill(timelineBox, timeline(v, a.attempts, node => diagram.name(node) || node));
     renderIncidents(inc.incidents);
     renderHistory(hist);
     if (!stopped) {
