@@ -159,6 +159,12 @@ codes! {
     MessageNotCorrelated => "SUTRA.RUNTIME.MESSAGE.NOT_CORRELATED", InvalidInput, false;
     /// One step entered more nodes than the per-step budget (a loop with no wait state).
     StepLimit => "SUTRA.RUNTIME.STEP_LIMIT", Internal, false;
+    /// A standard loop with no `loopMaximum` ran more iterations than the
+    /// loop budget (`model::LOOP_LIMIT`): it ran away.
+    LoopLimit => "SUTRA.RUNTIME.LOOP.LIMIT", Internal, false;
+    /// A multi-instance body's `loopCardinality` or collection did not
+    /// evaluate to a non-negative integer or an array.
+    MultiInstanceInvalid => "SUTRA.RUNTIME.MULTI_INSTANCE.INVALID", InvalidInput, false;
     /// A variable path (`$.a.b`) could not be read or written.
     VariablePath => "SUTRA.RUNTIME.VARIABLE_PATH", InvalidInput, false;
     /// The task kind is not executable by this runtime (e.g. a channel call before the outbox exists).

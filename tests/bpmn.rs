@@ -69,7 +69,7 @@ fn assert_invariants(p: &Process) {
         assert_eq!(node.ix.0 as usize, i);
         if let Some(s) = node.scope {
             assert!(
-                s.0 < n && matches!(p.node(s).kind, NodeKind::SubProcess),
+                s.0 < n && matches!(p.node(s).kind, NodeKind::SubProcess | NodeKind::Fanout(_)),
                 "{}: bad scope",
                 node.id
             );
@@ -90,7 +90,10 @@ fn assert_invariants(p: &Process) {
             let host = p.node(be.attached_to);
             assert!(matches!(
                 host.kind,
-                NodeKind::ServiceTask(_) | NodeKind::SubProcess
+                NodeKind::ServiceTask(_)
+                    | NodeKind::SubProcess
+                    | NodeKind::Fanout(_)
+                    | NodeKind::CallProcess { .. }
             ));
             assert_eq!(host.scope, node.scope);
             assert!(host.boundaries.contains(&node.ix));

@@ -1,7 +1,9 @@
 //! A crash at every commit point (issue 20 item 2): for a representative
 //! instance of each feature — retry, timer, message, compensation, channel
 //! call, a States-language Map with a timer and an event wait, a BPMN inclusive
-//! split whose OR-join waits across a retry and a timer — an uncrashed run counts its commits (the failpoint prints one line
+//! split whose OR-join waits across a retry and a timer, a parallel BPMN
+//! multi-instance body with a retried item, a call activity whose child
+//! waits on a timer — an uncrashed run counts its commits (the failpoint prints one line
 //! per commit), then for every commit k and each side of it, a `sutra serve`
 //! with `SUTRA_CRASH_AT_COMMIT=k:before|after` (src/store/failpoint.rs) is
 //! driven until the failpoint aborts it, restarted without the failpoint,
@@ -48,6 +50,8 @@ enum Feature {
     Channel,
     States,
     InclusiveJoin,
+    MultiInstance,
+    CallActivity,
 }
 
 impl Feature {
@@ -104,6 +108,61 @@ impl Feature {
                 "p",
                 json!({"left": true, "right": true, "do": "echo",
                        "by-task": {"flaky": {"do": "fail", "until": 2}}}),
+            ),
+            // A parallel multi-instance body over three items, two at a
+            // time: one item retries after a backoff; the results are
+            // collected in input order.
+            Feature::MultiInstance => (
+                bpmn(
+                    r#"<bpmn:process id="p" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:serviceTask id="each" implementation="registered:chaos">
+      <bpmn:extensionElements>
+        <q:retry maxAttempts="3" initialDelay="PT1S"/>
+        <q:io inputPath="$.item"/>
+      </bpmn:extensionElements>
+      <bpmn:multiInstanceLoopCharacteristics>
+        <bpmn:extensionElements>
+          <q:multiInstance collection="items" element="item" outputCollection="out" outputElement="n" maxConcurrency="2"/>
+        </bpmn:extensionElements>
+      </bpmn:multiInstanceLoopCharacteristics>
+    </bpmn:serviceTask>
+    <bpmn:endEvent id="end"/>
+    <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="each"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="each" targetRef="end"/>
+  </bpmn:process>"#,
+                ),
+                "p",
+                json!({"items": [
+                    {"do": "echo", "n": 1},
+                    {"do": "fail", "until": 2, "n": 2},
+                    {"do": "echo", "n": 3}
+                ]}),
+            ),
+            // A call activity whose child waits on a timer, then works.
+            Feature::CallActivity => (
+                bpmn(
+                    r#"<bpmn:process id="p" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:callActivity id="call" calledElement="child">
+      <bpmn:extensionElements><q:io resultPath="$.child"/></bpmn:extensionElements>
+    </bpmn:callActivity>
+    <bpmn:endEvent id="end"/>
+    <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="call"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="call" targetRef="end"/>
+  </bpmn:process>
+  <bpmn:process id="child" isExecutable="true">
+    <bpmn:startEvent id="c0"/>
+    <bpmn:intermediateCatchEvent id="pause">
+      <bpmn:timerEventDefinition><bpmn:timeDuration>PT2S</bpmn:timeDuration></bpmn:timerEventDefinition>
+    </bpmn:intermediateCatchEvent>
+    <bpmn:serviceTask id="work" implementation="registered:chaos"/>
+    <bpmn:sequenceFlow id="c1" sourceRef="c0" targetRef="pause"/>
+    <bpmn:sequenceFlow id="c2" sourceRef="pause" targetRef="work"/>
+  </bpmn:process>"#,
+                ),
+                "p",
+                json!({"do": "echo", "n": 7}),
             ),
             Feature::Timer => (
                 bpmn(
@@ -526,4 +585,14 @@ async fn a_crash_at_any_commit_of_a_states_map_and_waits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_any_commit_of_an_inclusive_join() {
     both(Feature::InclusiveJoin).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_commit_of_a_parallel_multi_instance_body() {
+    both(Feature::MultiInstance).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_commit_of_a_call_activity() {
+    both(Feature::CallActivity).await;
 }

@@ -80,7 +80,14 @@ pub fn has_complete_di(source: &str, process: &Process) -> bool {
             Err(_) => return false,
         }
     }
-    !process.nodes.is_empty() && process.nodes.iter().all(|n| placed.contains(&n.id))
+    // Ids with `#` are the loader's synthetic nodes (an implicit start, the
+    // layers of a multi-instance or loop activity): no XML id holds one, and
+    // the author's shape of the activity stands for them.
+    !process.nodes.is_empty()
+        && process
+            .nodes
+            .iter()
+            .all(|n| n.id.contains('#') || placed.contains(&n.id))
 }
 
 /// A pass node with nothing to set is drawn as an intermediate (none) event, else as a task.
@@ -366,10 +373,14 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
             String::new(),
         ),
         NodeKind::Fanout(f) => {
-            let inner = if f.items.is_some() {
-                "<bpmn:multiInstanceLoopCharacteristics/>"
-            } else {
-                ""
+            let inner = match f.repeat.as_deref() {
+                Some(r) if !r.scoped() => "<bpmn:standardLoopCharacteristics/>",
+                Some(r) if r.max_concurrency == 1 => {
+                    "<bpmn:multiInstanceLoopCharacteristics isSequential=\"true\"/>"
+                }
+                Some(_) => "<bpmn:multiInstanceLoopCharacteristics/>",
+                None if f.items.is_some() => "<bpmn:multiInstanceLoopCharacteristics/>",
+                None => "",
             };
             (
                 "subProcess",

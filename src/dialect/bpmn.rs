@@ -5,8 +5,9 @@
 //! - BPMN: `http://www.omg.org/spec/BPMN/20100524/MODEL` ([`BPMN_NS`]);
 //! - Sutra's extensions: `https://sutra.dev/bpmn/q/1.0` ([`Q_NS`]), written
 //!   inside `<extensionElements>`: `q:retry`, `q:timeout`, `q:io` (service
-//!   tasks), `q:source` (process start events), `q:correlation` (message catch
-//!   and boundary events).
+//!   tasks; `q:io`, `q:retry` and `q:call` on call activities), `q:source`
+//!   (process start events), `q:correlation` (message catch and boundary
+//!   events), `q:multiInstance` (inside a `multiInstanceLoopCharacteristics`).
 //!
 //! Invariants:
 //! - [`load`] never panics and never fails: every problem is a [`Diagnostic`]
@@ -40,7 +41,11 @@
 //!   intermediate event without outgoing flow ends its token; a scope
 //!   without a start event gets a synthetic none start `<scope>#implicit-start`
 //!   leading to every node without an incoming flow; an error end event
-//!   without `errorRef` throws `SUTRA.RUNTIME.BPMN.UNNAMED_ERROR`.
+//!   without `errorRef` throws `SUTRA.RUNTIME.BPMN.UNNAMED_ERROR`; an
+//!   activity with loop characteristics is a fan-out body `<id>#body` over
+//!   one branch scope per iteration with the activity inside
+//!   (`build::repeat`); a call activity is a process call whose child's BPMN
+//!   error is raised at the call (`build::call`).
 //! - Refused rather than ignored: `startQuantity`/`completionQuantity` ≠ 1,
 //!   any `q:`-qualified attribute on a BPMN element, a `q:io` path other than
 //!   `$` / `$.a.b` (the engine's variable paths).
@@ -52,7 +57,8 @@
 //!   syntax errors, is called behind a guard (see `guard`).
 //!
 //! Modules: `xml` (reader, limits, positions), `build` (elements → IR, then
-//! `build::resolve` for references), `events` (event definitions), `ext` (`q:`
+//! `build::resolve` for references; `build::repeat` for loop
+//! characteristics, `build::call` for call activities), `events` (event definitions), `ext` (`q:`
 //! and foreign extensions), `validate` (dialect-independent structural checks).
 
 mod build;

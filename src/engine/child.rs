@@ -66,6 +66,9 @@ pub struct ChildStart {
     pub input: Map<String, Value>,
     /// The call's attempt (1-based).
     pub attempt: u32,
+    /// A pinned deployment version of `process` (`None`: the ACTIVE one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u32>,
 }
 
 /// How a child instance ended, as its parent receives it (also stored on
@@ -107,6 +110,19 @@ impl ChildOutcome {
                 cause: None,
                 compensation_failures: Vec::new(),
             }),
+        }
+    }
+
+    /// The uncaught business error (a BPMN error: its own code, no engine
+    /// wrapper) the child FAILED with, if that is how it ended.
+    fn business_error(&self) -> Option<(&str, &str)> {
+        if self.state != InstanceState::Failed {
+            return None;
+        }
+        let e = self.error.as_ref().filter(|e| e.cause.is_none())?;
+        match Code::parse(&e.code) {
+            None | Some(Code::BpmnUnnamedError) => Some((e.code.as_str(), e.message.as_str())),
+            Some(_) => None,
         }
     }
 
@@ -170,7 +186,11 @@ impl<'a> Machine<'a> {
             return;
         };
         let NodeKind::CallProcess {
-            process, timeout, ..
+            process,
+            timeout,
+            version,
+            io,
+            ..
         } = &node.kind
         else {
             return;
@@ -193,7 +213,33 @@ impl<'a> Machine<'a> {
                 None => return,
             }
         } else {
-            self.snap.variables.clone()
+            let selected = match &io.input_path {
+                None => Ok(Value::Object(self.vars_of(token).into_owned())),
+                Some(p) => self.vars_get(token, p),
+            };
+            match selected {
+                Ok(Value::Object(m)) => m,
+                Ok(other) => {
+                    self.fail_code(
+                        Code::ChildInputInvalid,
+                        format!(
+                            "the input of `{}` is {}: a child flow starts with a JSON object",
+                            node.id,
+                            super::document::kind(&other)
+                        ),
+                        Some(&node.id),
+                    );
+                    return;
+                }
+                Err(e) => {
+                    self.fail_code(
+                        Code::VariablePath,
+                        format!("input of `{}`: {e}", node.id),
+                        Some(&node.id),
+                    );
+                    return;
+                }
+            }
         };
         let due = timeout.as_ref().map(|t| {
             let d = chrono::Duration::from_std(t.as_std()).unwrap_or(chrono::Duration::MAX);
@@ -236,6 +282,7 @@ impl<'a> Machine<'a> {
             process: process.clone(),
             input,
             attempt,
+            version: *version,
         }));
     }
 
@@ -315,6 +362,46 @@ impl<'a> Machine<'a> {
         if let Some(t) = self.snap.token_mut(token) {
             t.status = TokenStatus::Ready;
         }
+        let business = matches!(
+            node.kind,
+            NodeKind::CallProcess {
+                business_errors: true,
+                ..
+            }
+        );
+        if let Some((code, message)) = outcome.business_error().filter(|_| business) {
+            // The child's BPMN error is the call's: error boundaries catch it,
+            // no retry judges it.
+            let (code, message) = (code.to_string(), message.to_string());
+            self.effects.push(Effect::RecordAttempt(AttemptRecord {
+                token,
+                node: node.id.clone(),
+                attempt: state.attempt,
+                started_at: state.since,
+                ended_at: self.inputs.now,
+                outcome: "business_error".to_string(),
+                code: Some(code.clone()),
+                class: None,
+                message: Some(message.clone()),
+            }));
+            self.journal(
+                "child_ended",
+                Some(&node.id),
+                json!({ "attempt": state.attempt, "child": outcome.instance, "state": outcome.state.as_str(), "outcome": "business_error", "code": code, "message": message }),
+            );
+            self.raise_from(
+                Some(token),
+                super::machine::Raised {
+                    code,
+                    message,
+                    details: None,
+                    failure: None,
+                    also: Vec::new(),
+                },
+                &node.id,
+            );
+            return;
+        }
         let failure = outcome.failure();
         let (label, code, message) = match &failure {
             None => ("completed", None, None),
@@ -345,7 +432,12 @@ impl<'a> Machine<'a> {
                 self.doc_task_completed(token, node, output);
                 return;
             }
-            if let Err(e) = vars::merge_output(&mut self.snap.variables, &node.id, None, output) {
+            let result_path = match &node.kind {
+                NodeKind::CallProcess { io, .. } => io.result_path.as_deref(),
+                _ => None,
+            };
+            if let Err(e) = vars::merge_output(self.vars_home(token), &node.id, result_path, output)
+            {
                 self.fail_code(
                     Code::VariablePath,
                     format!("output of `{}`: {e}", node.id),

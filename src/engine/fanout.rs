@@ -48,6 +48,10 @@ impl<'a> Machine<'a> {
         let Some((node, fan)) = self.fanout_of(token) else {
             return;
         };
+        if fan.repeat.is_some() {
+            // A repeated activity over variables (repeat.rs).
+            return self.repeat_enter(token);
+        }
         let df = node.data.as_deref().cloned().unwrap_or_default();
         let raw = self.doc_of(token);
         let context = self.context_of(token, node, attempt.saturating_sub(1));
@@ -257,6 +261,9 @@ impl<'a> Machine<'a> {
     /// A branch token's scope emptied: record its result. `false` when
     /// `token` is no branch.
     pub(super) fn branch_completed(&mut self, token: u64) -> bool {
+        if self.iteration_completed(token) {
+            return true;
+        }
         let Some(t) = self.snap.token(token) else {
             return false;
         };

@@ -127,20 +127,21 @@ impl Machine<'_> {
         let mut dead = errors;
         for &f in &forward {
             let flow = self.process.flow(f);
-            match &flow.condition {
-                None => taken.push(f),
-                Some(c) => match c.eval_bool(&self.snap.variables) {
-                    Ok(true) => taken.push(f),
-                    Ok(false) => dead.push(f),
-                    Err(e) => {
-                        self.fail_code(
-                            e.code(),
-                            format!("condition on `{}` failed: {e}", flow.id),
-                            Some(&node.id),
-                        );
-                        return;
-                    }
-                },
+            let holds = flow
+                .condition
+                .as_ref()
+                .map(|c| c.eval_bool(&self.vars_of(token)));
+            match holds {
+                None | Some(Ok(true)) => taken.push(f),
+                Some(Ok(false)) => dead.push(f),
+                Some(Err(e)) => {
+                    self.fail_code(
+                        e.code(),
+                        format!("condition on `{}` failed: {e}", flow.id),
+                        Some(&node.id),
+                    );
+                    return;
+                }
             }
         }
         let tracked = |f: &FlowIx| {
@@ -293,7 +294,7 @@ impl Machine<'_> {
             Some(&node.id),
             json!({ "code": raised.code, "message": raised.message, "cause": cause, "from": origin, "to": handlers }),
         );
-        self.snap.variables.insert("error".into(), error);
+        self.vars_home(token).insert("error".into(), error);
         let doc = self.snap.token(token).and_then(|t| t.doc.clone());
         self.discard(token);
         self.signal_all(signals, scope, doc);

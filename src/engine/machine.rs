@@ -307,6 +307,7 @@ impl<'a> Machine<'a> {
             status: TokenStatus::Ready,
             boundary_parks: Vec::new(),
             doc: None,
+            vars: None,
         });
         self.queue.push_back(id);
         id
@@ -607,7 +608,7 @@ impl<'a> Machine<'a> {
             NodeKind::Start(_) | NodeKind::Boundary(_) => self.leave(token),
             NodeKind::Pass { set } => {
                 if let Some(Value::Object(m)) = set {
-                    self.snap.variables.extend(m.clone());
+                    self.vars_home(token).extend(m.clone());
                 }
                 self.snap.completed.push(node.id.clone());
                 self.leave(token);
@@ -716,7 +717,7 @@ impl<'a> Machine<'a> {
             let flow = self.process.flow(f);
             let holds = match &flow.condition {
                 None => Ok(true),
-                Some(c) => c.eval_bool(&self.snap.variables),
+                Some(c) => c.eval_bool(&self.vars_of(token)),
             };
             match holds {
                 Ok(true) => {
@@ -799,13 +800,17 @@ impl<'a> Machine<'a> {
         let NodeKind::ServiceTask(task) = &node.kind else {
             return;
         };
-        let input = match &task.io.input_path {
+        let by_path = match &task.io.input_path {
+            Some(p) if node.data.is_none() => Some(self.vars_get(token, p)),
+            _ => None,
+        };
+        let input = match (&task.io.input_path, by_path) {
             _ if node.data.is_some() => match self.doc_task_input(token, node, attempt) {
                 Some(v) => v,
                 None => return,
             },
-            None => Value::Object(self.compensator_input(token)),
-            Some(p) => match vars::get(&self.snap.variables, p) {
+            (None, _) | (_, None) => Value::Object(self.compensator_input(token)),
+            (Some(_), Some(got)) => match got {
                 Ok(v) => v,
                 Err(e) => {
                     self.fail_code(
@@ -961,7 +966,7 @@ impl<'a> Machine<'a> {
                         .map(|f| f.message.clone())
                         .unwrap_or(raised.message.clone());
                     let err = json!({ "Error": raised.failure.as_ref().map(|f| f.code.clone()).unwrap_or(raised.code.clone()), "Cause": cause });
-                    if let Err(e) = vars::set(&mut self.snap.variables, path, err) {
+                    if let Err(e) = vars::set(self.vars_home_in(scope), path, err) {
                         self.fail_code(
                             Code::VariablePath,
                             format!("result path of `{}`: {e}", bnode.id),

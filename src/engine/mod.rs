@@ -30,6 +30,8 @@ mod migrate;
 mod orjoin;
 mod outcome;
 mod parks;
+mod repeat;
+mod scope;
 pub mod snapshot;
 mod unwind;
 mod variables;

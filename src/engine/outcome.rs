@@ -104,7 +104,7 @@ impl Machine<'_> {
                     self.snap.outputs.insert(node.id.clone(), output.clone());
                 }
                 if let Err(e) = vars::merge_output(
-                    &mut self.snap.variables,
+                    self.vars_home(token),
                     &node.id,
                     task.io.result_path.as_deref(),
                     output,

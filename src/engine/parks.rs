@@ -39,9 +39,13 @@ impl<'a> Machine<'a> {
     }
 
     pub(super) fn message_park(&mut self, token: u64, node: &Node, m: &MessageRef) -> Option<u64> {
-        let key = match &m.correlation_key {
+        let evaluated = m
+            .correlation_key
+            .as_ref()
+            .map(|expr| expr.eval(&self.vars_of(token)));
+        let key = match evaluated {
             None => None,
-            Some(expr) => match expr.eval(&self.snap.variables) {
+            Some(r) => match r {
                 Ok(Value::String(s)) => Some(s),
                 Ok(Value::Null) => None,
                 Ok(other) => Some(other.to_string()),
@@ -111,7 +115,7 @@ impl<'a> Machine<'a> {
             return;
         };
         if !self.doc_resumed(park.token, node, &park, variables.clone()) {
-            self.snap.variables.extend(variables);
+            self.vars_home(park.token).extend(variables);
         }
         match park.kind {
             ParkKind::Attempt => {

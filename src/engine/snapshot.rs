@@ -343,6 +343,11 @@ pub struct Token {
     /// The document it carries (nodes with a `DataFlow` read and rewrite it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub doc: Option<Value>,
+    /// The variables scope of a multi-instance iteration (its branch token):
+    /// the tokens inside read these over the enclosing variables and write
+    /// here (engine/scope.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vars: Option<Map<String, Value>>,
 }
 
 impl Token {

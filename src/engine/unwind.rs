@@ -130,7 +130,7 @@ impl Machine<'_> {
     /// A task's input when it takes all variables: a compensator also gets
     /// `compensating: {node, output}`.
     pub(super) fn compensator_input(&self, token: u64) -> Map<String, Value> {
-        let mut input = self.snap.variables.clone();
+        let mut input = self.vars_of(token).into_owned();
         let current = self.snap.unwind.as_ref().and_then(|u| u.current.as_ref());
         if let Some((c, _)) = current.filter(|(_, t)| *t == token) {
             let output = self

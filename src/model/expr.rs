@@ -13,6 +13,8 @@ pub const MAX_EXPR_LEN: usize = 4096;
 pub struct Expr {
     source: String,
     kind: ExprKind,
+    /// The variables it names (an evaluation binds only these).
+    names: Arc<[String]>,
 }
 
 #[derive(Clone)]
@@ -106,9 +108,18 @@ impl Expr {
                 "a part of it that names no variable can never be evaluated: {why}"
             )));
         }
+        let mut names: Vec<String> = program
+            .references()
+            .variables()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names.dedup();
         Ok(Expr {
             source: source.to_string(),
             kind: ExprKind::Cel(Arc::new(program), Arc::new(tree)),
+            names: names.into(),
         })
     }
 
@@ -150,6 +161,7 @@ impl Expr {
         Expr {
             source: serde_json::to_string(&rule).unwrap_or_default(),
             kind: ExprKind::Rule(Arc::new(rule)),
+            names: Arc::from(Vec::new()),
         }
     }
 
@@ -200,6 +212,12 @@ impl Expr {
         &self.source
     }
 
+    /// The variables the expression names (comprehension variables
+    /// included); an evaluation reads no other.
+    pub fn variables(&self) -> &[String] {
+        &self.names
+    }
+
     /// The condition as a diagram labels its flow: a CEL expression as
     /// written, a structured rule in words (`Rule::label`), at most `max`
     /// characters.
@@ -246,9 +264,13 @@ impl Expr {
             });
         }
         let mut ctx = cel_interpreter::Context::default();
-        for (k, v) in vars {
-            ctx.add_variable(k.as_str(), v)
-                .map_err(|e| ExprError::new(e.to_string()))?;
+        // Only the variables it names: an instance's other variables (a
+        // large collection) cost nothing to an evaluation that reads none.
+        for k in self.names.iter() {
+            if let Some(v) = vars.get(k) {
+                ctx.add_variable(k.as_str(), v)
+                    .map_err(|e| ExprError::new(e.to_string()))?;
+            }
         }
         let program = std::panic::AssertUnwindSafe(program);
         let ctx = std::panic::AssertUnwindSafe(&ctx);

@@ -17,6 +17,7 @@ mod expr_cost;
 mod expr_static;
 mod jsonata;
 mod policy;
+mod repeat;
 mod rule;
 
 pub use document::{
@@ -28,6 +29,7 @@ pub use expr::{Expr, ExprError};
 pub use expr_cost::BUDGET as CONDITION_BUDGET;
 pub use jsonata::{Jsonata, JsonataRefusal};
 pub use policy::{Backoff, Jitter, OnTimeout, RetryPolicy, TaskTimeout};
+pub use repeat::{Over, Repeat, DEFAULT_MAX_CONCURRENCY, LOOP_LIMIT};
 pub use rule::{Against, Compare, Operand, Rule, TypeTest};
 
 use crate::diag::Pos;
@@ -104,10 +106,17 @@ impl Process {
             }) => m.correlation_key.as_ref(),
             _ => None,
         });
+        let repeats = self.nodes.iter().flat_map(|n| match &n.kind {
+            NodeKind::Fanout(Fanout {
+                repeat: Some(r), ..
+            }) => r.expressions(),
+            _ => Vec::new(),
+        });
         self.flows
             .iter()
             .filter_map(|f| f.condition.as_ref())
             .chain(keys)
+            .chain(repeats)
             .any(Expr::may_iterate)
             || self
                 .nodes
@@ -284,6 +293,20 @@ pub enum NodeKind {
         retries: Vec<RetryPolicy>,
         #[serde(skip_serializing_if = "Option::is_none")]
         timeout: Option<crate::time::IsoDuration>,
+        /// A pinned deployment version of `process` (`None`: its ACTIVE one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<u32>,
+        /// The child's variables from the caller's (`input_path`; `None`:
+        /// all of them) and where the child's final variables go
+        /// (`result_path`; `None`: merged), as a task's `q:io`.
+        #[serde(default)]
+        io: IoMapping,
+        /// `true`: a child that ended FAILED with an uncaught business error
+        /// (a BPMN error) raises that error at the call, where an error
+        /// boundary catches it (a BPMN call activity); otherwise every
+        /// child failure is a failed attempt of the call.
+        #[serde(default)]
+        business_errors: bool,
     },
 }
 
@@ -295,6 +318,10 @@ pub struct Fanout {
     pub items: Option<Items>,
     /// Ordered retriers: a failed fan-out runs again from its input.
     pub retries: Vec<RetryPolicy>,
+    /// `Some`: `branches[0]` repeated over variables (a BPMN multi-instance
+    /// body or standard loop, see [`Repeat`]); `items` is then `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<Box<Repeat>>,
 }
 
 /// How a `Map` fans out over an array.

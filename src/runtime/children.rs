@@ -158,6 +158,32 @@ impl<S: Store> Runtime<S> {
         })
     }
 
+    /// Version `version` of `process` in `tenant` when it is ACTIVE or
+    /// DRAINING (a pinned call; a RETIRED one starts nothing). Pinned calls
+    /// are rare: the tenant's deployments are read, nothing is cached.
+    async fn pinned_deployed(
+        &self,
+        tenant: &str,
+        process: &str,
+        version: u32,
+    ) -> RuntimeResult<Option<Arc<Deployed>>> {
+        let found = self
+            .inner
+            .store
+            .list_deployments(Some(tenant))
+            .await?
+            .into_iter()
+            .find(|d| {
+                d.process_id == process
+                    && d.version == i64::from(version)
+                    && d.state != crate::store::DeploymentState::Retired
+            });
+        match found {
+            Some(d) => self.deployed(&d.id).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// One child: `Err(outcome)` when it cannot start (the call fails).
     async fn prepare_child(
         &self,
@@ -184,11 +210,19 @@ impl<S: Store> Runtime<S> {
             );
         }
         let tenant = &parent.tenant;
-        let Some(deployed) = self.active_deployed(tenant, &start.process).await? else {
+        let deployed = match start.version {
+            None => self.active_deployed(tenant, &start.process).await?,
+            Some(v) => self.pinned_deployed(tenant, &start.process, v).await?,
+        };
+        let Some(deployed) = deployed else {
+            let which = match start.version {
+                None => "no active deployment".to_string(),
+                Some(v) => format!("no live deployment of version {v}"),
+            };
             return refuse(
                 Code::ChildProcessNotFound,
                 format!(
-                    "`{}` calls process `{}`, which has no active deployment in tenant `{tenant}`",
+                    "`{}` calls process `{}`, which has {which} in tenant `{tenant}`",
                     start.node, start.process
                 ),
             );

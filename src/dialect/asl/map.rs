@@ -129,6 +129,7 @@ impl St<'_, '_, '_> {
                 branches: Vec::new(),
                 items: Some(items),
                 retries,
+                repeat: None,
             }),
             Some(data),
         );

@@ -761,6 +761,7 @@ impl St<'_, '_, '_> {
                 branches: Vec::new(),
                 items: None,
                 retries,
+                repeat: None,
             }),
             Some(data),
         );
@@ -841,6 +842,9 @@ impl St<'_, '_, '_> {
                 process,
                 retries,
                 timeout,
+                version: None,
+                io: Default::default(),
+                business_errors: false,
             },
             Some(data),
         );

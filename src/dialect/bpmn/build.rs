@@ -19,6 +19,8 @@ use crate::model::{
 use crate::time::{IsoDuration, TimerSpec};
 use std::collections::{HashMap, HashSet};
 
+mod call;
+mod repeat;
 mod resolve;
 
 /// Flow-node-like BPMN elements Sutra does not execute, with a hint.
@@ -36,10 +38,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("businessRuleTask", "use a registered serviceTask"),
     ("sendTask", "use a channel-call serviceTask"),
     ("receiveTask", "use a message intermediateCatchEvent"),
-    (
-        "callActivity",
-        "call activities are not supported; use an embedded subProcess",
-    ),
     (
         "eventBasedGateway",
         "event-based gateways are not supported",
@@ -318,7 +316,8 @@ impl<'d> Builder<'d> {
             }
             "startEvent" => self.start(el, scope),
             "endEvent" => self.end(el, scope),
-            "serviceTask" => self.service_task(el, scope),
+            "serviceTask" => self.activity(el, scope, |b, s| Some(b.service_task(el, s))),
+            "callActivity" => self.activity(el, scope, |b, s| b.call_activity(el, s)),
             "exclusiveGateway" => {
                 self.no_q(el);
                 let ix = self.node(el, scope, NodeKind::ExclusiveGateway { default: None });
@@ -343,14 +342,15 @@ impl<'d> Builder<'d> {
             "subProcess" if el.attr("triggeredByEvent").map(str::trim) == Some("true") => {
                 self.unsupported(el, scope, "event sub-processes are not supported".into())
             }
-            "subProcess" => {
-                self.no_q(el);
-                let ix = self.node(el, scope, NodeKind::SubProcess);
+            "subProcess" => self.activity(el, scope, |b, s| {
+                b.no_q(el);
+                let ix = b.node(el, s, NodeKind::SubProcess);
                 if el.attr("default").is_some() {
-                    self.pending_defaults.push(ix);
+                    b.pending_defaults.push(ix);
                 }
-                self.scope(el, Some(ix));
-            }
+                b.scope(el, Some(ix));
+                Some(ix)
+            }),
             tag => {
                 if let Some((_, hint)) = UNSUPPORTED.iter().find(|(t, _)| *t == tag) {
                     self.unsupported(el, scope, hint.to_string());
@@ -404,11 +404,18 @@ impl<'d> Builder<'d> {
             ));
         }
         self.foreign(el);
+        // Activities read their loop characteristics themselves (build/repeat.rs).
+        let activity = matches!(
+            el.local.as_str(),
+            "serviceTask" | "subProcess" | "callActivity"
+        );
         for c in el.bpmn_children() {
-            if matches!(
-                c.local.as_str(),
-                "standardLoopCharacteristics" | "multiInstanceLoopCharacteristics"
-            ) {
+            if !activity
+                && matches!(
+                    c.local.as_str(),
+                    "standardLoopCharacteristics" | "multiInstanceLoopCharacteristics"
+                )
+            {
                 self.diags.push(err(
                     Code::BpmnUnsupportedElement,
                     c,
@@ -796,7 +803,7 @@ impl<'d> Builder<'d> {
         });
     }
 
-    fn service_task(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+    fn service_task(&mut self, el: &'d Element, scope: Option<NodeIx>) -> NodeIx {
         let implementation = match el.attr("implementation").map(str::trim) {
             Some(v)
                 if v.strip_prefix("registered:")
@@ -859,5 +866,6 @@ impl<'d> Builder<'d> {
         if el.attr("default").is_some() {
             self.pending_defaults.push(ix);
         }
+        ix
     }
 }

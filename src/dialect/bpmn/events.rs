@@ -21,6 +21,9 @@ pub struct Globals {
     pub messages: HashMap<String, Option<String>>,
     /// error id → (`errorCode`, `name`).
     pub errors: HashMap<String, (Option<String>, Option<String>)>,
+    /// global task id → its tag (`globalScriptTask`, ...): what a call
+    /// activity may name that Sutra does not call.
+    pub global_tasks: HashMap<String, String>,
 }
 
 impl Globals {
@@ -44,6 +47,9 @@ impl Globals {
                     g.errors
                         .entry(id.to_string())
                         .or_insert_with(|| (text("errorCode"), text("name")));
+                }
+                tag if tag.starts_with("global") && tag.ends_with("Task") => {
+                    g.global_tasks.insert(id.to_string(), tag.to_string());
                 }
                 _ => {}
             }

@@ -14,7 +14,15 @@ use crate::model::{Backoff, Expr, IoMapping, Jitter, OnTimeout, RetryPolicy, Tas
 use crate::time::IsoDuration;
 
 /// The `q:` elements Sutra knows, by local name.
-pub const Q_ELEMENTS: &[&str] = &["retry", "timeout", "io", "source", "correlation"];
+pub const Q_ELEMENTS: &[&str] = &[
+    "retry",
+    "timeout",
+    "io",
+    "source",
+    "correlation",
+    "multiInstance",
+    "call",
+];
 
 /// `tag `id`` (or just the tag when the element has no id): how messages name an element.
 pub fn describe(el: &Element) -> String {
@@ -74,7 +82,13 @@ pub fn misplaced(qs: &[&Element], allowed: &[&str], host: &Element, diags: &mut 
         if allowed.contains(&q.local.as_str()) {
             continue;
         }
-        let message = if Q_ELEMENTS.contains(&q.local.as_str()) {
+        let message = if q.local == "multiInstance" {
+            format!(
+                "q:multiInstance is not allowed on {}: it belongs in the extensionElements of its \
+                 <multiInstanceLoopCharacteristics>",
+                describe(host)
+            )
+        } else if Q_ELEMENTS.contains(&q.local.as_str()) {
             format!("q:{} is not allowed on {}", q.local, describe(host))
         } else {
             format!(

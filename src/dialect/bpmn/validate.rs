@@ -63,19 +63,26 @@ pub fn describe(n: &Node) -> String {
         NodeKind::Boundary(_) => "boundary event",
         NodeKind::SubProcess => "sub-process",
         NodeKind::Pass { .. } => "pass",
+        NodeKind::Fanout(f) if f.repeat.is_some() => "repeated activity",
         NodeKind::Fanout(_) => "fan-out",
-        NodeKind::CallProcess { .. } => "process call",
+        NodeKind::CallProcess { .. } => "call activity",
     };
-    format!("{kind} `{}`", n.id)
+    format!("{kind} `{}`", written_id(n))
+}
+
+/// The id as written: a synthetic node of the loader (`<id>#body`, …) is
+/// named after the element it stands for.
+fn written_id(n: &Node) -> &str {
+    n.id.split('#').next().unwrap_or(&n.id)
 }
 
 fn at(n: &Node, code: Code, message: String) -> Diagnostic {
     Diagnostic::error(code, message)
         .at(n.pos)
-        .element(n.id.clone())
+        .element(written_id(n).to_string())
 }
 
-/// Forward edges: flows, activity → its boundaries, sub-process → its start
+/// Forward edges: flows, activity → its boundaries, fan-out → its branches, sub-process → its start
 /// events, end event → its enclosing sub-process (whose outgoing flows follow).
 struct Graph {
     succ: Vec<Vec<u32>>,
@@ -101,6 +108,10 @@ impl Graph {
                 if valid(b) {
                     succ[i].push(b.0);
                 }
+            }
+            if let NodeKind::Fanout(f) = &node.kind {
+                // A repeated activity's body enters its branch (build/repeat.rs).
+                succ[i].extend(f.branches.iter().filter(|&&b| valid(b)).map(|b| b.0));
             }
             if let Some(s) = node.scope.filter(|&s| valid(s)) {
                 if matches!(node.kind, NodeKind::Start(_)) {

@@ -64,8 +64,13 @@ impl<'d> Builder<'d> {
                 continue;
             }
             let target = &self.nodes[a.0 as usize];
-            let problem = if !matches!(target.kind, NodeKind::ServiceTask(_) | NodeKind::SubProcess)
-            {
+            let problem = if !matches!(
+                target.kind,
+                NodeKind::ServiceTask(_)
+                    | NodeKind::SubProcess
+                    | NodeKind::Fanout(_)
+                    | NodeKind::CallProcess { .. }
+            ) {
                 Some("which is not an activity (a service task or sub-process)")
             } else if target.scope != self.nodes[pb.ix.0 as usize].scope {
                 Some("which is in another scope")
@@ -147,6 +152,8 @@ impl<'d> Builder<'d> {
                     | NodeKind::InclusiveGateway
                     | NodeKind::ServiceTask(_)
                     | NodeKind::SubProcess
+                    | NodeKind::Fanout(_)
+                    | NodeKind::CallProcess { .. }
             );
             if s.scope != scope || t.scope != scope {
                 self.diags.push(err(
