@@ -177,6 +177,7 @@ impl Expr {
     pub fn jsonata(j: super::Jsonata) -> Expr {
         Expr {
             source: j.source().to_string(),
+            names: Arc::from(Vec::new()),
             kind: ExprKind::Jsonata(Arc::new(j)),
         }
     }
