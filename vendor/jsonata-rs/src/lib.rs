@@ -185,4 +185,3 @@ impl<'a> JsonAta<'a> {
         evaluator.evaluate(&self.ast, input, &self.frame)
     }
 }
-

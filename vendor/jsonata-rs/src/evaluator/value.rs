@@ -131,7 +131,10 @@ impl<'a> Value<'a> {
     }
 
     pub fn object(arena: &Bump) -> &mut Value {
-        arena.alloc(Value::Object(HashMap::with_hasher_in(DefaultHashBuilder::default(), arena)))
+        arena.alloc(Value::Object(HashMap::with_hasher_in(
+            DefaultHashBuilder::default(),
+            arena,
+        )))
     }
 
     pub fn object_from<H>(
@@ -146,7 +149,11 @@ impl<'a> Value<'a> {
     }
 
     pub fn object_with_capacity(arena: &Bump, capacity: usize) -> &mut Value {
-        arena.alloc(Value::Object(HashMap::with_capacity_and_hasher_in(capacity, DefaultHashBuilder::default(), arena)))
+        arena.alloc(Value::Object(HashMap::with_capacity_and_hasher_in(
+            capacity,
+            DefaultHashBuilder::default(),
+            arena,
+        )))
     }
 
     pub fn lambda(
