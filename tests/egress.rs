@@ -135,6 +135,18 @@ async fn settled(api: &server::Api, id: &str) -> Value {
     }
 }
 
+/// Sets the secret `token` to [`SECRET_VALUE`].
+async fn set_token(tenant: &server::Api) {
+    let (status, body) = tenant
+        .call(
+            Method::PUT,
+            "/v1/secrets/token",
+            Some(json!({ "value": SECRET_VALUE })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+}
+
 /// Deploy `fetch` (granted first with `rules`), start it with `input`, wait.
 async fn run(tenant: &server::Api, rules: Value, input: Value) -> (Value, Vec<Value>) {
     run_guest(tenant, "fetch", rules, input).await
@@ -465,14 +477,7 @@ async fn a_body_placeholder_is_substituted_and_a_key_rotation_keeps_secrets() {
         };
         let acme = srv.tenant("acme", json!({})).await;
         let api = Api::start().await;
-        let (status, body) = acme
-            .call(
-                Method::PUT,
-                "/v1/secrets/token",
-                Some(json!({ "value": SECRET_VALUE })),
-            )
-            .await;
-        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+        set_token(&acme).await;
         let rules = json!([
             { "host": format!("http://127.0.0.1:{}", api.port), "secrets": ["token"] },
         ]);
@@ -564,14 +569,7 @@ async fn guest_calls_an_api(guest: &str) {
     };
     let acme = srv.tenant("acme", json!({})).await;
     let api = Api::start().await;
-    let (status, body) = acme
-        .call(
-            Method::PUT,
-            "/v1/secrets/token",
-            Some(json!({ "value": SECRET_VALUE })),
-        )
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    set_token(&acme).await;
     let (done, calls) = run_guest(
         &acme,
         guest,
