@@ -47,11 +47,10 @@ impl Machine<'_> {
                 format!("variable `{name}` is both set and unset"),
             ));
         }
-        let set_names: Vec<&String> = set.keys().collect();
         self.journal(
             "variables_edited",
             None,
-            json!({ "by": by, "set": set, "setNames": set_names, "unset": unset }),
+            json!({ "by": by, "set": set, "unset": unset }),
         );
         for name in &unset {
             self.snap.variables.remove(name);

@@ -226,15 +226,7 @@ impl Expr {
         match &self.kind {
             ExprKind::Rule(r) => r.label(max),
             // A CEL expression or a JSONata condition, as written.
-            ExprKind::Cel(..) | ExprKind::Jsonata(_) => {
-                let text = self.source.trim();
-                if text.chars().count() <= max {
-                    text.to_string()
-                } else {
-                    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
-                    format!("{cut}…")
-                }
-            }
+            ExprKind::Cel(..) | ExprKind::Jsonata(_) => super::rule::cut(self.source.trim(), max),
         }
     }
 

@@ -84,13 +84,7 @@ impl Rule {
     /// `$.kind matches "a*"`, `not ($.ok is boolean)`, `... and ...`),
     /// at most `max` characters (cut with an ellipsis).
     pub fn label(&self, max: usize) -> String {
-        let text = self.text();
-        if text.chars().count() <= max {
-            text
-        } else {
-            let cut: String = text.chars().take(max.saturating_sub(1)).collect();
-            format!("{cut}…")
-        }
+        cut(&self.text(), max)
     }
 
     fn text(&self) -> String {
@@ -151,5 +145,15 @@ impl Rule {
                 format!("{} is {not}{what}", variable.text)
             }
         }
+    }
+}
+
+/// `text` at most `max` characters, a longer one cut with an ellipsis.
+pub(super) fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        let kept: String = text.chars().take(max.saturating_sub(1)).collect();
+        format!("{kept}…")
     }
 }
