@@ -201,6 +201,12 @@ codes! {
     IncidentNotFound => "SUTRA.RUNTIME.INCIDENT.NOT_FOUND", InvalidInput, false;
     /// The incident is resolved already.
     IncidentResolved => "SUTRA.RUNTIME.INCIDENT.RESOLVED", InvalidInput, false;
+    /// No batch operation with that id (or not visible to the caller).
+    BatchNotFound => "SUTRA.RUNTIME.BATCH.NOT_FOUND", InvalidInput, false;
+    /// A batch operation's selection is larger than one batch may hold.
+    BatchTooLarge => "SUTRA.RUNTIME.BATCH.TOO_LARGE", InvalidInput, false;
+    /// The batch operation has ended (COMPLETED or CANCELLED) already.
+    BatchEnded => "SUTRA.RUNTIME.BATCH.ENDED", InvalidInput, false;
     /// A migration target that is not a deployment of the instance's process.
     MigrationTargetInvalid => "SUTRA.RUNTIME.MIGRATION.TARGET_INVALID", InvalidInput, false;
     /// A token's (or the failed) node has no counterpart in the migration target.

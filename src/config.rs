@@ -16,6 +16,7 @@
 //! | `sutra.runtime.commit-window` | `SUTRA_RUNTIME_COMMIT_WINDOW` | `PT0.05S` |
 //! | `sutra.runtime.poll-interval` | `SUTRA_RUNTIME_POLL_INTERVAL` | `PT0.5S` |
 //! | `sutra.runtime.max-call-depth` | `SUTRA_RUNTIME_MAX_CALL_DEPTH` | `16` |
+//! | `sutra.batch.rate` | `SUTRA_BATCH_RATE` | `50` (items of one batch operation per second, 1 to 10,000) |
 //! | `sutra.sandbox.fuel` | `SUTRA_SANDBOX_FUEL` | the sandbox default |
 //! | `sutra.sandbox.deadline` | `SUTRA_SANDBOX_DEADLINE` | the sandbox default |
 //! | `sutra.sandbox.memory` | `SUTRA_SANDBOX_MEMORY` | the sandbox default |
@@ -92,6 +93,10 @@ pub struct Config {
     /// top-level instance included (a flow that calls itself stops there:
     /// the call that would go deeper fails with `SUTRA.RUNTIME.CHILD.DEPTH_EXCEEDED`).
     pub max_call_depth: u32,
+    /// The items of one batch operation carried out per second at most
+    /// (`runtime::batches`): a batch over 10,000 instances never floods the
+    /// runtime the other instances share.
+    pub batch_rate: u32,
     pub fuel: Option<u64>,
     pub deadline: Option<IsoDuration>,
     pub memory_bytes: Option<u64>,
@@ -212,6 +217,7 @@ impl Default for Config {
             commit_window: IsoDuration(std::time::Duration::from_millis(50)),
             poll_interval: IsoDuration(std::time::Duration::from_millis(500)),
             max_call_depth: 16,
+            batch_rate: 50,
             fuel: None,
             deadline: None,
             memory_bytes: None,
@@ -242,7 +248,7 @@ fn bad(key: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-const KEYS: [&str; 42] = [
+const KEYS: [&str; 43] = [
     "sutra.egress.allowed-hosts",
     "sutra.egress.allowed-cidrs",
     "sutra.egress.static-hosts",
@@ -282,6 +288,7 @@ const KEYS: [&str; 42] = [
     "sutra.runtime.commit-window",
     "sutra.runtime.poll-interval",
     "sutra.runtime.max-call-depth",
+    "sutra.batch.rate",
     "sutra.sandbox.fuel",
     "sutra.sandbox.deadline",
     "sutra.sandbox.memory",
@@ -417,6 +424,18 @@ impl Config {
                 ));
             }
             c.poll_interval = d;
+        }
+        if let Some(v) = values.get("sutra.batch.rate") {
+            c.batch_rate = v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=10_000).contains(n))
+                .ok_or_else(|| {
+                    bad(
+                        "sutra.batch.rate",
+                        format!("`{v}` is not a number from 1 to 10000"),
+                    )
+                })?;
         }
         if let Some(v) = values.get("sutra.runtime.max-call-depth") {
             c.max_call_depth = v

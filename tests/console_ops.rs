@@ -516,8 +516,8 @@ async fn the_instance_list_triages_newest_first_and_keeps_its_state_in_the_url()
             json!([ids[9]]),
         )
         .await;
-    assert_eq!(cells[3], "SUTRA.RUNTIME.TASK_FAILEDcause STOCK.EMPTY");
-    assert_eq!(cells[4], "T");
+    assert_eq!(cells[5], "SUTRA.RUNTIME.TASK_FAILEDcause STOCK.EMPTY");
+    assert_eq!(cells[6], "T");
     assert_eq!(
         b.text(&format!(
             "#instances tr[data-instance=\"{review}\"] .incidents"
@@ -774,5 +774,125 @@ async fn an_instances_timeline_shows_attempts_backoffs_and_the_next_due() {
     .await;
     b.screenshot(&screenshots().join("instance-timeline.png"))
         .await;
+    no_csp_violations(&b).await;
+}
+
+/// Search by business data (issue 35 item 3): the list shows each
+/// instance's business key, and finds instances by it and by a variable's
+/// value; both filters are in the URL, so a reload keeps them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_list_finds_instances_by_business_key_and_variable() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &one_task("order"), &["chaos"]).await;
+    let mut ids = Vec::new();
+    for (key, customer) in [("PO-1", "ada"), ("PO-2", "bob"), ("PO-3", "ada")] {
+        let (status, started) = api
+            .post(
+                "/v1/processes/order/instances",
+                json!({"variables": {"do": "echo", "customer": customer}, "businessKey": key}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{started}");
+        ids.push(started["instance"].as_str().unwrap().to_string());
+        srv.advance("PT0.001S").await;
+    }
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.goto(&format!("{}/ui/#/instances", srv.url)).await;
+    b.wait_css("#instances").await;
+    let key_of = "return document.querySelector(`#instances tr[data-instance=\"${arguments[0]}\"]`).cells[3].textContent;";
+    assert_eq!(b.js(key_of, json!([ids[1]])).await, "PO-2");
+
+    let rows = "[...document.querySelectorAll('#instances tbody tr')].map(r => r.dataset.instance)";
+    b.type_into("#filter-key", "PO-2").await;
+    b.click("#filters button[type=submit]").await;
+    b.wait_for(
+        "the business key's instance alone",
+        &format!("location.hash.includes('key=PO-2') && JSON.stringify({rows}) === JSON.stringify([arguments[0]])"),
+        json!(ids[1]),
+    )
+    .await;
+    b.clear("#filter-key").await;
+    b.type_into("#filter-var", "customer=ada").await;
+    b.click("#filters button[type=submit]").await;
+    b.wait_for(
+        "the variable's instances, newest first",
+        &format!("location.hash.includes('var=customer') && JSON.stringify({rows}) === JSON.stringify(arguments[0])"),
+        json!([ids[2], ids[0]]),
+    )
+    .await;
+    let url = b.js("return location.href;", json!([])).await;
+    b.goto(url.as_str().unwrap()).await;
+    b.wait_for(
+        "a reload keeps the variable filter",
+        &format!("document.querySelector('#filter-var')?.value === 'customer=ada' && JSON.stringify({rows}) === JSON.stringify(arguments[0])"),
+        json!([ids[2], ids[0]]),
+    )
+    .await;
+    b.screenshot(&screenshots().join("instances-search.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
+
+/// Bulk actions (issue 35 item 4): instances ticked in the list are retried
+/// as one batch on the server; its page shows each one's outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticked_instances_are_retried_as_one_batch_whose_page_shows_each_outcome() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &one_task("order"), &["chaos"]).await;
+    let mut failed = Vec::new();
+    for _ in 0..3 {
+        let (_, v) = api
+            .start("order", json!({"do": "fail", "code": "STOCK.EMPTY"}))
+            .await;
+        failed.push(v["instance"].as_str().unwrap().to_string());
+        srv.advance("PT0.001S").await;
+    }
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.goto(&format!("{}/ui/#/instances", srv.url)).await;
+    b.wait_css("#instances").await;
+    for id in &failed[..2] {
+        b.click(&format!("#instances input.pick[data-instance=\"{id}\"]"))
+            .await;
+    }
+    assert_eq!(b.text("#picked-count").await, "2 ticked");
+    b.click("#retry-picked").await;
+    b.wait_css("#confirm[open]").await;
+    assert!(b
+        .text("#confirm-title")
+        .await
+        .contains("2 ticked instance(s)"));
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the batch's page, done",
+        "location.hash.startsWith('#/batches/') && document.querySelector('#batch-head .badge')?.textContent === 'COMPLETED'",
+        json!(null),
+    )
+    .await;
+    let outcomes = b
+        .js(
+            "return [...document.querySelectorAll('#batch-item-list tbody tr')].map(r => [r.cells[1].textContent, r.cells[2].textContent]);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        outcomes,
+        json!([[failed[0], "SUCCEEDED"], [failed[1], "SUCCEEDED"]])
+    );
+    assert_eq!(b.text("#batch-head [data-outcome=SUCCEEDED] .n").await, "2");
+    // The third was not ticked: not retried.
+    let (_, third) = api.get(&format!("/v1/instances/{}", failed[2])).await;
+    assert!(third.get("retriedBy").is_none(), "{third}");
+    b.click("#nav a[href=\"#/batches\"]").await;
+    b.wait_css("#batches").await;
+    assert!(b.text("#batches tbody tr").await.contains("retry"));
+    b.screenshot(&screenshots().join("batch-retry.png")).await;
     no_csp_violations(&b).await;
 }

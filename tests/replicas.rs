@@ -668,6 +668,7 @@ async fn instance_for_parks(store: &PgStore, id: &str) {
         idempotency_key: None,
         idempotency_fingerprint: None,
         retry_of: None,
+        business_key: None,
         started_at: 0,
     };
     let step = StepWrite {

@@ -42,6 +42,7 @@ fn new_instance(id: &str, d: &DeploymentRecord, key: Option<&str>) -> NewInstanc
         idempotency_key: key.map(str::to_string),
         idempotency_fingerprint: key.map(|k| format!("fp-{k}")),
         retry_of: None,
+        business_key: None,
         started_at: 100,
     }
 }

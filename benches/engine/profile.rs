@@ -79,6 +79,7 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
             idempotency_key: None,
             idempotency_fingerprint: None,
             retry_of: None,
+            business_key: None,
             started_at: now_ms(),
         };
         let only = StepWrite {

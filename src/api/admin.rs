@@ -241,11 +241,12 @@ pub async fn run_until(
     for _ in 0..MAX_STEPS {
         rt.fire_due().await?;
         let next_schedule = rt.tick_schedules().await?;
+        let next_batch = rt.work_due_batches().await?;
         let next_park = rt.next_due_work().await;
-        let next = match (next_park, next_schedule) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let next = [next_park, next_schedule, next_batch]
+            .into_iter()
+            .flatten()
+            .min();
         let now = to_millis(rt.clock().now());
         match next {
             Some(n) if n <= to_millis(target) && n > now => clock.advance_to(from_millis(n)),
@@ -255,6 +256,7 @@ pub async fn run_until(
     clock.advance_to(target);
     rt.fire_due().await?;
     rt.tick_schedules().await?;
+    rt.work_due_batches().await?;
     if let Err(e) = rt.retire_drained().await {
         tracing::warn!(error = %e, "retirement pass failed");
     }

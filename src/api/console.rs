@@ -46,6 +46,7 @@ assets! {
     "js/instances.js" => "text/javascript; charset=utf-8",
     "js/instance.js" => "text/javascript; charset=utf-8",
     "js/incidents.js" => "text/javascript; charset=utf-8",
+    "js/batches.js" => "text/javascript; charset=utf-8",
     "js/timeline.js" => "text/javascript; charset=utf-8",
     "js/tenants.js" => "text/javascript; charset=utf-8",
     "vendor/bpmn-navigated-viewer.production.min.js" => "text/javascript; charset=utf-8",

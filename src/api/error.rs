@@ -33,7 +33,9 @@ pub fn status_of(code: Code) -> StatusCode {
         ApiForbidden => StatusCode::FORBIDDEN,
         ApiNotFound | InstanceNotFound | ProcessNotFound | DeploymentNotFound
         | MessageNotCorrelated | TenantNotFound | ChannelCallNotFound | ChannelNotFound
-        | ExternalTaskNotFound | IncidentNotFound | TenantKeyNotFound => StatusCode::NOT_FOUND,
+        | ExternalTaskNotFound | IncidentNotFound | TenantKeyNotFound | BatchNotFound => {
+            StatusCode::NOT_FOUND
+        }
         ApiMethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
         ApiPayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ApiUnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -48,7 +50,8 @@ pub fn status_of(code: Code) -> StatusCode {
         | ChannelCallRetryPending
         | ChannelInUse
         | ExternalTaskLockLost
-        | IncidentResolved => StatusCode::CONFLICT,
+        | IncidentResolved
+        | BatchEnded => StatusCode::CONFLICT,
         QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         StoreFailed => StatusCode::SERVICE_UNAVAILABLE,
         ApiInternal | SnapshotVersion => StatusCode::INTERNAL_SERVER_ERROR,

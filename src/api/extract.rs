@@ -96,6 +96,42 @@ where
     }
 }
 
+/// A query string whose `var.NAME=VALUE` parameters (a variable filter,
+/// `GET /v1/instances`) are taken apart, in order, as (NAME, VALUE); the rest
+/// is `T`'s (unknown parameters refused by its `deny_unknown_fields`).
+#[derive(Debug, Clone, Default)]
+pub struct ApiQueryVars<T>(pub T, pub Vec<(String, String)>);
+
+/// The prefix of a variable filter's parameter.
+const VAR_PREFIX: &str = "var.";
+
+impl<T, S> FromRequestParts<S> for ApiQueryVars<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let bad = |e: String| ApiError::malformed(format!("bad query string: {e}"));
+        let mut rest = Vec::new();
+        let mut vars = Vec::new();
+        for segment in query.split('&').filter(|s| !s.is_empty()) {
+            // Each parameter decoded alone, so that its key is read as sent.
+            let pairs: Vec<(String, String)> = serde_urlencoded_parse(segment).map_err(bad)?;
+            match pairs.into_iter().next() {
+                Some((key, value)) if key.starts_with(VAR_PREFIX) => {
+                    vars.push((key[VAR_PREFIX.len()..].to_string(), value));
+                }
+                _ => rest.push(segment),
+            }
+        }
+        let parsed = serde_urlencoded_parse(&rest.join("&")).map_err(bad)?;
+        Ok(ApiQueryVars(parsed, vars))
+    }
+}
+
 fn serde_urlencoded_parse<T: DeserializeOwned>(query: &str) -> Result<T, String> {
     axum::extract::Query::<T>::try_from_uri(
         &format!("/?{query}").parse().map_err(|e| format!("{e}"))?,

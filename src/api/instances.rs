@@ -6,15 +6,15 @@
 
 use super::auth::TenantCaller;
 use super::error::{ApiError, ApiResult};
-use super::extract::{check_id, ApiJson, ApiQuery};
+use super::extract::{check_id, ApiJson, ApiQuery, ApiQueryVars};
 use super::types::{
     CancelBody, CloseBody, ErrorBody, InstanceList, InstanceSummary, ListQuery, MessageAnswer,
     MessageBody, RetryQuery, StartBody, StartQuery,
 };
 use super::AppState;
 use crate::codes::Code;
-use crate::engine::{InstanceState, Snapshot};
-use crate::runtime::{HistoryView, InstanceView, StartRequest};
+use crate::engine::InstanceState;
+use crate::runtime::{HistoryView, InstanceView, RetryMode, StartRequest};
 use crate::store::tenancy::TenancyStore;
 use crate::store::{InstanceFilter, InstanceRecord, KeyHolder, Store};
 use axum::extract::{Path, State};
@@ -107,6 +107,9 @@ pub async fn start(
     ApiJson(body): ApiJson<StartBody>,
 ) -> ApiResult<(StatusCode, HeaderMap, Json<InstanceView>)> {
     check_id("process", &process)?;
+    if let Some(k) = &body.business_key {
+        check_business_key(k)?;
+    }
     let at_commit = answer_at_commit(&query, &headers);
     let mut answer_headers = HeaderMap::new();
     if prefers_async(&headers) {
@@ -138,6 +141,7 @@ pub async fn start(
                 process_id: process,
                 variables: body.variables,
                 idempotency_key: key.clone(),
+                business_key: body.business_key,
                 ..StartRequest::default()
             },
             at_commit,
@@ -210,13 +214,19 @@ async fn replay(
     params(("state" = Option<String>, Query), ("process" = Option<String>, Query), ("after" = Option<String>, Query),
         ("since" = Option<String>, Query, description = "only instances started at or after this RFC 3339 instant"),
         ("until" = Option<String>, Query, description = "only instances started at or before this RFC 3339 instant (ms precision)"), ("limit" = Option<i64>, Query),
-        ("order" = Option<String>, Query, description = "`oldest` (default) or `newest` first; `after` continues in that order")),
+        ("order" = Option<String>, Query, description = "`oldest` (default) or `newest` first; `after` continues in that order"),
+        ("businessKey" = Option<String>, Query, description = "only instances started with this business key"),
+        ("var.NAME" = Option<String>, Query, description = "only instances whose top-level variable NAME is this scalar (a string as itself, a number or boolean as its JSON: `var.orderId=A-17`, `var.total=12.5`, `var.vip=true`); several must all hold; an index lookup (values up to 256 bytes, the first 32 variables by name)")),
     responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody)))]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     TenantCaller(tenant): TenantCaller,
-    ApiQuery(q): ApiQuery<ListQuery>,
+    ApiQueryVars(q, vars): ApiQueryVars<ListQuery>,
 ) -> ApiResult<Json<InstanceList>> {
+    let vars = search_filters(vars)?;
+    if let Some(k) = &q.business_key {
+        check_business_key(k)?;
+    }
     if let Some(s) = &q.state {
         if InstanceState::parse(s).is_none() {
             return Err(ApiError::malformed(format!(
@@ -274,6 +284,8 @@ pub async fn list(
             after_id,
             before_id,
             newest_first: newest,
+            business_key: q.business_key,
+            vars,
             limit: limit + 1,
         })
         .await?;
@@ -295,6 +307,44 @@ pub async fn list(
         instances: page,
         next,
     }))
+}
+
+/// At most this many `var.` filters in one listing.
+const MAX_VAR_FILTERS: usize = 8;
+
+/// The `var.NAME=VALUE` parameters of a listing as index lookups; an empty
+/// name, a name or value the index cannot hold, or too many is a 400.
+fn search_filters(vars: Vec<(String, String)>) -> ApiResult<Vec<crate::store::SearchVar>> {
+    use crate::store::{SearchVar, SEARCH_VALUE_MAX};
+    if vars.len() > MAX_VAR_FILTERS {
+        return Err(ApiError::malformed(format!(
+            "at most {MAX_VAR_FILTERS} var. filters in one listing"
+        )));
+    }
+    vars.into_iter()
+        .map(|(name, value)| {
+            if name.is_empty() || name.len() > SEARCH_VALUE_MAX || value.len() > SEARCH_VALUE_MAX {
+                return Err(ApiError::malformed(format!(
+                    "var.{name}: a variable filter is var.NAME=VALUE with a name and a value of 1 to {SEARCH_VALUE_MAX} bytes"
+                )));
+            }
+            Ok(SearchVar { name, value })
+        })
+        .collect()
+}
+
+/// A business key is 1 to 256 bytes without control characters, else a 400.
+pub(super) fn check_business_key(key: &str) -> ApiResult<()> {
+    if key.is_empty()
+        || key.len() > crate::store::SEARCH_VALUE_MAX
+        || key.chars().any(char::is_control)
+    {
+        return Err(ApiError::malformed(format!(
+            "businessKey must be 1 to {} bytes without control characters",
+            crate::store::SEARCH_VALUE_MAX
+        )));
+    }
+    Ok(())
 }
 
 /// The instances started within `since..=until` as a range of ids.
@@ -411,57 +461,17 @@ pub async fn retry(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<RetryQuery>,
 ) -> ApiResult<(StatusCode, Json<InstanceView>)> {
-    let rec = own_instance(&state, &tenant, &id).await?;
-    let from_failure = match q.mode.as_deref().unwrap_or("full") {
-        "full" => false,
-        "from-failure" => true,
-        other => {
-            return Err(ApiError::malformed(format!(
-                "mode `{other}` is neither `full` nor `from-failure`"
-            )))
-        }
-    };
-    if !is_terminal(&rec) {
-        return Err(ApiError::new(
-            Code::InstanceState,
-            format!(
-                "instance {id} is {}: only a terminal instance can be retried (cancel it first)",
-                rec.state
-            ),
-        ));
+    check_id("instance", &id)?;
+    let raw = q.mode.as_deref().unwrap_or("full");
+    let mode = RetryMode::parse(raw).ok_or_else(|| {
+        ApiError::malformed(format!("mode `{raw}` is neither `full` nor `from-failure`"))
+    })?;
+    let answered = state.runtime.retry(&tenant, &id, mode, None).await?;
+    // Deleted at its end (retention PT0S): its final state.
+    if let Some(ended) = answered.deleted {
+        return Ok((StatusCode::CREATED, Json(ended)));
     }
-    let snap = Snapshot::from_json(&rec.snapshot).map_err(ApiError::internal)?;
-    let new_id = if from_failure {
-        if snap.state != InstanceState::Failed {
-            return Err(ApiError::new(
-                Code::InstanceState,
-                format!(
-                    "instance {id} is {}: from-failure retries a FAILED instance",
-                    rec.state
-                ),
-            ));
-        }
-        state.runtime.resume_failed(&snap, &tenant).await?
-    } else {
-        let answered = state
-            .runtime
-            .start_answered(
-                StartRequest {
-                    tenant,
-                    process_id: rec.process_id.clone(),
-                    variables: snap.input.clone(),
-                    retry_of: Some(id.clone()),
-                    ..StartRequest::default()
-                },
-                false,
-            )
-            .await?;
-        // Deleted at its end (retention PT0S): its final state.
-        if let Some(ended) = answered.deleted {
-            return Ok((StatusCode::CREATED, Json(ended)));
-        }
-        answered.id
-    };
+    let new_id = answered.id;
     Ok((StatusCode::CREATED, view(&state, &new_id).await?))
 }
 

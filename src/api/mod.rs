@@ -15,6 +15,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod batches;
 pub mod channels;
 pub mod conn_timeouts;
 pub mod conns;
@@ -174,6 +175,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/instances/{id}/retry", post(instances::retry))
         .route("/v1/instances/{id}/close", post(instances::close))
         .route("/v1/instances/{id}/variables", post(variables::edit))
+        .route("/v1/batches", post(batches::create).get(batches::list))
+        .route("/v1/batches/{id}", get(batches::get))
+        .route("/v1/batches/{id}/items", get(batches::items))
+        .route("/v1/batches/{id}/cancel", post(batches::cancel))
         .merge(seed_routes::routes())
         .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))

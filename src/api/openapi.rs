@@ -2,8 +2,8 @@
 //! from the handlers' annotations (so it cannot drift from the routes' types).
 
 use super::{
-    admin, channels, deployments, diagram, egress, events, external, incidents, instances, migrate,
-    seed_routes, statistics, types, variables, whoami,
+    admin, batches, channels, deployments, diagram, egress, events, external, incidents, instances,
+    migrate, seed_routes, statistics, types, variables, whoami,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -95,6 +95,7 @@ impl Modify for PathParams {
         diagram::diagram, diagram::modules, diagram::attempts, diagram::counts,
         egress::put_grant, egress::get_grant, egress::list_grants, egress::delete_grant,
         egress::put_secret, egress::list_secrets, egress::delete_secret, whoami::whoami, variables::edit, statistics::statistics,
+        batches::create, batches::list, batches::get, batches::items, batches::cancel,
     ),
     components(schemas(
         types::ErrorBody, types::DeploymentBody, types::DeploymentList, types::ScheduleBody, types::ScheduleEventBody,
@@ -110,6 +111,8 @@ impl Modify for PathParams {
         egress::GrantBody, egress::GrantList, egress::SecretPutBody, egress::SecretBody, egress::SecretList,
         crate::egress::Grant, crate::egress::GrantRule, crate::egress::Call, crate::egress::CallRecord,
         whoami::WhoAmI, variables::EditVariablesBody, statistics::Statistics, statistics::NodeStatistics,
+        batches::BatchFilter, batches::BatchBody, batches::BatchView, batches::BatchList, batches::BatchItemBody,
+        batches::BatchItemList,
     )),
     modifiers(&BearerAuth, &PathParams),
     security(("bearer" = [])),

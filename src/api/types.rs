@@ -135,6 +135,11 @@ pub struct StartBody {
     #[serde(default, deserialize_with = "any_input")]
     #[schema(value_type = Value)]
     pub variables: Map<String, Value>,
+    /// The instance's business key (1 to 256 bytes, no control characters):
+    /// shown with it everywhere and searchable (`GET /v1/instances?businessKey=`).
+    /// Without it, the process's own (`q:businessKey`), if it names one.
+    #[serde(default, rename = "businessKey")]
+    pub business_key: Option<String>,
 }
 
 /// Any JSON value as start variables (see `engine::document::start_variables`).
@@ -163,6 +168,9 @@ pub struct InstanceSummary {
     /// The node whose failure ended it, when one did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_node: Option<String>,
+    /// The business key it was started with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub business_key: Option<String>,
 }
 
 /// What a listing reads of a snapshot: its error and node states only.
@@ -211,6 +219,7 @@ impl From<&InstanceRecord> for InstanceSummary {
             error_code,
             cause_code,
             failed_node,
+            business_key: r.business_key.clone(),
         }
     }
 }
@@ -237,6 +246,9 @@ pub struct ListQuery {
     /// `oldest` (the default: by start, oldest first) or `newest`; `after`
     /// continues in the same order.
     pub order: Option<String>,
+    /// Only instances started with this business key.
+    #[serde(rename = "businessKey")]
+    pub business_key: Option<String>,
 }
 
 /// `POST /v1/instances/{id}/cancel`.

@@ -52,6 +52,9 @@ pub struct StartArgs {
     /// A retried start with the same key returns the same instance.
     #[arg(long)]
     pub idempotency_key: Option<String>,
+    /// The instance's business key (searchable: `sutra instances --business-key`).
+    #[arg(long)]
+    pub business_key: Option<String>,
     /// Answer once the start is committed (`?wait=false`), not once every
     /// token waits: its first task may still run.
     #[arg(long)]
@@ -99,6 +102,15 @@ pub struct InstancesArgs {
     /// At most this many instances (1 to 500; default 50).
     #[arg(long)]
     pub limit: Option<u32>,
+    /// Only instances started with this business key.
+    #[arg(long)]
+    pub business_key: Option<String>,
+    /// Only instances whose top-level variable NAME is VALUE (`--var orderId=A-17`; repeatable, all must hold).
+    #[arg(long = "var", value_name = "NAME=VALUE")]
+    pub vars: Vec<String>,
+    /// Newest first.
+    #[arg(long)]
+    pub newest: bool,
     #[command(flatten)]
     pub server: ServerOpts,
 }
@@ -487,11 +499,20 @@ pub fn exec_start(args: StartArgs) -> ExitCode {
             &opts,
             reqwest::Method::POST,
             &path,
-            Body::Json(json!({ "variables": crate::engine::document::input_document(&input) })),
+            Body::Json(start_body(&input, args.business_key.as_deref())),
             &headers,
         )
         .await
     })
+}
+
+/// A start's body: the variables, and the business key when one is given.
+fn start_body(input: &serde_json::Map<String, Value>, business_key: Option<&str>) -> Value {
+    let mut body = json!({ "variables": crate::engine::document::input_document(input) });
+    if let Some(k) = business_key {
+        body["businessKey"] = json!(k);
+    }
+    body
 }
 
 pub fn exec_instances(args: InstancesArgs) -> ExitCode {
@@ -501,10 +522,20 @@ pub fn exec_instances(args: InstancesArgs) -> ExitCode {
         ("state", &state),
         ("process", &args.process),
         ("after", &args.after),
+        ("businessKey", &args.business_key),
     ] {
         if let Some(v) = v {
             query.push(format!("{k}={}", enc(v)));
         }
+    }
+    for var in &args.vars {
+        let Some((name, value)) = var.split_once('=') else {
+            return usage_error(format!("--var {var}: write NAME=VALUE"));
+        };
+        query.push(format!("var.{}={}", enc(name), enc(value)));
+    }
+    if args.newest {
+        query.push("order=newest".to_string());
     }
     if let Some(l) = args.limit {
         query.push(format!("limit={l}"));
@@ -522,9 +553,19 @@ pub fn exec_instances(args: InstancesArgs) -> ExitCode {
             let rows = rows(
                 v,
                 "instances",
-                &["id", "process", "state", "startedAt", "endedAt"],
+                &[
+                    "id",
+                    "process",
+                    "state",
+                    "businessKey",
+                    "startedAt",
+                    "endedAt",
+                ],
             );
-            let mut out = table(&["ID", "PROCESS", "STATE", "STARTED", "ENDED"], &rows);
+            let mut out = table(
+                &["ID", "PROCESS", "STATE", "BUSINESS KEY", "STARTED", "ENDED"],
+                &rows,
+            );
             if let Some(n) = v["next"].as_str() {
                 out.push_str(&format!("more: --after {n}\n"));
             }

@@ -5,6 +5,7 @@
 //! attempt, an invalid file, not found, a refused request, no server); 2 a
 //! usage error.
 
+mod batch;
 mod channels;
 mod check;
 mod client;
@@ -98,6 +99,10 @@ enum Command {
     Resume(resume::ResumeArgs),
     /// Fix the variables of a FAILED (then retry from its failure) or WAITING instance on a server.
     SetVariables(variables::SetVariablesArgs),
+    /// Retry, cancel, resolve or migrate many instances as one durable batch on a server
+    /// (`batch retry --state FAILED --process p`; `batch list|show|stop`).
+    #[command(subcommand)]
+    Batch(batch::BatchCommand),
     /// The compile worker a server starts for an uploaded component (internal).
     #[command(name = "__compile", hide = true)]
     Compile(compile_worker::CompileArgs),
@@ -126,6 +131,7 @@ pub fn main() -> ExitCode {
         Command::Deployments(opts) => client::exec_deployments(opts),
         Command::Undeploy(args) => client::exec_undeploy(args),
         Command::Start(args) => client::exec_start(args),
+        Command::Batch(cmd) => batch::exec(cmd),
         Command::Instances(args) => client::exec_instances(args),
         Command::History(args) => client::exec_history(args),
         Command::Cancel(args) => client::exec_cancel(args),

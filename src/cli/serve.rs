@@ -271,6 +271,10 @@ pub fn exec(args: ServeArgs) -> ExitCode {
                 if let Err(e) = api::admin::run_until(&runtime, vc, runtime.clock().now()).await {
                     eprintln!("warning: catching up failed: {}", e.message);
                 }
+                // Batches start at once on a manual clock too; their later
+                // rounds come with the advances (run_until).
+                let rt = runtime.clone();
+                tokio::spawn(async move { rt.batch_loop().await });
                 None
             }
             None => {

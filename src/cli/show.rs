@@ -47,6 +47,9 @@ pub fn instance_text(v: &Value) -> String {
         s(&v["process"]),
         s(&v["state"])
     );
+    if let Some(k) = v.get("businessKey").filter(|k| !k.is_null()) {
+        out.push_str(&format!("  business key {}\n", s(k)));
+    }
     if let Some(r) = v.get("retryOf").filter(|r| !r.is_null()) {
         out.push_str(&format!("  retry of {}\n", s(r)));
     }

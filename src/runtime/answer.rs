@@ -85,6 +85,7 @@ pub fn ended_view(snap: Snapshot) -> InstanceView {
         ended_at: snap.ended_at,
         closed_at: None,
         retry_of: None,
+        business_key: None,
         parent: snap.parent.map(|p| p.instance),
         note: Some(DELETED_NOTE.to_string()),
         retried_by: Vec::new(),
@@ -109,6 +110,7 @@ pub fn kept_key_view(id: &str, ended: &EndedInstance) -> InstanceView {
         ended_at: ended.ended_at.map(at),
         closed_at: None,
         retry_of: None,
+        business_key: None,
         parent: None,
         note: Some(format!(
             "{DELETED_NOTE}: the answer its Idempotency-Key keeps (without variables)"

@@ -270,8 +270,10 @@ impl<S: Store> Runtime<S> {
             idempotency_fingerprint: None,
             retry_of: None,
             started_at: ms(step.snapshot.started_at),
+            business_key: None,
         };
         let mut spec = self.spec_of(step, None);
+        spec.search_base = Some(Vec::new());
         self.start_children(&deployed, &mut spec).await?;
         let mut write = self.finish_write(&mut spec);
         self.claim_requests(tenant, &mut write).await;

@@ -34,6 +34,9 @@ pub struct StartRequest {
     /// Answer once the first step is committed; the rest of the start (its
     /// attempts, children, sends) runs on in a task of its own.
     pub answer_at_commit: bool,
+    /// The business key to keep with the instance (searchable, shown
+    /// everywhere); `None`: the process's own rule, if it has one.
+    pub business_key: Option<String>,
 }
 
 /// The requests an answering step ends ([`StepWrite::finished`],
@@ -149,6 +152,18 @@ impl<S: Store> Runtime<S> {
 
     /// Resume a FAILED instance from its failed node, as a new instance.
     pub async fn resume_failed(&self, failed: &Snapshot, tenant: &str) -> RuntimeResult<String> {
+        self.resume_failed_keyed(failed, tenant, None, None).await
+    }
+
+    /// [`Self::resume_failed`], the new instance keeping `business_key`;
+    /// with an idempotency key, a second call answers the first's instance.
+    pub(crate) async fn resume_failed_keyed(
+        &self,
+        failed: &Snapshot,
+        tenant: &str,
+        business_key: Option<String>,
+        idempotency_key: Option<String>,
+    ) -> RuntimeResult<String> {
         let node = failed
             .error
             .as_ref()
@@ -178,6 +193,8 @@ impl<S: Store> Runtime<S> {
             tenant: tenant.to_string(),
             process_id: failed.process_id.clone(),
             retry_of: Some(failed.instance_id.clone()),
+            business_key,
+            idempotency_key,
             ..StartRequest::default()
         };
         self.create(&deployed, id, step, &req).await
@@ -213,10 +230,12 @@ impl<S: Store> Runtime<S> {
             idempotency_fingerprint: fingerprint.clone(),
             retry_of: req.retry_of.clone(),
             started_at: ms(step.snapshot.started_at),
+            business_key: req.business_key.clone(),
         };
         let lock = self.lock_for(&id);
         let guard = lock.lock().await;
         let mut spec = self.spec_of(step, None);
+        spec.search_base = Some(Vec::new());
         // Run to the first wait before the first commit (inline.rs).
         self.speculate(&id, deployed, &mut spec).await;
         // The child flows it starts are created with it (children.rs).
@@ -367,8 +386,10 @@ impl<S: Store> Runtime<S> {
             let guard = lock.lock().await;
             let (mut version, snap) = rt.current(&id).await?;
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
+            let stored = crate::store::search_vars(&snap.variables);
             let step = deployed.apply(snap, event.clone(), &rt.inputs())?;
             let mut spec = rt.spec_of(step, Some(event));
+            spec.search_base = Some(stored);
             spec.outputs.extend(written);
             rt.speculate(&id, &deployed, &mut spec).await;
             let running = std::mem::take(&mut spec.running);

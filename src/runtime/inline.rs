@@ -28,7 +28,9 @@ use super::output::Written;
 use super::{Deployed, Runtime};
 use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step};
 use crate::store::channels::NewRequest;
-use crate::store::{AttemptOutput, AttemptRow, JournalRow, NewPark, ParkClaim, StepWrite, Store};
+use crate::store::{
+    AttemptOutput, AttemptRow, JournalRow, NewPark, ParkClaim, SearchVar, StepWrite, Store,
+};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -96,6 +98,10 @@ pub(crate) struct Spec {
     pub(crate) abandoned: Vec<(u64, u32)>,
     /// This instance's end, for its parent (a child's final step).
     pub(crate) delivery: Option<super::children::Delivery>,
+    /// The searchable variables the store holds for the instance (`None`:
+    /// not known, so the commit writes them): a commit rewrites them only
+    /// when the snapshot's differ (migration 0020).
+    pub(crate) search_base: Option<Vec<SearchVar>>,
 }
 
 /// `a` then `b`, as one write.
@@ -144,6 +150,7 @@ impl Spec {
             cancels: Vec::new(),
             abandoned: Vec::new(),
             delivery: None,
+            search_base: None,
         }
     }
 }
@@ -294,6 +301,11 @@ impl<S: Store> Runtime<S> {
                 })
             })
             .collect();
+        let search = crate::store::search_vars(&snap.variables);
+        if spec.search_base.as_ref() != Some(&search) {
+            spec.search_base = Some(search.clone());
+            w.search = Some(search);
+        }
         w.children = super::children::child_rows(spec);
         w.abandoned = spec.abandoned.clone();
         self.child_end(spec, &mut w);
@@ -534,7 +546,9 @@ impl<S: Store> Runtime<S> {
         events: &[Event],
         inflight: &HashSet<(u64, u32)>,
     ) -> Spec {
+        let stored = crate::store::search_vars(&base.variables);
         let mut spec = Spec::new(base);
+        spec.search_base = Some(stored);
         for event in events {
             match deployed.apply(spec.snapshot.clone(), event.clone(), &self.inputs()) {
                 Ok(step) => self.absorb(&mut spec, step, Some(event.clone())),

@@ -15,6 +15,7 @@
 //! - time is read only through the `Clock`.
 
 mod alarm;
+pub mod batches;
 // What a start answers: at commit on request, a deleted instance's final state (issue 33).
 pub mod answer;
 // Channel calls, the outbox, external tasks, incidents, migration (issue 14).
@@ -43,8 +44,10 @@ mod schedule;
 mod tenancy;
 pub use driver::StartRequest;
 pub use poller::Settled;
+pub use retry::RetryMode;
 pub use schedule::SCHEDULE_LEASE;
 mod poller;
+mod retry;
 mod view;
 
 pub use channel::{channels_of, valid_channel_name, ChannelSpec};
@@ -207,6 +210,10 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) running: interrupt::Running,
     /// The starts awaiting their answer (`answer.rs`).
     pub(crate) answers: answer::Answers,
+    /// Told when a batch operation was created (`batches.rs`).
+    pub(crate) batch_wake: tokio::sync::Notify,
+    /// Held by the batch round running in this process (`batches.rs`).
+    pub(crate) batch_round: tokio::sync::Mutex<()>,
 }
 
 /// The runtime. Cheap to clone.
@@ -321,6 +328,8 @@ impl<S: Store> Runtime<S> {
                 pull_wake: tokio::sync::Notify::new(),
                 running: interrupt::Running::default(),
                 answers: answer::Answers::default(),
+                batch_wake: tokio::sync::Notify::new(),
+                batch_round: tokio::sync::Mutex::new(()),
             }),
         })
     }

@@ -291,6 +291,12 @@ impl<S: Store> Runtime<S> {
             let rt = self.clone();
             tokio::spawn(async move { rt.sweeper_loop().await })
         };
+        // Batch operations (batches.rs) run beside it too: a long batch never
+        // delays due work, and due work never starves a batch.
+        let batches = {
+            let rt = self.clone();
+            tokio::spawn(async move { rt.batch_loop().await })
+        };
         // While the store fails (a full disk, a database away), the loop backs
         // off (100 ms doubling to 5 s) instead of spinning on past-due work,
         // and says so once per step of the backoff; the first round that
@@ -336,6 +342,7 @@ impl<S: Store> Runtime<S> {
             tokio::select! {
                 _ = &mut shutdown => {
                     sweeper.abort();
+                    batches.abort();
                     self.release_schedule_lease().await;
                     return Ok(());
                 }

@@ -122,6 +122,9 @@ pub struct InstanceView {
     pub closed_at: Option<DateTime<Utc>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<String>,
+    /// The business key it was started with (searchable: `businessKey=`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub business_key: Option<String>,
     /// The instance whose process call started this one (a child flow).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<String>,
@@ -303,6 +306,7 @@ impl<S: Store> Runtime<S> {
             ended_at: rec.ended_at.map(at),
             closed_at: rec.closed_at.map(at),
             retry_of: rec.retry_of,
+            business_key: rec.business_key,
             parent: snap.parent.map(|p| p.instance),
             note: None,
             retried_by,

@@ -66,6 +66,14 @@ const SHARED: &[(&str, &str)] = &[
         "0016_retries.sql",
         include_str!("../../migrations/shared/0016_retries.sql"),
     ),
+    (
+        "0020_search.sql",
+        include_str!("../../migrations/shared/0020_search.sql"),
+    ),
+    (
+        "0021_batches.sql",
+        include_str!("../../migrations/shared/0021_batches.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

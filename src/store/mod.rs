@@ -25,6 +25,7 @@
 //! differs between the backends; `migrations.rs` the schema of each.
 
 pub mod any;
+pub mod batches;
 pub mod channels;
 pub mod children;
 // Egress grants and sealed secrets (issue 30).
@@ -155,6 +156,8 @@ pub struct NewInstance {
     /// The instance this one retries (`retry?mode=...`), if any.
     pub retry_of: Option<String>,
     pub started_at: i64,
+    /// The business key it was started with (migration 0020), if any.
+    pub business_key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
@@ -178,6 +181,10 @@ pub struct InstanceRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[sqlx(default)]
     pub closed_at: Option<i64>,
+    /// The business key it was started with (migration 0020).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[sqlx(default)]
+    pub business_key: Option<String>,
 }
 
 /// The instance that holds a (tenant, idempotency key), and the fingerprint
@@ -368,6 +375,50 @@ pub struct StepWrite {
     /// the commit asks every replica to stop them (`pg_listen.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub abandoned: Vec<(u64, u32)>,
+    /// The instance's searchable variables after this step, when the step
+    /// changed them (`None`: as they were): they replace the stored ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<Vec<SearchVar>>,
+}
+
+/// A top-level scalar variable as the search index keeps it (migration
+/// 0020): a string as itself, a number or boolean as its JSON text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchVar {
+    pub name: String,
+    pub value: String,
+}
+
+/// At most this many variables of an instance are searchable (the first by name).
+pub const SEARCH_VARS_MAX: usize = 32;
+/// A value longer than this (bytes) is not searchable.
+pub const SEARCH_VALUE_MAX: usize = 256;
+
+/// The searchable variables of `vars`: its top-level strings, numbers and
+/// booleans, by name, each as [`SearchVar`] text, at most
+/// [`SEARCH_VARS_MAX`] of them with a value of at most [`SEARCH_VALUE_MAX`]
+/// bytes (null, arrays and objects are not searchable).
+pub fn search_vars(vars: &serde_json::Map<String, serde_json::Value>) -> Vec<SearchVar> {
+    use serde_json::Value;
+    let mut names: Vec<&String> = vars.keys().collect();
+    names.sort();
+    names
+        .into_iter()
+        .filter(|n| n.len() <= SEARCH_VALUE_MAX)
+        .filter_map(|n| {
+            let value = match &vars[n] {
+                Value::String(s) => s.clone(),
+                Value::Number(x) => x.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => return None,
+            };
+            (value.len() <= SEARCH_VALUE_MAX).then(|| SearchVar {
+                name: n.clone(),
+                value,
+            })
+        })
+        .take(SEARCH_VARS_MAX)
+        .collect()
 }
 
 /// Where a replica hands the stops it hears of ([`Store::watch_stops`]).
@@ -392,6 +443,13 @@ pub struct InstanceFilter {
     /// Newest first (descending ids, so by start time); else oldest first.
     #[serde(default)]
     pub newest_first: bool,
+    /// Only instances started with this business key.
+    #[serde(default)]
+    pub business_key: Option<String>,
+    /// Only instances whose searchable variable `name` has this text
+    /// ([`SearchVar`]); all must hold.
+    #[serde(default)]
+    pub vars: Vec<SearchVar>,
     pub limit: i64,
 }
 
@@ -410,7 +468,14 @@ pub struct DeploymentLoad {
 /// Tenancy and schedule storage ([`tenancy::TenancyStore`]) and channel storage
 /// ([`channels::ChannelStore`]) are supertraits.
 pub trait Store:
-    tenancy::TenancyStore + channels::ChannelStore + egress::EgressStore + Send + Sync + Clone + 'static
+    tenancy::TenancyStore
+    + channels::ChannelStore
+    + egress::EgressStore
+    + batches::BatchStore
+    + Send
+    + Sync
+    + Clone
+    + 'static
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -30,7 +30,7 @@
 //! CASCADE`).
 
 use super::rows::{
-    duplicate_or_db, effective_limit, encode_modules, load_from_counts, paged_select_in,
+    duplicate_or_db, effective_limit, encode_modules, load_from_counts, paged_select_with,
     AttemptDbRow, DeploymentRow, InstanceRow, JournalDbRow, ParkRow, ATTEMPT_COLUMNS,
     DEPLOYMENT_COLUMNS, INSTANCE_READ_COLUMNS, JOURNAL_COLUMNS, NEXT_DUE_SQL, PARK_COLUMNS,
 };
@@ -48,6 +48,13 @@ use tokio::sync::Notify;
 
 /// Live instance states (as [`super::LIVE_STATES`]), as an SQL list.
 pub(super) const LIVE: &str = "'RUNNING', 'WAITING'";
+
+/// A listing's rule for one searchable variable (name, value, tenant).
+const VAR_IN_TENANT: &str = "id IN (SELECT instance_id FROM instance_vars \
+     WHERE name = $? AND value = $? AND tenant = $?)";
+/// The same without a tenant (a local listing of every tenant).
+const VAR_ANY_TENANT: &str =
+    "id IN (SELECT instance_id FROM instance_vars WHERE name = $? AND value = $?)";
 /// The states that keep a deployment from retiring: live, or FAILED (an
 /// operator may still retry it).
 pub(super) const HOLDING: &str = "'RUNNING', 'WAITING', 'FAILED'";
@@ -371,11 +378,22 @@ where
             ("deployment_id =", &filter.deployment_id),
             ("id >", &filter.after_id),
             ("id <", &filter.before_id),
+            ("business_key =", &filter.business_key),
         ];
-        let (sql, values) = paged_select_in(
+        // Each variable is an index lookup (instance_vars_lookup, migration 0020).
+        let more: Vec<(&str, Vec<&String>)> = filter
+            .vars
+            .iter()
+            .map(|v| match &filter.tenant {
+                Some(t) => (VAR_IN_TENANT, vec![&v.name, &v.value, t]),
+                None => (VAR_ANY_TENANT, vec![&v.name, &v.value]),
+            })
+            .collect();
+        let (sql, values) = paged_select_with(
             INSTANCE_READ_COLUMNS,
             "instances",
             &filters,
+            &more,
             filter.newest_first,
         );
         let mut q = sqlx::query_as::<_, InstanceRow>(&sql);

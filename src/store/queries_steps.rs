@@ -90,12 +90,20 @@ pub(super) const PURGE_KEYS: &str = "DELETE FROM idempotency_keys WHERE expires_
 /// `$1` id, `$2` tenant, `$3` deployment_id, `$4` process_id, `$5` state,
 /// `$6` snapshot, `$7` idempotency_key, `$8` retry_of, `$9` started_at,
 /// `$10` updated_at, `$11` ended_at (version 1), `$12`
-/// idempotency_fingerprint. The column list is `rows::INSTANCE_COLUMNS`
-/// (what reads select) plus the fingerprint (checked by a test).
+/// idempotency_fingerprint, `$13` business_key (migration 0020). The column
+/// list is `rows::INSTANCE_COLUMNS` (what reads select) plus the fingerprint
+/// and the business key (checked by a test).
 pub(super) const INSERT_INSTANCE: &str = "INSERT INTO instances (id, tenant, deployment_id, \
      process_id, state, version, snapshot, idempotency_key, retry_of, started_at, updated_at, \
-     ended_at, idempotency_fingerprint) \
-     VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12)";
+     ended_at, idempotency_fingerprint, business_key) \
+     VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+/// `$1` instance id: its searchable variables, before a step rewrites them.
+pub(super) const DELETE_SEARCH_VARS: &str = "DELETE FROM instance_vars WHERE instance_id = $1";
+
+/// `$1` instance id, `$2` tenant, `$3` name, `$4` value ([`super::SearchVar`]).
+pub(super) const INSERT_SEARCH_VAR: &str =
+    "INSERT INTO instance_vars (instance_id, tenant, name, value) VALUES ($1, $2, $3, $4)";
 
 /// `$1` snapshot, `$2` state, `$3` updated_at, `$4` ended_at (kept when
 /// NULL), `$5` id, `$6` expected version → the instance's (tenant,
@@ -189,6 +197,7 @@ where
             .bind(step.updated_at)
             .bind(step.ended_at)
             .bind(&inst.idempotency_fingerprint)
+            .bind(&inst.business_key)
     }
 
     /// The instance that holds (tenant, idempotency key) at `now`, if any.
@@ -390,6 +399,21 @@ where
                 .execute(&mut *conn)
                 .await?;
         }
+        if let Some(vars) = &step.search {
+            sqlx::query(DELETE_SEARCH_VARS)
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
+            for v in vars {
+                sqlx::query(INSERT_SEARCH_VAR)
+                    .bind(id)
+                    .bind(tenant)
+                    .bind(&v.name)
+                    .bind(&v.value)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
         // Channel-call requests: the transactional outbox (outbox.rs).
         super::outbox::write_requests::<DB>(conn, id, tenant, deployment_id, &step.requests).await
     }
@@ -422,7 +446,8 @@ mod tests {
 
     #[test]
     fn the_instance_insert_writes_the_shared_column_list() {
-        assert!(squash(INSERT_INSTANCE)
-            .contains(&format!("({INSTANCE_COLUMNS}, idempotency_fingerprint)")));
+        assert!(squash(INSERT_INSTANCE).contains(&format!(
+            "({INSTANCE_COLUMNS}, idempotency_fingerprint, business_key)"
+        )));
     }
 }

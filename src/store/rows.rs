@@ -22,11 +22,12 @@ pub(super) const DEPLOYMENT_COLUMNS: &str =
 pub(super) const INSTANCE_COLUMNS: &str =
     "id, tenant, deployment_id, process_id, state, version, snapshot, \
      idempotency_key, retry_of, started_at, updated_at, ended_at";
-/// The columns an [`InstanceRecord`] is read from: `INSTANCE_COLUMNS` and
-/// the columns only later steps write (`closed_at`, migration 0011).
+/// The columns an [`InstanceRecord`] is read from: `INSTANCE_COLUMNS`, the
+/// business key (migration 0020) and the columns only later steps write
+/// (`closed_at`, migration 0011).
 pub(super) const INSTANCE_READ_COLUMNS: &str =
     "id, tenant, deployment_id, process_id, state, version, snapshot, \
-     idempotency_key, retry_of, started_at, updated_at, ended_at, closed_at";
+     idempotency_key, retry_of, started_at, updated_at, ended_at, closed_at, business_key";
 /// Columns of `parks` that make a [`ParkRecord`].
 pub(super) const PARK_COLUMNS: &str =
     "instance_id, seq, tenant, deployment_id, kind, due_at, message_name, correlation_key";
@@ -132,12 +133,33 @@ pub(super) fn paged_select_in<'a>(
     filters: &[(&str, &'a Option<String>)],
     desc: bool,
 ) -> (String, Vec<&'a String>) {
+    paged_select_with(columns, table, filters, &[], desc)
+}
+
+/// [`paged_select_in`] with more rules, each with several values: a rule's
+/// `$?` placeholders are numbered in order and bound with its values.
+pub(super) fn paged_select_with<'a>(
+    columns: &str,
+    table: &str,
+    filters: &[(&str, &'a Option<String>)],
+    more: &[(&str, Vec<&'a String>)],
+    desc: bool,
+) -> (String, Vec<&'a String>) {
     let mut sql = format!("SELECT {columns} FROM {table} WHERE 1 = 1");
     let mut values = Vec::new();
     for (rule, value) in filters {
         if let Some(value) = value {
             values.push(value);
             sql.push_str(&format!(" AND {rule} ${}", values.len()));
+        }
+    }
+    for (rule, binds) in more {
+        let mut parts = rule.split("$?");
+        sql.push_str(" AND ");
+        sql.push_str(parts.next().unwrap_or_default());
+        for (part, value) in parts.zip(binds) {
+            values.push(value);
+            sql.push_str(&format!("${}{part}", values.len()));
         }
     }
     let order = if desc { "id DESC" } else { "id" };

@@ -394,6 +394,7 @@ fn insert_instance(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> S
             step.updated_at,
             step.ended_at,
             inst.idempotency_fingerprint,
+            inst.business_key,
         ])
         .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
     Ok(())
@@ -564,6 +565,14 @@ fn apply_rows(
             insert.execute(params![id, j.seq, j.at, j.kind, j.node, j.data])?;
         }
     }
+    if let Some(vars) = &step.search {
+        conn.prepare_cached(sql::DELETE_SEARCH_VARS)?
+            .execute(params![id])?;
+        let mut insert = conn.prepare_cached(sql::INSERT_SEARCH_VAR)?;
+        for v in vars {
+            insert.execute(params![id, tenant, v.name, v.value])?;
+        }
+    }
     // Channel-call requests: the transactional outbox (outbox.rs).
     super::outbox::write_requests_rusqlite(conn, id, tenant, deployment_id, &step.requests)
 }
@@ -598,7 +607,7 @@ mod tests {
     use rusqlite::Connection;
 
     /// Every statement this thread binds by position.
-    const STATEMENTS: [&str; 16] = [
+    const STATEMENTS: [&str; 18] = [
         sql::KEEP_KEY,
         super::children::SET_PARENT,
         super::children::WAKE_PARENT,
@@ -612,6 +621,8 @@ mod tests {
         sql::INSERT_PARK,
         sql::INSERT_ATTEMPT,
         sql::INSERT_JOURNAL,
+        sql::DELETE_SEARCH_VARS,
+        sql::INSERT_SEARCH_VAR,
         sql::RELEASE_CLAIM,
         DELETE_PARK,
         CLAIM_DUE,

@@ -1,6 +1,7 @@
 // The Sutra console: a hash-routed page over the public /v1 API.
 //   #/                      → deployments (tenant) or tenants (admin)
-//   #/deployments[/<id>]    #/instances[?state=&process=&since=]    #/instances/<id>    #/incidents    #/tenants
+//   #/deployments[/<id>]    #/instances[?state=&process=&since=]    #/instances/<id>    #/incidents
+//   #/batches[/<id>]        #/tenants
 // Routes carry ids and filters only; the API key never appears in a URL.
 
 import { session, whoIs } from './api.js';
@@ -9,6 +10,7 @@ import { deploymentsPage, deploymentPage } from './deployments.js';
 import { instancesPage } from './instances.js';
 import { instancePage } from './instance.js';
 import { incidentsPage } from './incidents.js';
+import { batchesPage, batchPage } from './batches.js';
 import { tenantsPage } from './tenants.js';
 
 // Any Content-Security-Policy violation is kept for the browser tests to read.
@@ -47,7 +49,7 @@ export function confirmAction(title, ...body) {
 function nav() {
   const items = session.role === 'admin'
     ? [['#/tenants', 'Tenants']]
-    : [['#/deployments', 'Deployments'], ['#/instances', 'Instances'], ['#/incidents', 'Incidents']];
+    : [['#/deployments', 'Deployments'], ['#/instances', 'Instances'], ['#/incidents', 'Incidents'], ['#/batches', 'Batches']];
   fill(document.getElementById('nav'), items.map(([href, t]) => h('a', { href }, t)));
   fill(document.getElementById('who'), session.role === 'admin' ? 'admin' : (session.role ? ['tenant ', h('strong', { id: 'who-tenant' }, session.tenant || '?')] : ''));
   document.getElementById('signout').hidden = !session.role;
@@ -102,6 +104,10 @@ async function route() {
       leave = await instancePage(page, parts[1]);
     } else if (parts[0] === 'instances') {
       leave = await instancesPage(page, params);
+    } else if (parts[0] === 'batches' && parts[1]) {
+      leave = await batchPage(page, parts[1]);
+    } else if (parts[0] === 'batches') {
+      leave = await batchesPage(page);
     } else if (parts[0] === 'incidents') {
       leave = await incidentsPage(page, params);
     } else {
