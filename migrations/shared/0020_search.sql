@@ -18,6 +18,6 @@ CREATE TABLE instance_vars (
     name        TEXT NOT NULL,
     value       TEXT NOT NULL,
     PRIMARY KEY (instance_id, name)
-);
+) {{without_rowid}};
 -- Equality on name and value (and the tenant, when the caller has one).
 CREATE INDEX instance_vars_lookup ON instance_vars (name, value, tenant, instance_id);

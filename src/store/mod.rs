@@ -379,6 +379,10 @@ pub struct StepWrite {
     /// changed them (`None`: as they were): they replace the stored ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<Vec<SearchVar>>,
+    /// With `search`: the store may hold some already (delete them first);
+    /// `false` for a new instance or one the runtime knows has none.
+    #[serde(default)]
+    pub search_replaces: bool,
 }
 
 /// A top-level scalar variable as the search index keeps it (migration

@@ -400,10 +400,12 @@ where
                 .await?;
         }
         if let Some(vars) = &step.search {
-            sqlx::query(DELETE_SEARCH_VARS)
-                .bind(id)
-                .execute(&mut *conn)
-                .await?;
+            if step.search_replaces {
+                sqlx::query(DELETE_SEARCH_VARS)
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+            }
             for v in vars {
                 sqlx::query(INSERT_SEARCH_VAR)
                     .bind(id)

@@ -566,8 +566,10 @@ fn apply_rows(
         }
     }
     if let Some(vars) = &step.search {
-        conn.prepare_cached(sql::DELETE_SEARCH_VARS)?
-            .execute(params![id])?;
+        if step.search_replaces {
+            conn.prepare_cached(sql::DELETE_SEARCH_VARS)?
+                .execute(params![id])?;
+        }
         let mut insert = conn.prepare_cached(sql::INSERT_SEARCH_VAR)?;
         for v in vars {
             insert.execute(params![id, tenant, v.name, v.value])?;
