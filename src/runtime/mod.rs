@@ -21,6 +21,8 @@ pub mod answer;
 mod channel;
 // Child flows (process calls, the States language's InvokeFlow).
 mod children;
+// Named connections of HTTP tasks and their OAuth tokens (issue 31).
+pub mod connections;
 mod deployed;
 mod driver;
 // Task egress: grants, secrets, the per-attempt session (issue 30).
@@ -28,6 +30,8 @@ mod egress;
 mod events;
 mod external;
 mod hosts;
+// HTTP tasks: the host makes the call (issue 31).
+mod http_task;
 // Idempotent starts: the request's fingerprint beside its key (issue 16).
 pub mod idempotency;
 mod incidents;
@@ -207,6 +211,8 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) running: interrupt::Running,
     /// The starts awaiting their answer (`answer.rs`).
     pub(crate) answers: answer::Answers,
+    /// OAuth 2 tokens of connections, until they expire (`connections.rs`).
+    pub(crate) tokens: connections::Tokens,
 }
 
 /// The runtime. Cheap to clone.
@@ -321,6 +327,7 @@ impl<S: Store> Runtime<S> {
                 pull_wake: tokio::sync::Notify::new(),
                 running: interrupt::Running::default(),
                 answers: answer::Answers::default(),
+                tokens: connections::Tokens::default(),
             }),
         })
     }

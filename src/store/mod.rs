@@ -27,6 +27,7 @@
 pub mod any;
 pub mod channels;
 pub mod children;
+pub mod connections;
 // Egress grants and sealed secrets (issue 30).
 pub mod egress;
 pub mod failpoint;
@@ -410,7 +411,14 @@ pub struct DeploymentLoad {
 /// Tenancy and schedule storage ([`tenancy::TenancyStore`]) and channel storage
 /// ([`channels::ChannelStore`]) are supertraits.
 pub trait Store:
-    tenancy::TenancyStore + channels::ChannelStore + egress::EgressStore + Send + Sync + Clone + 'static
+    tenancy::TenancyStore
+    + channels::ChannelStore
+    + egress::EgressStore
+    + connections::ConnectionStore
+    + Send
+    + Sync
+    + Clone
+    + 'static
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
