@@ -614,3 +614,107 @@ async fn a_kill_during_a_call_retries_it_with_the_same_key_and_never_repeats_a_d
         assert_eq!(done["variables"]["first"]["StatusCode"], 200, "{done}");
     }
 }
+
+fn sutra(env: &[(&str, &str)], args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sutra"));
+    cmd.args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("run sutra");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok(out: &std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// `sutra connection set|show|list|delete` (the credential on stdin, never
+/// shown), and `sutra run --allow-host` granting a local run's HTTP tasks
+/// (loopback also needs the operator's CIDR).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_sets_connections_and_a_local_run_grants_with_allow_host() {
+    let srv = Server::start_with(&[("SUTRA_SECRET_KEY", SECRET_KEY)]).await;
+    let acme = srv.tenant("acme", json!({})).await;
+    let token = acme.token.clone().unwrap();
+    let env = [
+        ("SUTRA_SERVER", srv.url.as_str()),
+        ("SUTRA_TOKEN", token.as_str()),
+    ];
+    let out = ok(&sutra(
+        &env,
+        &[
+            "connection",
+            "set",
+            "crm",
+            "--type",
+            "api-key",
+            "--header",
+            "X-Api-Key",
+            "--endpoint",
+            "https://api.example.com",
+        ],
+        "k-secret-42\n",
+    ));
+    assert!(
+        out.contains("api_key") && out.contains("X-Api-Key"),
+        "{out}"
+    );
+    assert!(!out.contains("k-secret-42"), "{out}");
+    let out = ok(&sutra(
+        &env,
+        &["connection", "list", "--format", "json"],
+        "",
+    ));
+    assert!(out.contains("crm") && !out.contains("k-secret-42"), "{out}");
+    let bad = sutra(&env, &["connection", "set", "x", "--type", "basic"], "pw\n");
+    assert_eq!(bad.status.code(), Some(2), "--type basic needs --username");
+    ok(&sutra(&env, &["connection", "delete", "crm"], ""));
+    assert!(!sutra(&env, &["connection", "show", "crm"], "")
+        .status
+        .success());
+
+    let api = HttpApi::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("call.asl.json");
+    let machine = call_machine(
+        "local",
+        "sutra:http",
+        json!({"ApiEndpoint": api.url("/echo"), "Method": "GET"}),
+    );
+    std::fs::write(&file, machine.to_string()).unwrap();
+    let host = format!("http://127.0.0.1:{}", api.port);
+    let path = file.to_str().unwrap();
+    let cidr = [("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.1/32")];
+    let out = ok(&sutra(&cidr, &["run", path, "--allow-host", &host], ""));
+    assert!(out.contains("COMPLETED"), "{out}");
+    assert_eq!(api.count("/echo"), 1);
+    // Without --allow-host: refused, never sent.
+    let denied = sutra(&cidr, &["run", path], "");
+    assert!(!denied.status.success());
+    assert_eq!(api.count("/echo"), 1);
+    // Without the CIDR: loopback is a denied address.
+    let denied = sutra(&[], &["run", path, "--allow-host", &host], "");
+    let text = String::from_utf8_lossy(&denied.stdout).to_string()
+        + &String::from_utf8_lossy(&denied.stderr);
+    assert!(!denied.status.success(), "{text}");
+    assert!(text.contains("Api.Refused"), "{text}");
+    assert_eq!(api.count("/echo"), 1);
+}
