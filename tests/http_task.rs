@@ -294,8 +294,23 @@ async fn every_error_name_is_raised_and_caught_with_its_cause() {
         });
         let (status, body) = acme.deploy(&machine.to_string(), &[]).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
+        // An OAuth connection whose token endpoint refuses the client.
+        let (status, body) = acme
+            .call(
+                Method::PUT,
+                "/v1/connections/broken",
+                Some(json!({"authorization": {"type": "oauth2_client_credentials",
+                                              "token_url": api.url("/status/401"), "client_id": "c"},
+                            "credential": "s"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
         for (auth, code) in [
             (json!({"ConnectionName": "none"}), "Credential.NotFound"),
+            (
+                json!({"ConnectionName": "broken"}),
+                "Credential.TokenFailed",
+            ),
             (json!("no object"), "Mapper.Failure"),
         ] {
             let (_, started) = acme
