@@ -733,3 +733,41 @@ async fn the_cli_sets_connections_and_a_local_run_grants_with_allow_host() {
     assert!(text.contains("Api.Refused"), "{text}");
     assert_eq!(api.count("/echo"), 1);
 }
+
+/// JSONata `Arguments` build the request; `Output` maps the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jsonata_arguments_build_the_request() {
+    let Some(srv) = server(Db::Sqlite, &[]).await else {
+        return;
+    };
+    let acme = srv.tenant("acme", json!({})).await;
+    let api = HttpApi::start().await;
+    grant(&acme, api.port).await;
+    let machine = json!({
+        "Name": "jsonata", "QueryLanguage": "JSONata", "StartAt": "Call",
+        "States": {"Call": {"Type": "Task", "Resource": "sutra:http",
+            "Arguments": {"ApiEndpoint": "{% $states.input.url %}", "Method": "PUT",
+                          "RequestBody": {"n": "{% $states.input.n + 1 %}"}},
+            "Output": {"status": "{% $states.result.StatusCode %}",
+                       "sent": "{% $states.result.ResponseBody.json.n %}"},
+            "End": true}}
+    });
+    let done = run(&acme, &machine, json!({ "url": api.url("/echo"), "n": 41 })).await;
+    assert_eq!(done["state"], "COMPLETED", "{done}");
+    assert_eq!(
+        done["variables"],
+        json!({"status": 200, "sent": 42}),
+        "{done}"
+    );
+    assert_eq!(api.last().text(), r#"{"n":42}"#);
+    // A literal bad field is refused at load in JSONata too.
+    let mut bad = machine.clone();
+    bad["Name"] = json!("bad");
+    bad["States"]["Call"]["Arguments"]["Method"] = json!("FETCH");
+    let (status, body) = acme.deploy(&bad.to_string(), &[]).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body.to_string().contains("SUTRA.CONFIG.STATES.HTTP_TASK"),
+        "{body}"
+    );
+}
