@@ -450,6 +450,28 @@ codes! {
     ActionFailed => "ActionFailed", Internal, true;
     /// A `Resource` names no deployed module.
     ResourceNotFound => "ResourceNotFound", InvalidInput, false;
+
+    // ---- HTTP tasks (issue 31: seed 004's CALL_API names; see runtime::http_task) ----
+    /// The API answered 4xx (an outcome of 408 or 429 carries the class `rate_limit`).
+    ApiHttpClientError => "Api.HttpClientError", InvalidInput, false;
+    /// The API answered 5xx.
+    ApiHttpServerError => "Api.HttpServerError", Transient, true;
+    /// No answer before the connect or first-byte timeout, or the body did not end in time.
+    ApiTimeout => "Api.Timeout", Timeout, true;
+    /// The connection was refused (by the host: transient) or denied (by the egress policy or the
+    /// address checks: an outcome of class `invalid_input`, not retried by default).
+    ApiRefused => "Api.Refused", Transient, true;
+    /// The task names a connection the tenant does not have.
+    CredentialNotFound => "Credential.NotFound", InvalidInput, false;
+    /// The connection's sealed material cannot be opened (no `sutra.secret.key`, a retired key).
+    CredentialUnavailable => "Credential.Unavailable", Internal, false;
+    /// The OAuth 2 token endpoint refused the client, answered no token, or could not be reached.
+    CredentialTokenFailed => "Credential.TokenFailed", Transient, true;
+    /// The task's input does not form a request (no `ApiEndpoint`, a header that is no string,
+    /// ...), or a response declared JSON does not parse.
+    MapperFailure => "Mapper.Failure", InvalidInput, false;
+    /// An HTTP task's definition is wrong (an unknown field, a bad method, no endpoint); at load.
+    StatesHttpTaskInvalid => "SUTRA.CONFIG.STATES.HTTP_TASK", InvalidInput, false;
 }
 
 impl fmt::Display for Code {
@@ -496,6 +518,9 @@ mod tests {
                 s.starts_with("SUTRA.")
                     || hx
                     || s.starts_with("States.")
+                    || ["Api.", "Credential.", "Mapper."]
+                        .iter()
+                        .any(|p| s.starts_with(p))
                     || matches!(c, Code::ActionFailed | Code::ResourceNotFound),
                 "{c}"
             );

@@ -23,10 +23,12 @@ pub mod console;
 pub mod deployments;
 pub mod diagram;
 pub mod egress;
+// Connections of HTTP tasks (issue 31); `conns` is the TCP connection caps.
 pub mod error;
 pub mod events;
 pub mod external;
 pub mod extract;
+pub mod http_connections;
 pub mod incidents;
 pub mod instances;
 pub mod metrics;
@@ -268,6 +270,13 @@ fn channel_routes() -> Router<Arc<AppState>> {
         .route(
             "/v1/secrets/{name}",
             put(egress::put_secret).delete(egress::delete_secret),
+        )
+        .route("/v1/connections", get(http_connections::list_connections))
+        .route(
+            "/v1/connections/{name}",
+            put(http_connections::put_connection)
+                .get(http_connections::get_connection)
+                .delete(http_connections::delete_connection),
         )
 }
 

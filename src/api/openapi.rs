@@ -2,8 +2,8 @@
 //! from the handlers' annotations (so it cannot drift from the routes' types).
 
 use super::{
-    admin, batches, channels, deployments, diagram, egress, events, external, incidents, instances,
-    migrate, seed_routes, statistics, types, variables, whoami,
+    admin, batches, channels, deployments, diagram, egress, events, external, http_connections,
+    incidents, instances, migrate, seed_routes, statistics, types, variables, whoami,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -94,7 +94,9 @@ impl Modify for PathParams {
         external::extend_lock, external::unlock, incidents::list, incidents::resolve, migrate::migrate,
         diagram::diagram, diagram::modules, diagram::attempts, diagram::counts,
         egress::put_grant, egress::get_grant, egress::list_grants, egress::delete_grant,
-        egress::put_secret, egress::list_secrets, egress::delete_secret, whoami::whoami, variables::edit, statistics::statistics,
+        egress::put_secret, egress::list_secrets, egress::delete_secret,
+        http_connections::put_connection, http_connections::get_connection,
+        http_connections::list_connections, http_connections::delete_connection, whoami::whoami, variables::edit, statistics::statistics,
         batches::create, batches::list, batches::get, batches::items, batches::cancel,
     ),
     components(schemas(
@@ -110,6 +112,9 @@ impl Modify for PathParams {
         diagram::ModuleBody, diagram::ModuleList, diagram::AttemptBody, diagram::LogLineBody, diagram::AttemptList, diagram::CountsBody,
         egress::GrantBody, egress::GrantList, egress::SecretPutBody, egress::SecretBody, egress::SecretList,
         crate::egress::Grant, crate::egress::GrantRule, crate::egress::Call, crate::egress::CallRecord,
+        http_connections::ConnectionBody, http_connections::ConnectionList,
+        crate::runtime::connections::ConnectionInput, crate::runtime::connections::ConnectionSpec,
+        crate::runtime::connections::Authorization,
         whoami::WhoAmI, variables::EditVariablesBody, statistics::Statistics, statistics::NodeStatistics,
         batches::BatchFilter, batches::BatchBody, batches::BatchView, batches::BatchList, batches::BatchItemBody,
         batches::BatchItemList,

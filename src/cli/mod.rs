@@ -10,6 +10,8 @@ mod channels;
 mod check;
 mod client;
 mod compile_worker;
+// `sutra connection` (issue 31).
+mod connection;
 mod demo;
 // `sutra egress` and `sutra secret` (issue 30).
 /// The HX payment flow of `sutra demo` (called by `demo`).
@@ -91,6 +93,9 @@ enum Command {
     /// A tenant's secrets on a server (`secret set <name>` reads the value from stdin; never shown).
     #[command(subcommand)]
     Secret(egress::SecretCommand),
+    /// A tenant's connections for HTTP tasks on a server (`connection set <name> --type bearer` reads the credential from stdin; never shown).
+    #[command(subcommand)]
+    Connection(connection::ConnectionCommand),
     /// List a server's incidents (`incidents resolve <id>` re-arms one).
     Incidents(channels::IncidentsArgs),
     /// Move a WAITING or FAILED instance onto another deployment of its process.
@@ -142,6 +147,7 @@ pub fn main() -> ExitCode {
         Command::Incidents(args) => channels::exec_incidents(args),
         Command::Egress(cmd) => egress::exec_egress(cmd),
         Command::Secret(cmd) => egress::exec_secret(cmd),
+        Command::Connection(cmd) => connection::exec_connection(cmd),
         Command::Migrate(args) => channels::exec_migrate(args),
         Command::Resume(args) => resume::exec(args),
         Command::SetVariables(args) => variables::exec(args),

@@ -230,7 +230,9 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
         }
         if !args.allow_hosts.is_empty() {
             let grant = crate::egress::Grant::allowing(&args.allow_hosts);
-            for name in modules.keys() {
+            // The modules' grants, and the HTTP tasks' (`model::HTTP_TASK`).
+            let names = modules.keys().map(String::as_str);
+            for name in names.chain([crate::model::HTTP_TASK]) {
                 if let Err(e) = runtime.put_grant(LOCAL_TENANT, name, &grant).await {
                     return usage_error(format!("--allow-host: {}", e.message));
                 }

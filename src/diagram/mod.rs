@@ -316,6 +316,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
             let mut attrs = match &t.implementation {
                 TaskImpl::Registered(m) => format!(" sutra:task=\"registered:{}\"", esc(m)),
                 TaskImpl::Channel(c) => format!(" sutra:task=\"channel:{}\"", esc(c)),
+                TaskImpl::Http(h) => format!(" sutra:task=\"http:{}\"", esc(&h.method)),
             };
             if compensator {
                 attrs.push_str(" isForCompensation=\"true\"");

@@ -64,6 +64,8 @@
 mod build;
 mod events;
 mod ext;
+// q:http: the HTTP task (issue 31).
+mod http;
 pub mod validate;
 
 /// The shared hostile-input XML reader (`dialect::xml`).

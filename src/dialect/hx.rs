@@ -45,6 +45,8 @@
 //! checks and the IR).
 
 mod graph;
+// The `http` node (issue 31).
+mod http;
 mod joins;
 mod parse;
 

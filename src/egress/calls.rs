@@ -1,10 +1,13 @@
 //! The record of an attempt's outbound calls: one entry per request made or
 //! denied, bounded like the log tails, stored with the attempt's row.
 //!
-//! Invariant: an entry holds no query string, no header and no body, so no
-//! secret value can reach it (a path holds the placeholder the guest wrote,
-//! never a substituted value, and no query); at most [`MAX_CALLS`] entries
-//! are kept per attempt (the first ones), then a count of the others.
+//! Invariant: an entry holds no query string and no body, so no secret
+//! value can reach it (a path holds the placeholder the guest wrote, never a
+//! substituted value, and no query); a guest's call records no header; an
+//! HTTP task's call (issue 31) records its request headers with the
+//! connection's and every `{{secret:..}}` one redacted, and a bounded
+//! excerpt of the response body; at most [`MAX_CALLS`] entries are kept per
+//! attempt (the first ones), then a count of the others.
 
 use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
@@ -38,6 +41,13 @@ pub struct Call {
     /// Why it was denied, or how it failed (connect, timeout, a cut body).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// An HTTP task's request headers (lowercase names), the connection's
+    /// and any holding a secret placeholder as `[redacted]`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub request_headers: std::collections::BTreeMap<String, String>,
+    /// An HTTP task's response body, its first bytes (see `runtime::http_task`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_excerpt: Option<String>,
 }
 
 /// The calls of one attempt, bounded.

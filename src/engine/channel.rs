@@ -271,6 +271,7 @@ impl<'a> Machine<'a> {
                 retryable: code.retryable(),
                 message,
                 details: None,
+                retry_after_ms: None,
             },
             OnTimeout::Skip => {
                 let node_id = node.id.clone();
@@ -336,6 +337,7 @@ impl<'a> Machine<'a> {
                 retryable: code.retryable(),
                 message,
                 details: None,
+                retry_after_ms: None,
             },
         );
     }

@@ -467,6 +467,7 @@ impl<'a> Machine<'a> {
                 class,
                 retryable,
                 also,
+                retry_after_ms: None,
             },
         );
     }

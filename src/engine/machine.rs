@@ -823,7 +823,9 @@ impl<'a> Machine<'a> {
             },
         };
         let name = match &task.implementation {
-            TaskImpl::Registered(name) => name,
+            TaskImpl::Registered(name) => name.as_str(),
+            // The host makes the call (runtime::http_task): an attempt like any other.
+            TaskImpl::Http(_) => crate::model::HTTP_TASK,
             TaskImpl::Channel(channel) => {
                 self.start_call(token, node, task, channel, attempt, granted, input);
                 return;
@@ -862,7 +864,7 @@ impl<'a> Machine<'a> {
         self.effects.push(Effect::RunAttempt(AttemptRequest {
             token,
             node: node.id.clone(),
-            task: name.clone(),
+            task: name.to_string(),
             attempt,
             input,
             idempotency_key,

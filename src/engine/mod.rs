@@ -72,6 +72,11 @@ pub enum TaskOutcome {
         retryable: bool,
         message: String,
         details: Option<Value>,
+        /// The delay the counterpart asked for (an HTTP `Retry-After`): when a
+        /// retrier applies, the next attempt waits this long (at most its
+        /// maximum delay) instead of its backoff.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
     },
 }
 

@@ -19,6 +19,8 @@ pub(super) struct Failure {
     pub retryable: bool,
     /// Further names it answers to.
     pub also: Vec<String>,
+    /// The counterpart's `Retry-After`: the next delay (capped) when a retrier applies.
+    pub retry_after_ms: Option<u64>,
 }
 
 /// What the retry policy says about a failure.
@@ -142,6 +144,7 @@ impl Machine<'_> {
                 retryable,
                 message,
                 details,
+                retry_after_ms,
             } => {
                 let timed_out = code == Code::TaskDeadlineExceeded.as_str();
                 // A node may raise engine codes under names of its own (ActionFailed, ...).
@@ -222,6 +225,7 @@ impl Machine<'_> {
                         class,
                         retryable,
                         also,
+                        retry_after_ms,
                     },
                 );
             }
@@ -241,7 +245,7 @@ impl Machine<'_> {
     ) {
         let (retries, idempotent) = policy;
         let attempt = state.attempt;
-        match judge(
+        let verdict = judge(
             retries,
             idempotent,
             state,
@@ -250,7 +254,20 @@ impl Machine<'_> {
             f.class,
             f.retryable,
             self.inputs.draw,
-        ) {
+        );
+        // A `Retry-After` replaces the backoff, within the retrier's maximum delay.
+        let verdict = match (verdict, f.retry_after_ms) {
+            (Verdict::Retry { retrier, .. }, Some(ms)) => {
+                let asked = std::time::Duration::from_millis(ms);
+                let max = retries[retrier].max_delay.map(|d| d.as_std());
+                Verdict::Retry {
+                    retrier,
+                    delay: max.map_or(asked, |m| asked.min(m)),
+                }
+            }
+            (v, _) => v,
+        };
+        match verdict {
             Verdict::Retry { retrier, delay } => {
                 let mut granted = state.granted.clone();
                 granted.resize(retries.len().max(granted.len()), 0);

@@ -325,6 +325,7 @@ fn failed(code: &str) -> TaskOutcome {
         retryable: true,
         message: format!("{code} happened"),
         details: None,
+        retry_after_ms: None,
     }
 }
 
@@ -412,6 +413,41 @@ fn max_delay_caps_the_backoff() {
         r.due_park(ParkKind::Retry).1,
         at + chrono::Duration::seconds(5),
         "10 s capped to 5 s"
+    );
+}
+
+#[test]
+fn a_requested_retry_after_replaces_the_backoff_within_the_max_delay() {
+    let after = |ms: u64| match failed("E") {
+        TaskOutcome::Failed {
+            code,
+            class,
+            retryable,
+            message,
+            details,
+            ..
+        } => TaskOutcome::Failed {
+            code,
+            class,
+            retryable,
+            message,
+            details,
+            retry_after_ms: Some(ms),
+        },
+        o => o,
+    };
+    let mut pol = policy(5, 1000, 2.0);
+    pol.max_delay = Some(IsoDuration::from_millis(5000));
+    let p = linear(vec![pol]);
+    let mut r = Run::start(&p, json!({}), t0());
+    r.end_attempt(after(3000), t0());
+    assert_eq!(r.due_park(ParkKind::Retry).1, secs(3), "3 s asked, not 1 s");
+    let at = r.fire(ParkKind::Retry);
+    r.end_attempt(after(60_000), at);
+    assert_eq!(
+        r.due_park(ParkKind::Retry).1,
+        at + chrono::Duration::seconds(5),
+        "60 s asked, capped to 5 s"
     );
 }
 

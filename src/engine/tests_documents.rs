@@ -205,6 +205,7 @@ fn the_journal_of_a_catch_names_the_error_it_matched() {
                 retryable: true,
                 message: "no pots left".into(),
                 details: None,
+                retry_after_ms: None,
             },
         };
         step = apply(&p, step.snapshot, failed, &inputs(attempt)).unwrap();

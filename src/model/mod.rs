@@ -15,6 +15,7 @@ mod document;
 mod expr;
 mod expr_cost;
 mod expr_static;
+mod http;
 mod jsonata;
 mod policy;
 mod repeat;
@@ -27,6 +28,7 @@ pub use document::{
 pub(crate) use expr::quietly_why;
 pub use expr::{Expr, ExprError};
 pub use expr_cost::BUDGET as CONDITION_BUDGET;
+pub use http::{connection_of, HttpSpec, HTTP_METHODS, HTTP_TASK, REQUEST_FIELDS};
 pub use jsonata::{Jsonata, JsonataRefusal};
 pub use policy::{Backoff, Jitter, OnTimeout, RetryPolicy, TaskTimeout};
 pub use repeat::{Over, Repeat, DEFAULT_MAX_CONCURRENCY, LOOP_LIMIT};
@@ -143,7 +145,7 @@ impl Process {
             .filter_map(|n| match &n.kind {
                 NodeKind::ServiceTask(t) => match &t.implementation {
                     TaskImpl::Registered(name) => Some(name.as_str()),
-                    TaskImpl::Channel(_) => None,
+                    TaskImpl::Channel(_) | TaskImpl::Http(_) => None,
                 },
                 _ => None,
             })
@@ -401,6 +403,9 @@ pub enum TaskImpl {
     Registered(String),
     /// A wait-state call over a channel (request out, correlated response in).
     Channel(String),
+    /// An HTTP call the host makes (`model::http`); its attempts carry the
+    /// module name [`HTTP_TASK`].
+    Http(Box<HttpSpec>),
 }
 
 #[derive(Debug, Clone, Serialize)]

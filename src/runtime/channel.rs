@@ -71,7 +71,7 @@ pub fn channels_of(process: &Process) -> BTreeSet<&str> {
         .filter_map(|n| match &n.kind {
             NodeKind::ServiceTask(t) => match &t.implementation {
                 TaskImpl::Channel(c) => Some(c.as_str()),
-                TaskImpl::Registered(_) => None,
+                TaskImpl::Registered(_) | TaskImpl::Http(_) => None,
             },
             _ => None,
         })

@@ -77,6 +77,7 @@ fn to_outcome(o: Outcome) -> TaskOutcome {
             retryable,
             message,
             details,
+            retry_after_ms: None,
         },
     }
 }
@@ -493,6 +494,9 @@ impl<S: Store> Runtime<S> {
         id: &str,
         req: &AttemptRequest,
     ) -> (TaskOutcome, Option<Written>) {
+        if req.task == crate::model::HTTP_TASK {
+            return self.run_http_attempt(deployed, tenant, id, req).await;
+        }
         let Some(component) = deployed.components.get(&req.task) else {
             let failed = TaskOutcome::Failed {
                 code: Code::TaskNotRegistered.as_str().into(),
@@ -503,6 +507,7 @@ impl<S: Store> Runtime<S> {
                     req.task, deployed.record.id
                 ),
                 details: None,
+                retry_after_ms: None,
             };
             return (failed, None);
         };

@@ -112,6 +112,17 @@ impl<S: Store> Runtime<S> {
         idempotency_key: &str,
     ) -> Option<Arc<Session>> {
         component.egress_import()?;
+        Some(self.session_of(tenant, module, idempotency_key).await)
+    }
+
+    /// The egress session of one attempt under `module`'s grant (an HTTP
+    /// task's is `model::HTTP_TASK`'s).
+    pub(crate) async fn session_of(
+        &self,
+        tenant: &str,
+        module: &str,
+        idempotency_key: &str,
+    ) -> Arc<Session> {
         let grant = match self.grant_of(tenant, module).await {
             Ok(g) => g.unwrap_or_default(),
             Err(e) => {
@@ -137,12 +148,12 @@ impl<S: Store> Runtime<S> {
                 }
             }
         }
-        Some(Arc::new(Session::new(
+        Arc::new(Session::new(
             self.inner.egress.clone(),
             policy,
             secrets,
             Some(idempotency_key.to_string()),
-        )))
+        ))
     }
 
     /// Seal and store a secret (its value is never answered back).
@@ -159,6 +170,17 @@ impl<S: Store> Runtime<S> {
                 format!("a secret's value is 1 to {MAX_SECRET_BYTES} bytes"),
             ));
         }
+        self.seal_secret(tenant, name, value).await
+    }
+
+    /// Seal `value` and store it as the secret `name` (no name check: a
+    /// connection's credential is `connection:NAME`, a name no secret takes).
+    pub(crate) async fn seal_secret(
+        &self,
+        tenant: &str,
+        name: &str,
+        value: &str,
+    ) -> RuntimeResult<()> {
         let sealed = self
             .keyring()?
             .seal(tenant, name, value.as_bytes())
@@ -175,6 +197,25 @@ impl<S: Store> Runtime<S> {
             })
             .await?;
         Ok(())
+    }
+
+    /// The value of the secret `name`, opened: `Ok(None)` when there is none,
+    /// `Err` when it cannot be opened (no keyring, a key no longer configured).
+    pub(crate) async fn open_secret(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> RuntimeResult<Option<String>> {
+        let Some(row) = self.inner.store.get_secret(tenant, name).await? else {
+            return Ok(None);
+        };
+        let ring = self.keyring()?;
+        let value = sealed_of(&row)
+            .ok_or_else(|| "a stored secret is malformed".to_string())
+            .and_then(|s| ring.open(tenant, name, &s))
+            .and_then(|v| String::from_utf8(v).map_err(|_| "not UTF-8".to_string()))
+            .map_err(|m| RuntimeError::new(Code::ApiInternal, m))?;
+        Ok(Some(value))
     }
 
     /// Re-seal every secret sealed by a previous key under the current one

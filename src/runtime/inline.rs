@@ -395,7 +395,7 @@ impl<S: Store> Runtime<S> {
             .and_then(|d| match &d.process.find(&node)?.kind {
                 crate::model::NodeKind::ServiceTask(t) => match &t.implementation {
                     crate::model::TaskImpl::Registered(task) => d.components.get(task),
-                    crate::model::TaskImpl::Channel(_) => None,
+                    crate::model::TaskImpl::Channel(_) | crate::model::TaskImpl::Http(_) => None,
                 },
                 _ => None,
             });
@@ -455,15 +455,16 @@ impl<S: Store> Runtime<S> {
             // step committed and the attempt in flight, as without speculation.
             let end = self.next_wait(&spec.snapshot).map_or(end0, |t| t.min(end0));
             if spec.steps < MAX_INLINE_STEPS && tokio::time::Instant::now() < end {
-                // An attempt with egress has effects outside: it runs only
-                // after its step committed it as started (its attempt park).
+                // An attempt with egress (an HTTP task's too) has effects outside:
+                // it runs only after its step committed it as started (its attempt park).
                 let (outside, quick): (Vec<_>, Vec<_>) = std::mem::take(&mut spec.pending)
                     .into_iter()
                     .partition(|r| {
-                        deployed
-                            .components
-                            .get(&r.task)
-                            .is_some_and(|c| c.egress_import().is_some())
+                        r.task == crate::model::HTTP_TASK
+                            || deployed
+                                .components
+                                .get(&r.task)
+                                .is_some_and(|c| c.egress_import().is_some())
                     });
                 spec.pending = outside;
                 for req in quick {

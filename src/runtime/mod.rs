@@ -22,6 +22,8 @@ pub mod answer;
 mod channel;
 // Child flows (process calls, the States language's InvokeFlow).
 mod children;
+// Named connections of HTTP tasks and their OAuth tokens (issue 31).
+pub mod connections;
 mod deployed;
 mod driver;
 // Task egress: grants, secrets, the per-attempt session (issue 30).
@@ -29,6 +31,8 @@ mod egress;
 mod events;
 mod external;
 mod hosts;
+// HTTP tasks: the host makes the call (issue 31).
+mod http_task;
 // Idempotent starts: the request's fingerprint beside its key (issue 16).
 pub mod idempotency;
 mod incidents;
@@ -214,6 +218,8 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) batch_wake: tokio::sync::Notify,
     /// Held by the batch round running in this process (`batches.rs`).
     pub(crate) batch_round: tokio::sync::Mutex<()>,
+    /// OAuth 2 tokens of connections, until they expire (`connections.rs`).
+    pub(crate) tokens: connections::Tokens,
 }
 
 /// The runtime. Cheap to clone.
@@ -330,6 +336,7 @@ impl<S: Store> Runtime<S> {
                 answers: answer::Answers::default(),
                 batch_wake: tokio::sync::Notify::new(),
                 batch_round: tokio::sync::Mutex::new(()),
+                tokens: connections::Tokens::default(),
             }),
         })
     }

@@ -175,7 +175,7 @@ fn channel_of(process: Option<&Process>, node: &str) -> Option<String> {
     match &process?.find(node)?.kind {
         NodeKind::ServiceTask(t) => match &t.implementation {
             TaskImpl::Channel(name) => Some(name.clone()),
-            TaskImpl::Registered(_) => None,
+            TaskImpl::Registered(_) | TaskImpl::Http(_) => None,
         },
         _ => None,
     }

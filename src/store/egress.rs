@@ -171,10 +171,14 @@ where
 
     async fn list_secrets(&self, tenant: &str) -> StoreResult<Vec<(String, i64)>> {
         Ok(
-            sqlx::query_as("SELECT name, updated_at FROM secrets WHERE tenant = $1 ORDER BY name")
-                .bind(tenant)
-                .fetch_all(self.reads())
-                .await?,
+            // A connection's credential (`connection:NAME`) is listed with its connection.
+            sqlx::query_as(
+                "SELECT name, updated_at FROM secrets WHERE tenant = $1 \
+                 AND name NOT LIKE 'connection:%' ORDER BY name",
+            )
+            .bind(tenant)
+            .fetch_all(self.reads())
+            .await?,
         )
     }
 

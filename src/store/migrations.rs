@@ -67,6 +67,10 @@ const SHARED: &[(&str, &str)] = &[
         include_str!("../../migrations/shared/0016_retries.sql"),
     ),
     (
+        "0017_connections.sql",
+        include_str!("../../migrations/shared/0017_connections.sql"),
+    ),
+    (
         "0020_search.sql",
         include_str!("../../migrations/shared/0020_search.sql"),
     ),

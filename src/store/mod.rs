@@ -28,6 +28,7 @@ pub mod any;
 pub mod batches;
 pub mod channels;
 pub mod children;
+pub mod connections;
 // Egress grants and sealed secrets (issue 30).
 pub mod egress;
 pub mod failpoint;
@@ -476,6 +477,7 @@ pub trait Store:
     + channels::ChannelStore
     + egress::EgressStore
     + batches::BatchStore
+    + connections::ConnectionStore
     + Send
     + Sync
     + Clone

@@ -21,6 +21,8 @@ mod assign;
 mod build;
 mod checks;
 mod handlers;
+// The HTTP Task's resource and request fields (issue 31).
+mod http;
 mod json;
 mod jsonata;
 mod map;

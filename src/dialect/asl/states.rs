@@ -501,9 +501,14 @@ impl St<'_, '_, '_> {
         ];
         data.task_failure_name = Some(Code::StatesTaskFailed.as_str().into());
         let retries = self.retriers();
+        let implementation = if super::http::is_http(&resource) {
+            self.http_task()
+        } else {
+            TaskImpl::Registered(resource)
+        };
         let node = self.node(
             NodeKind::ServiceTask(ServiceTask {
-                implementation: TaskImpl::Registered(resource),
+                implementation,
                 retries,
                 timeout,
                 idempotent: true,

@@ -277,6 +277,7 @@ impl<'d> Builder<'d> {
             flows: std::mem::take(&mut self.flows),
             by_id: HashMap::new(),
         };
+        super::http::route_failures(&mut p);
         p.index();
         p
     }
@@ -804,7 +805,9 @@ impl<'d> Builder<'d> {
     }
 
     fn service_task(&mut self, el: &'d Element, scope: Option<NodeIx>) -> NodeIx {
+        let http = super::http::element(el);
         let implementation = match el.attr("implementation").map(str::trim) {
+            _ if http.is_some() => super::http::spec(http.unwrap_or(el), el, &mut self.diags),
             Some(v)
                 if v.strip_prefix("registered:")
                     .is_some_and(|n| !n.trim().is_empty()) =>
@@ -834,7 +837,12 @@ impl<'d> Builder<'d> {
             }
         };
         let qs = ext::q_elements(el);
-        ext::misplaced(&qs, &["retry", "timeout", "io"], el, &mut self.diags);
+        ext::misplaced(
+            &qs,
+            &["retry", "timeout", "io", "http"],
+            el,
+            &mut self.diags,
+        );
         let retry_el = ext::single(&qs, "retry", el, &mut self.diags);
         let timeout_el = ext::single(&qs, "timeout", el, &mut self.diags);
         let io_el = ext::single(&qs, "io", el, &mut self.diags);

@@ -22,6 +22,7 @@ pub const Q_ELEMENTS: &[&str] = &[
     "correlation",
     "multiInstance",
     "call",
+    "http",
 ];
 
 /// `tag `id`` (or just the tag when the element has no id): how messages name an element.

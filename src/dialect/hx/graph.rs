@@ -12,7 +12,7 @@ use crate::dialect::xml::Element;
 use crate::model::CatchTrigger;
 use crate::model::{
     Dialect, Flow, FlowIx, FlowKind, IoMapping, Node, NodeIx, NodeKind, Process, ServiceTask,
-    StartTrigger, TaskImpl,
+    StartTrigger,
 };
 use std::collections::{HashMap, HashSet};
 
@@ -377,15 +377,19 @@ fn node_kind(n: &RawNode<'_>) -> NodeKind {
     match &n.kind {
         RawKind::Task {
             implementation,
+            result_path,
             retry,
             timeout,
             idempotent,
         } => NodeKind::ServiceTask(ServiceTask {
-            implementation: TaskImpl::Registered(implementation.clone()),
+            implementation: implementation.clone(),
             retries: retry.iter().cloned().collect(),
             timeout: timeout.clone(),
             idempotent: *idempotent,
-            io: IoMapping::default(),
+            io: IoMapping {
+                input_path: None,
+                result_path: result_path.clone(),
+            },
         }),
         RawKind::Wait(spec) => NodeKind::Catch(CatchTrigger::Timer(spec.clone())),
         RawKind::Pass | RawKind::Invalid => NodeKind::Pass { set: None },

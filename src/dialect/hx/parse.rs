@@ -7,7 +7,9 @@
 use crate::codes::{Code, ErrorClass};
 use crate::diag::{Diagnostic, Pos};
 use crate::dialect::xml::{Document, Element, Ns};
-use crate::model::{Backoff, Expr, Jitter, JoinRule, OnTimeout, RetryPolicy, TaskTimeout};
+use crate::model::{
+    Backoff, Expr, Jitter, JoinRule, OnTimeout, RetryPolicy, TaskImpl, TaskTimeout,
+};
 use crate::time::{IsoDuration, TimeError, TimerSpec};
 
 /// The longest node id accepted.
@@ -32,7 +34,9 @@ pub(super) struct RawNode<'d> {
 
 pub(super) enum RawKind {
     Task {
-        implementation: String,
+        implementation: TaskImpl,
+        /// Where the result goes (an `http` node's `result`); `None`: merged.
+        result_path: Option<String>,
         retry: Option<RetryPolicy>,
         timeout: Option<TaskTimeout>,
         idempotent: bool,
@@ -305,13 +309,28 @@ fn node<'d>(el: &'d Element, out: &mut Vec<Diagnostic>) -> RawNode<'d> {
             "compensates",
             "join",
         ],
+        Some("http") => &[
+            "id",
+            "type",
+            "name",
+            "idempotent",
+            "compensates",
+            "join",
+            "method",
+            "url",
+            "connection",
+            "path",
+            "body",
+            "result",
+        ],
         Some("wait") => &["id", "type", "name", "join", "duration", "until"],
         Some("pass") => &["id", "type", "name", "join"],
         _ => &NODE_ATTRS,
     };
     check_attrs(el, allowed, &format!("a `{}` node", ty.unwrap_or("?")), out);
     let kind = match ty {
-        Some("task") => task(el, &what, out),
+        Some("task") => task(el, &what, out, false),
+        Some("http") => task(el, &what, out, true),
         Some("wait") => {
             no_children(el, out);
             wait(el, &what, out)
@@ -324,7 +343,7 @@ fn node<'d>(el: &'d Element, out: &mut Vec<Diagnostic>) -> RawNode<'d> {
             out.push(diag(
                 Code::HxUnknownNodeType,
                 el,
-                format!("node type `{other}` is not known (use task, wait or pass)"),
+                format!("node type `{other}` is not known (use task, http, wait or pass)"),
             ));
             RawKind::Invalid
         }
@@ -332,13 +351,13 @@ fn node<'d>(el: &'d Element, out: &mut Vec<Diagnostic>) -> RawNode<'d> {
             out.push(diag(
                 Code::HxInvalidAttribute,
                 el,
-                format!("{what} needs a `type` (task, wait or pass)"),
+                format!("{what} needs a `type` (task, http, wait or pass)"),
             ));
             RawKind::Invalid
         }
     };
     let compensates = match (ty, el.attr("compensates").map(str::trim)) {
-        (Some("task"), Some(c)) => Some(c.to_string()),
+        (Some("task" | "http"), Some(c)) => Some(c.to_string()),
         _ => None,
     };
     RawNode {
@@ -367,8 +386,12 @@ fn no_children(el: &Element, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn task(el: &Element, what: &str, out: &mut Vec<Diagnostic>) -> RawKind {
-    let implementation = required(el, "impl", what, out).map(str::to_string);
+fn task(el: &Element, what: &str, out: &mut Vec<Diagnostic>, http: bool) -> RawKind {
+    let implementation = if http {
+        Some(super::http::spec(el, what, out))
+    } else {
+        required(el, "impl", what, out).map(|s| TaskImpl::Registered(s.to_string()))
+    };
     let idempotent = boolean(el, "idempotent", true, Code::HxInvalidAttribute, out);
     let mut retry_el: Option<&Element> = None;
     let mut timeout_el: Option<&Element> = None;
@@ -376,6 +399,8 @@ fn task(el: &Element, what: &str, out: &mut Vec<Diagnostic>) -> RawKind {
         let slot = match (c.ns == el.ns, c.local.as_str()) {
             (true, "retry") => &mut retry_el,
             (true, "timeout") => &mut timeout_el,
+            // Read by `http::spec`.
+            (true, "header") if http => continue,
             _ => {
                 out.push(diag(
                     Code::HxUnknownElement,
@@ -415,6 +440,11 @@ fn task(el: &Element, what: &str, out: &mut Vec<Diagnostic>) -> RawKind {
     match implementation {
         Some(implementation) => RawKind::Task {
             implementation,
+            result_path: if http {
+                super::http::result_path(el)
+            } else {
+                None
+            },
             retry,
             timeout,
             idempotent,
