@@ -21,6 +21,8 @@ mod choice;
 mod docflow;
 pub mod document;
 mod edit;
+mod escalation;
+mod event_sub;
 mod fanout;
 mod flow;
 mod intrinsics;

@@ -85,7 +85,9 @@ impl<'a> Machine<'a> {
                 continue;
             };
             let park = match &ev.trigger {
-                BoundaryTrigger::Error { .. } => None,
+                BoundaryTrigger::Error { .. }
+                | BoundaryTrigger::Escalation { .. }
+                | BoundaryTrigger::Compensation => None,
                 BoundaryTrigger::Timer(spec) => self.timer_park(token, bnode, spec),
                 BoundaryTrigger::Message(m) => self.message_park(token, bnode, m),
             };
@@ -160,6 +162,8 @@ impl<'a> Machine<'a> {
                         }
                         self.spawn(node.ix, scope, None);
                     }
+                    // An event sub-process's listener (event_sub.rs).
+                    NodeKind::Start(_) => self.event_sub_fired(park.token, &park, node),
                     _ => {}
                 }
             }

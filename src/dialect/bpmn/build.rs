@@ -20,6 +20,9 @@ use crate::time::{IsoDuration, TimerSpec};
 use std::collections::{HashMap, HashSet};
 
 mod call;
+mod compensate;
+mod escalation;
+mod event_sub;
 mod repeat;
 mod resolve;
 
@@ -221,6 +224,11 @@ struct Builder<'d> {
     flow_ids: HashSet<&'d str>,
     pending_boundaries: Vec<PendingBoundary<'d>>,
     pending_defaults: Vec<NodeIx>,
+    /// Compensation: associations, compensate throws naming an
+    /// `activityRef`, handlers (`isForCompensation`) (build/compensate.rs).
+    pending_associations: Vec<&'d Element>,
+    pending_compensate: Vec<(NodeIx, &'d Element)>,
+    for_compensation: Vec<NodeIx>,
     diags: Vec<Diagnostic>,
 }
 
@@ -249,6 +257,9 @@ impl<'d> Builder<'d> {
             flow_ids: HashSet::new(),
             pending_boundaries: Vec::new(),
             pending_defaults: Vec::new(),
+            pending_associations: Vec::new(),
+            pending_compensate: Vec::new(),
+            for_compensation: Vec::new(),
             diags: Vec::new(),
         }
     }
@@ -266,6 +277,7 @@ impl<'d> Builder<'d> {
         ext::misplaced(&qs, &[], el, &mut self.diags);
         self.scope(el, None);
         self.resolve();
+        self.resolve_compensation();
         self.implicit_starts(el);
         let mut p = Process {
             id: el.id().unwrap_or_default().to_string(),
@@ -340,8 +352,10 @@ impl<'d> Builder<'d> {
             "intermediateThrowEvent" => self.throw(el, scope),
             "boundaryEvent" => self.boundary(el, scope),
             "subProcess" if el.attr("triggeredByEvent").map(str::trim) == Some("true") => {
-                self.unsupported(el, scope, "event sub-processes are not supported".into())
+                self.event_sub(el, scope)
             }
+            "association" => self.pending_associations.push(el),
+            "transaction" => self.refuse_transaction(el, scope),
             "subProcess" => self.activity(el, scope, |b, s| {
                 b.no_q(el);
                 let ix = b.node(el, s, NodeKind::SubProcess);
@@ -428,14 +442,12 @@ impl<'d> Builder<'d> {
             }
         }
         self.quantities(el);
-        if el.attr("isForCompensation").map(str::trim) == Some("true") {
-            self.diags.push(err(
-                Code::BpmnUnsupportedElement,
-                el,
-                format!("{} is a compensation handler (isForCompensation): compensation is not supported", describe(el)),
-            ));
+        let handler = el.attr("isForCompensation").map(str::trim) == Some("true");
+        let ix = self.push_node(el, scope, kind);
+        if handler {
+            self.compensation_handler(el, ix);
         }
-        self.push_node(el, scope, kind)
+        ix
     }
 
     /// `startQuantity` / `completionQuantity` (BPMN: tokens needed to start an
@@ -508,12 +520,14 @@ impl<'d> Builder<'d> {
             | Def::Message(d)
             | Def::Error(d)
             | Def::Terminate(d)
+            | Def::Escalation(d)
+            | Def::Compensate(d)
             | Def::Unsupported(d, _) => d,
             Def::None => el,
         };
         self.diags.push(
             err(
-                Code::BpmnUnsupportedElement,
+                escalation::refusal_code(def),
                 at,
                 format!(
                     "{} with {} is not supported: {what}",
@@ -532,6 +546,10 @@ impl<'d> Builder<'d> {
     }
 
     fn start(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.in_event_sub(scope) {
+            // The start of an event sub-process carries its trigger (build/event_sub.rs).
+            return self.event_sub_start(el, scope);
+        }
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &["source"], el, &mut self.diags);
         let source_el = ext::single(&qs, "source", el, &mut self.diags);
@@ -555,6 +573,8 @@ impl<'d> Builder<'d> {
                 | Def::Message(..)
                 | Def::Error(..)
                 | Def::Terminate(..)
+                | Def::Escalation(..)
+                | Def::Compensate(..)
                 | Def::Unsupported(..)) => self.unsupported_def(
                     el,
                     scope,
@@ -603,12 +623,16 @@ impl<'d> Builder<'d> {
                     }
                 }
             }
-            def @ (Def::Error(..) | Def::Terminate(..) | Def::Unsupported(..)) => {
+            def @ (Def::Error(..)
+            | Def::Terminate(..)
+            | Def::Escalation(..)
+            | Def::Compensate(..)
+            | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
                     scope,
                     def,
-                    "a process starts by none, timer, message or q:source",
+                    "a process starts by none, timer, message or q:source (error and escalation start events start event sub-processes)",
                 )
             }
         };
@@ -638,16 +662,24 @@ impl<'d> Builder<'d> {
                     }
                 }
             }
+            Def::Escalation(d) => EndKind::Escalation {
+                code: self.thrown_escalation(d, el),
+            },
+            Def::Compensate(d) => EndKind::Compensate(self.compensate_throw(d, el)),
             def @ (Def::Timer(..) | Def::Message(..) | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
                     scope,
                     def,
-                    "an end event is none, error or terminate",
+                    "an end event is none, error, terminate, escalation or compensate",
                 )
             }
         };
-        self.node(el, scope, NodeKind::End(kind));
+        let compensates = matches!(kind, EndKind::Compensate(_));
+        let ix = self.node(el, scope, NodeKind::End(kind));
+        if compensates {
+            self.compensate_ref(ix, el);
+        }
     }
 
     fn message_ref(
@@ -698,7 +730,11 @@ impl<'d> Builder<'d> {
                     "an intermediate catch event needs a timer or message definition".into(),
                 )
             }
-            def @ (Def::Error(..) | Def::Terminate(..) | Def::Unsupported(..)) => {
+            def @ (Def::Error(..)
+            | Def::Terminate(..)
+            | Def::Escalation(..)
+            | Def::Compensate(..)
+            | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
                     scope,
@@ -716,6 +752,15 @@ impl<'d> Builder<'d> {
             Def::None => {
                 self.node(el, scope, NodeKind::Pass { set: None });
             }
+            Def::Escalation(d) => {
+                let code = self.thrown_escalation(d, el);
+                self.node(el, scope, NodeKind::Escalate { code });
+            }
+            Def::Compensate(d) => {
+                let throw = self.compensate_throw(d, el);
+                let ix = self.node(el, scope, NodeKind::Compensate(throw));
+                self.compensate_ref(ix, el);
+            }
             def @ (Def::Timer(..)
             | Def::Message(..)
             | Def::Error(..)
@@ -724,7 +769,7 @@ impl<'d> Builder<'d> {
                 el,
                 scope,
                 def,
-                "only the none intermediate throw event is supported",
+                "an intermediate throw event is none, escalation or compensate",
             ),
         }
     }
@@ -777,6 +822,10 @@ impl<'d> Builder<'d> {
             }
             Def::Timer(d) => BoundaryTrigger::Timer(self.timer(d, el)),
             Def::Message(d) => BoundaryTrigger::Message(self.message_ref(el, d, &qs)),
+            Def::Escalation(d) => BoundaryTrigger::Escalation {
+                codes: self.caught_escalation(d, el),
+            },
+            Def::Compensate(_) => BoundaryTrigger::Compensation,
             Def::None => {
                 return self.unsupported(
                     el,
@@ -789,7 +838,7 @@ impl<'d> Builder<'d> {
                     el,
                     scope,
                     def,
-                    "a boundary event catches an error, a timer or a message",
+                    "a boundary event catches an error, a timer, a message or an escalation, or marks a compensation",
                 )
             }
         };
