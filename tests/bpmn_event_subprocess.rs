@@ -148,6 +148,25 @@ backends::store_tests! {
         assert_eq!(tasks(&view), vec!["After", "Repair", "Work"]);
     }
 
+    async fn a_shared_event_definition_starts_an_error_event_sub_process(db) {
+        let rt = runtime(db.store.clone());
+        let body = [
+            r#"<bpmn:startEvent id="start"/>"#.to_string(),
+            task("Work"),
+            r#"<bpmn:endEvent id="end"/>"#.to_string(),
+            flow("f1", "start", "Work"),
+            flow("f2", "Work", "end"),
+            event_sub("OnError", "<bpmn:eventDefinitionRef>SharedError</bpmn:eventDefinitionRef>", true, "Handle"),
+        ]
+        .join("\n");
+        let shared = r#"<bpmn:errorEventDefinition id="SharedError" errorRef="Named"/>
+  <bpmn:process id="p""#;
+        let src = bpmn(&body).replacen(r#"<bpmn:process id="p""#, shared, 1);
+        let view = run(&rt, &src, business("Work")).await;
+        assert_eq!(view.state, "COMPLETED", "{:?}", view.error);
+        assert_eq!(tasks(&view), vec!["Handle", "Work"]);
+    }
+
     async fn a_non_interrupting_escalation_event_sub_process_runs_beside_its_scope(db) {
         let rt = runtime(db.store.clone());
         let body = [

@@ -188,7 +188,9 @@ impl Process {
                     | BoundaryTrigger::Escalation { .. }
                     | BoundaryTrigger::Compensation
             ),
-            NodeKind::EventSubProcess { .. } => true,
+            // An event sub-process's message start is a message wait (its timer
+            // start is counted above).
+            NodeKind::Start(StartTrigger::Message { .. }) => n.scope.is_some(),
             _ => false,
         })
     }

@@ -138,6 +138,7 @@ pub fn definitions(doc: &Document) -> (Definitions, Vec<Diagnostic>) {
             }
         };
         let mut b = Builder::new(&globals, executable);
+        b.shared = events::shared_definitions(root);
         let process = b.process(el);
         if executable {
             diags.extend(b.diags);
@@ -229,6 +230,8 @@ struct Builder<'d> {
     pending_associations: Vec<&'d Element>,
     pending_compensate: Vec<(NodeIx, &'d Element)>,
     for_compensation: Vec<NodeIx>,
+    /// The root-level event definitions an `eventDefinitionRef` names.
+    shared: HashMap<&'d str, &'d Element>,
     diags: Vec<Diagnostic>,
 }
 
@@ -260,6 +263,7 @@ impl<'d> Builder<'d> {
             pending_associations: Vec::new(),
             pending_compensate: Vec::new(),
             for_compensation: Vec::new(),
+            shared: HashMap::new(),
             diags: Vec::new(),
         }
     }
@@ -540,6 +544,11 @@ impl<'d> Builder<'d> {
         self.placeholder(el, scope);
     }
 
+    /// An event's definition, a shared one (`eventDefinitionRef`) resolved.
+    fn definition(&self, el: &'d Element) -> Def<'d> {
+        events::definition_with(el, &self.shared)
+    }
+
     fn no_q(&mut self, el: &Element) {
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &[], el, &mut self.diags);
@@ -553,7 +562,7 @@ impl<'d> Builder<'d> {
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &["source"], el, &mut self.diags);
         let source_el = ext::single(&qs, "source", el, &mut self.diags);
-        let def = events::definition(el);
+        let def = self.definition(el);
         if scope.is_some() {
             if let Some(q) = source_el {
                 self.diags.push(err(
@@ -641,7 +650,7 @@ impl<'d> Builder<'d> {
 
     fn end(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         self.no_q(el);
-        let kind = match events::definition(el) {
+        let kind = match self.definition(el) {
             Def::None => EndKind::None,
             Def::Terminate(_) => EndKind::Terminate,
             Def::Error(d) => {
@@ -713,7 +722,7 @@ impl<'d> Builder<'d> {
 
     fn catch(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let qs = ext::q_elements(el);
-        let def = events::definition(el);
+        let def = self.definition(el);
         let allowed: &[&str] = if matches!(def, Def::Message(_)) {
             &["correlation"]
         } else {
@@ -748,7 +757,7 @@ impl<'d> Builder<'d> {
 
     fn throw(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         self.no_q(el);
-        match events::definition(el) {
+        match self.definition(el) {
             Def::None => {
                 self.node(el, scope, NodeKind::Pass { set: None });
             }
@@ -776,7 +785,7 @@ impl<'d> Builder<'d> {
 
     fn boundary(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let qs = ext::q_elements(el);
-        let def = events::definition(el);
+        let def = self.definition(el);
         let allowed: &[&str] = if matches!(def, Def::Message(_)) {
             &["correlation"]
         } else {

@@ -79,11 +79,26 @@ pub enum Def<'d> {
     Unsupported(&'d Element, &'static str),
 }
 
-/// Classify an event's definitions.
-pub fn definition(event: &Element) -> Def<'_> {
+/// The root-level event definitions (`<bpmn:errorEventDefinition id=…>` as a
+/// child of `<definitions>`) an `eventDefinitionRef` may name, by id.
+pub fn shared_definitions(definitions: &Element) -> HashMap<&str, &Element> {
+    definitions
+        .bpmn_children()
+        .filter(|c| c.local.ends_with("EventDefinition"))
+        .filter_map(|c| c.id().map(|id| (id, c)))
+        .collect()
+}
+
+/// Classify an event's definitions: an `eventDefinitionRef` naming one of
+/// `shared` stands for that definition (one that names none is refused).
+pub fn definition_with<'d>(event: &'d Element, shared: &HashMap<&'d str, &'d Element>) -> Def<'d> {
     let defs: Vec<&Element> = event
         .bpmn_children()
         .filter(|c| c.local.ends_with("EventDefinition") || c.local == "eventDefinitionRef")
+        .map(|c| match c.local.as_str() {
+            "eventDefinitionRef" => shared.get(strip_qname(c.text.trim())).copied().unwrap_or(c),
+            _ => c,
+        })
         .collect();
     match defs.as_slice() {
         [] => Def::None,

@@ -61,7 +61,7 @@ impl<'d> Builder<'d> {
 
     /// Remember a compensate throw's `activityRef`, if it names one.
     pub(super) fn compensate_ref(&mut self, ix: NodeIx, el: &'d Element) {
-        if let Def::Compensate(d) = events::definition(el) {
+        if let Def::Compensate(d) = self.definition(el) {
             if attr_ref(d, "activityRef").is_some() {
                 self.pending_compensate.push((ix, d));
             }

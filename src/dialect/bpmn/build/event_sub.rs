@@ -86,7 +86,7 @@ impl<'d> Builder<'d> {
     pub(super) fn event_sub_start(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &[], el, &mut self.diags);
-        let def = events::definition(el);
+        let def = self.definition(el);
         let interrupting = el.attr("isInterrupting").map(str::trim);
         let trigger = match def {
             Def::Timer(d) => StartTrigger::Timer(self.timer(d, el)),
