@@ -217,3 +217,61 @@ backends::store_tests! {
         assert_eq!(order(&view), vec!["A", "Boom"]);
     }
 }
+
+/// The codes and elements a load reports.
+fn refusals(source: &str) -> Vec<(String, String)> {
+    let loaded = sutra::dialect::bpmn::load(source);
+    loaded
+        .errors()
+        .map(|d| {
+            (
+                d.code.as_str().to_string(),
+                d.element.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn pair(code: &str, element: &str) -> (String, String) {
+    (code.to_string(), element.to_string())
+}
+
+#[test]
+fn compensation_mistakes_are_refused_at_load_with_their_element() {
+    // A handler no association links to a compensation boundary.
+    let lonely = bpmn(&[
+        r#"<bpmn:startEvent id="start"/>"#.to_string(),
+        task("A"),
+        r#"<bpmn:serviceTask id="Undo" isForCompensation="true" implementation="registered:chaos"/>"#.to_string(),
+        flow("f1", "start", "A"),
+    ]
+    .join("\n"));
+    assert_eq!(
+        refusals(&lonely),
+        vec![pair("SUTRA.CONFIG.BPMN.INVALID_ATTRIBUTE", "Undo")]
+    );
+    // waitForCompletion="false".
+    let nowait = chain(
+        r#"<bpmn:intermediateThrowEvent id="comp"><bpmn:compensateEventDefinition waitForCompletion="false"/></bpmn:intermediateThrowEvent>"#,
+    );
+    assert_eq!(
+        refusals(&nowait),
+        vec![pair("SUTRA.CONFIG.BPMN.UNSUPPORTED_ELEMENT", "comp")]
+    );
+    // A handler on a sequence flow.
+    let flowing = chain(&throw("comp", None)).replace(
+        r#"<bpmn:sequenceFlow id="f5" sourceRef="C" targetRef="end"/>"#,
+        r#"<bpmn:sequenceFlow id="f5" sourceRef="C" targetRef="UndoA"/>"#,
+    );
+    assert!(
+        refusals(&flowing).contains(&pair("SUTRA.CONFIG.BPMN.INVALID_FLOW", "UndoA")),
+        "{:?}",
+        refusals(&flowing)
+    );
+    // activityRef naming nothing.
+    let dangling = chain(&throw("comp", Some("Nope")));
+    assert_eq!(
+        refusals(&dangling),
+        vec![pair("SUTRA.CONFIG.BPMN.DANGLING_REFERENCE", "comp")]
+    );
+}

@@ -242,3 +242,30 @@ backends::store_tests! {
         assert_eq!(view.nodes.get("Normal"), None);
     }
 }
+
+#[test]
+fn an_escalation_throw_needs_an_escalation_it_can_name() {
+    let codes = |source: &str| -> Vec<String> {
+        sutra::dialect::bpmn::load(source)
+            .errors()
+            .map(|d| {
+                format!(
+                    "{} {}",
+                    d.code.as_str(),
+                    d.element.clone().unwrap_or_default()
+                )
+            })
+            .collect()
+    };
+    let catch = [boundary("B", "Sub", None, true), flow("f5", "B", "T3")];
+    let unnamed = sub_with(&catch, "Late").replace(r#" escalationRef="Late""#, "");
+    assert_eq!(
+        codes(&unnamed),
+        vec!["SUTRA.CONFIG.BPMN.INVALID_ATTRIBUTE esc"]
+    );
+    let dangling = sub_with(&catch, "Nowhere");
+    assert_eq!(
+        codes(&dangling),
+        vec!["SUTRA.CONFIG.BPMN.DANGLING_REFERENCE esc"]
+    );
+}

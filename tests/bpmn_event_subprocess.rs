@@ -263,3 +263,55 @@ backends::store_tests! {
         assert!(err.is_err());
     }
 }
+
+#[test]
+fn event_sub_process_mistakes_and_refusals_are_reported_at_load() {
+    let codes = |body: &str| -> Vec<String> {
+        sutra::dialect::bpmn::load(&bpmn(body))
+            .errors()
+            .map(|d| {
+                format!(
+                    "{} {}",
+                    d.code.as_str(),
+                    d.element.clone().unwrap_or_default()
+                )
+            })
+            .collect()
+    };
+    let main = [
+        r#"<bpmn:startEvent id="start"/>"#.to_string(),
+        task("Main"),
+        flow("f1", "start", "Main"),
+    ]
+    .join("\n");
+    // A sequence flow into an event sub-process.
+    let entered = format!(
+        "{main}\n{}\n{}",
+        event_sub("E", r#"<bpmn:errorEventDefinition/>"#, true, "H"),
+        flow("f9", "Main", "E")
+    );
+    assert_eq!(codes(&entered), vec!["SUTRA.CONFIG.BPMN.INVALID_FLOW f9"]);
+    // An error start that would not interrupt.
+    let soft = format!(
+        "{main}\n{}",
+        event_sub("E", r#"<bpmn:errorEventDefinition/>"#, false, "H")
+    );
+    assert_eq!(
+        codes(&soft),
+        vec!["SUTRA.CONFIG.BPMN.INVALID_ATTRIBUTE E_start"]
+    );
+    // A conditional start: refused with its own code.
+    let conditional = format!(
+        "{main}\n{}",
+        event_sub(
+            "E",
+            r#"<bpmn:conditionalEventDefinition><bpmn:condition>x &gt; 1</bpmn:condition></bpmn:conditionalEventDefinition>"#,
+            true,
+            "H"
+        )
+    );
+    assert_eq!(
+        codes(&conditional),
+        vec!["SUTRA.CONFIG.BPMN.CONDITIONAL_UNSUPPORTED E_start"]
+    );
+}

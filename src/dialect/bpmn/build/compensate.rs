@@ -54,7 +54,7 @@ impl<'d> Builder<'d> {
                     "waitForCompletion=\"false\" on {} is not supported: a compensate throw waits until its handlers have run",
                     describe(el)
                 ),
-            ));
+            ).element(el.label()));
         }
         CompensateThrow { activity: None }
     }
@@ -77,14 +77,17 @@ impl<'d> Builder<'d> {
                 continue;
             };
             let Some(&a) = self.node_of.get(events::strip_qname(r)) else {
-                self.diags.push(err(
-                    Code::BpmnDanglingReference,
-                    d,
-                    format!(
-                        "activityRef `{r}` of {} names no flow node of this process",
-                        describe(self.elements[ix.0 as usize])
-                    ),
-                ));
+                self.diags.push(
+                    err(
+                        Code::BpmnDanglingReference,
+                        d,
+                        format!(
+                            "activityRef `{r}` of {} names no flow node of this process",
+                            describe(self.elements[ix.0 as usize])
+                        ),
+                    )
+                    .element(self.elements[ix.0 as usize].label()),
+                );
                 continue;
             };
             let activity = &self.nodes[a.0 as usize];
@@ -111,7 +114,7 @@ impl<'d> Builder<'d> {
                         describe(self.elements[ix.0 as usize]),
                         describe(self.elements[a.0 as usize])
                     ),
-                ));
+                ).element(self.elements[ix.0 as usize].label()));
                 continue;
             }
             match &mut self.nodes[ix.0 as usize].kind {

@@ -39,7 +39,7 @@ impl<'d> Builder<'d> {
                         "the escalation definition of {} needs an `escalationRef`: a throw names the escalation it raises",
                         describe(el)
                     ),
-                ));
+                ).element(el.label()));
                 String::new()
             }
             Err(e) => {
