@@ -167,6 +167,40 @@ backends::store_tests! {
         assert_eq!(tasks(&view), vec!["Handle", "Work"]);
     }
 
+    async fn a_terminate_end_event_inside_a_sub_process_ends_that_scope_only(db) {
+        let rt = runtime(db.store.clone());
+        let body = [
+            r#"<bpmn:startEvent id="start"/>"#.to_string(),
+            r#"<bpmn:subProcess id="Sub">"#.to_string(),
+            r#"<bpmn:startEvent id="s"/>"#.to_string(),
+            r#"<bpmn:parallelGateway id="fork"/>"#.to_string(),
+            task("A"),
+            r#"<bpmn:endEvent id="stop"><bpmn:terminateEventDefinition/></bpmn:endEvent>"#.to_string(),
+            r#"<bpmn:intermediateCatchEvent id="wait"><bpmn:timerEventDefinition><bpmn:timeDuration>PT1H</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:intermediateCatchEvent>"#.to_string(),
+            task("B"),
+            r#"<bpmn:endEvent id="e"/>"#.to_string(),
+            flow("s1", "s", "fork"),
+            flow("s2", "fork", "A"),
+            flow("s3", "A", "stop"),
+            flow("s4", "fork", "wait"),
+            flow("s5", "wait", "B"),
+            flow("s6", "B", "e"),
+            "</bpmn:subProcess>".to_string(),
+            task("After"),
+            r#"<bpmn:endEvent id="end"/>"#.to_string(),
+            flow("f1", "start", "Sub"),
+            flow("f2", "Sub", "After"),
+            flow("f3", "After", "end"),
+        ]
+        .join("\n");
+        let view = run(&rt, &bpmn(&body), json!({"do": "echo"})).await;
+        assert_eq!(view.state, "COMPLETED", "{:?}", view.error);
+        // The terminate ended the sub-process (the timer branch with it), not the instance.
+        assert_eq!(tasks(&view), vec!["A", "After"]);
+        assert_eq!(view.nodes.get("wait").map(String::as_str), Some("CANCELLED"));
+        assert_eq!(view.nodes.get("Sub").map(String::as_str), Some("SUCCEEDED"));
+    }
+
     async fn a_non_interrupting_escalation_event_sub_process_runs_beside_its_scope(db) {
         let rt = runtime(db.store.clone());
         let body = [

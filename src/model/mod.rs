@@ -239,8 +239,9 @@ pub struct Node {
     pub id: String,
     pub name: Option<String>,
     pub pos: Pos,
-    /// The enclosing sub-process (a fan-out's branch scopes are sub-processes
-    /// whose scope is the fan-out), `None` at process level.
+    /// The enclosing sub-process or event sub-process (a fan-out's branch
+    /// scopes are sub-processes whose scope is the fan-out), `None` at
+    /// process level.
     pub scope: Option<NodeIx>,
     pub kind: NodeKind,
     pub incoming: Vec<FlowIx>,
