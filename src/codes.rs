@@ -331,8 +331,8 @@ codes! {
     BpmnForeignExtension => "SUTRA.CONFIG.BPMN.FOREIGN_EXTENSION_IGNORED", InvalidInput, false;
     /// Info: a process is not executable and loads for inspection only.
     BpmnNotExecutable => "SUTRA.CONFIG.BPMN.NOT_EXECUTABLE", InvalidInput, false;
-    /// A conditional event (start of an event sub-process, intermediate
-    /// catch, boundary): refused (docs/bpmn.md says why).
+    /// A conditional start event of a process: refused (docs/bpmn.md says
+    /// why; conditional catches, boundaries and event sub-process starts run).
     BpmnConditionalUnsupported => "SUTRA.CONFIG.BPMN.CONDITIONAL_UNSUPPORTED", InvalidInput, false;
     /// A transaction sub-process or a cancel event: refused (docs/bpmn.md says why).
     BpmnTransactionUnsupported => "SUTRA.CONFIG.BPMN.TRANSACTION_UNSUPPORTED", InvalidInput, false;

@@ -201,6 +201,83 @@ backends::store_tests! {
         assert_eq!(view.nodes.get("Sub").map(String::as_str), Some("SUCCEEDED"));
     }
 
+    async fn a_conditional_catch_waits_until_another_branch_makes_its_condition_true(db) {
+        let rt = runtime(db.store.clone());
+        let body = [
+            r#"<bpmn:startEvent id="start"/>"#.to_string(),
+            r#"<bpmn:parallelGateway id="fork"/>"#.to_string(),
+            r#"<bpmn:intermediateCatchEvent id="until"><bpmn:conditionalEventDefinition><bpmn:condition>go == true</bpmn:condition></bpmn:conditionalEventDefinition></bpmn:intermediateCatchEvent>"#.to_string(),
+            task("Then"),
+            r#"<bpmn:intermediateCatchEvent id="later"><bpmn:timerEventDefinition><bpmn:timeDuration>PT1M</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:intermediateCatchEvent>"#.to_string(),
+            task("Set"),
+            flow("f1", "start", "fork"),
+            flow("f2", "fork", "until"),
+            flow("f3", "until", "Then"),
+            flow("f4", "fork", "later"),
+            flow("f5", "later", "Set"),
+        ]
+        .join("\n");
+        let vars = json!({"do": "echo", "go": false, "by-task": {"Set": {"do": "emit", "output": {"go": true}}}});
+        let view = run(&rt, &bpmn(&body), vars).await;
+        assert_eq!(view.state, "COMPLETED", "{:?}", view.error);
+        // Then ran only after Set made `go` true.
+        let order: Vec<&str> = view.attempts.iter().map(|a| a.task.as_str()).collect();
+        assert_eq!(order, vec!["Set", "Then"]);
+    }
+
+    async fn a_non_interrupting_conditional_boundary_fires_once_per_change_to_true(db) {
+        let rt = runtime(db.store.clone());
+        let body = [
+            r#"<bpmn:startEvent id="start"/>"#.to_string(),
+            r#"<bpmn:subProcess id="Sub">"#.to_string(),
+            r#"<bpmn:startEvent id="s"/>"#.to_string(),
+            task("Raise"),
+            r#"<bpmn:intermediateCatchEvent id="pause"><bpmn:timerEventDefinition><bpmn:timeDuration>PT1M</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:intermediateCatchEvent>"#.to_string(),
+            task("Higher"),
+            r#"<bpmn:endEvent id="e"/>"#.to_string(),
+            flow("s1", "s", "Raise"),
+            flow("s2", "Raise", "pause"),
+            flow("s3", "pause", "Higher"),
+            flow("s4", "Higher", "e"),
+            "</bpmn:subProcess>".to_string(),
+            r#"<bpmn:boundaryEvent id="High" attachedToRef="Sub" cancelActivity="false"><bpmn:conditionalEventDefinition><bpmn:condition>level &gt;= 1</bpmn:condition></bpmn:conditionalEventDefinition></bpmn:boundaryEvent>"#.to_string(),
+            task("Alarm"),
+            task("After"),
+            flow("f1", "start", "Sub"),
+            flow("f2", "Sub", "After"),
+            flow("f3", "High", "Alarm"),
+        ]
+        .join("\n");
+        let vars = json!({"do": "echo", "level": 0, "by-task": {
+            "Raise": {"do": "emit", "output": {"level": 1}},
+            "Higher": {"do": "emit", "output": {"level": 2}}
+        }});
+        let view = run(&rt, &bpmn(&body), vars).await;
+        assert_eq!(view.state, "COMPLETED", "{:?}", view.error);
+        // Still true after Higher: no second alarm.
+        assert_eq!(tasks(&view), vec!["After", "Alarm", "Higher", "Raise"]);
+    }
+
+    async fn an_interrupting_conditional_event_sub_process_ends_its_scope_when_its_condition_turns_true(db) {
+        let rt = runtime(db.store.clone());
+        let body = [
+            r#"<bpmn:startEvent id="start"/>"#.to_string(),
+            task("Stop"),
+            r#"<bpmn:intermediateCatchEvent id="wait"><bpmn:timerEventDefinition><bpmn:timeDuration>PT1H</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:intermediateCatchEvent>"#.to_string(),
+            task("Main"),
+            flow("f1", "start", "Stop"),
+            flow("f2", "Stop", "wait"),
+            flow("f3", "wait", "Main"),
+            event_sub("Halt", r#"<bpmn:conditionalEventDefinition><bpmn:condition>stop</bpmn:condition></bpmn:conditionalEventDefinition>"#, true, "H"),
+        ]
+        .join("\n");
+        let vars = json!({"do": "echo", "stop": false, "by-task": {"Stop": {"do": "emit", "output": {"stop": true}}}});
+        let view = run(&rt, &bpmn(&body), vars).await;
+        assert_eq!(view.state, "COMPLETED", "{:?}", view.error);
+        assert_eq!(tasks(&view), vec!["H", "Stop"]);
+        assert_eq!(view.nodes.get("wait").map(String::as_str), Some("CANCELLED"));
+    }
+
     async fn a_non_interrupting_escalation_event_sub_process_runs_beside_its_scope(db) {
         let rt = runtime(db.store.clone());
         let body = [
@@ -334,18 +411,22 @@ fn event_sub_process_mistakes_and_refusals_are_reported_at_load() {
         codes(&soft),
         vec!["SUTRA.CONFIG.BPMN.INVALID_ATTRIBUTE E_start"]
     );
-    // A conditional start: refused with its own code.
-    let conditional = format!(
-        "{main}\n{}",
-        event_sub(
-            "E",
-            r#"<bpmn:conditionalEventDefinition><bpmn:condition>x &gt; 1</bpmn:condition></bpmn:conditionalEventDefinition>"#,
-            true,
-            "H"
-        )
+    // A conditional start of the process itself: refused with its own code.
+    let conditional = main.replace(
+        r#"<bpmn:startEvent id="start"/>"#,
+        r#"<bpmn:startEvent id="start"><bpmn:conditionalEventDefinition><bpmn:condition>x &gt; 1</bpmn:condition></bpmn:conditionalEventDefinition></bpmn:startEvent>"#,
     );
     assert_eq!(
         codes(&conditional),
-        vec!["SUTRA.CONFIG.BPMN.CONDITIONAL_UNSUPPORTED E_start"]
+        vec!["SUTRA.CONFIG.BPMN.CONDITIONAL_UNSUPPORTED start"]
+    );
+    // A conditional event without its condition.
+    let bare = format!(
+        "{main}\n{}",
+        event_sub("E", r#"<bpmn:conditionalEventDefinition/>"#, true, "H")
+    );
+    assert_eq!(
+        codes(&bare),
+        vec!["SUTRA.CONFIG.BPMN.INVALID_ATTRIBUTE E_start"]
     );
 }

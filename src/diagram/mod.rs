@@ -298,6 +298,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 }
                 StartTrigger::Error { .. } => "<bpmn:errorEventDefinition/>",
                 StartTrigger::Escalation { .. } => "<bpmn:escalationEventDefinition/>",
+                StartTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
             };
             ("startEvent", n.name.clone(), String::new(), def.into())
         }
@@ -353,6 +354,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                     "<bpmn:timerEventDefinition/>"
                 }
                 CatchTrigger::Message(_) => "<bpmn:messageEventDefinition/>",
+                CatchTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
             };
             (
                 "intermediateCatchEvent",
@@ -367,6 +369,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 BoundaryTrigger::Timer(_) => "<bpmn:timerEventDefinition/>",
                 BoundaryTrigger::Message(_) => "<bpmn:messageEventDefinition/>",
                 BoundaryTrigger::Escalation { .. } => "<bpmn:escalationEventDefinition/>",
+                BoundaryTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
                 BoundaryTrigger::Compensation => "<bpmn:compensateEventDefinition/>",
             };
             let attrs = format!(

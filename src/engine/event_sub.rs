@@ -49,7 +49,11 @@ impl<'a> Machine<'a> {
         for start in starts {
             if matches!(
                 start.kind,
-                NodeKind::Start(StartTrigger::Timer(_) | StartTrigger::Message { .. })
+                NodeKind::Start(
+                    StartTrigger::Timer(_)
+                        | StartTrigger::Message { .. }
+                        | StartTrigger::Condition(_)
+                )
             ) {
                 self.listen(start, scope);
             }
@@ -70,6 +74,7 @@ impl<'a> Machine<'a> {
                 };
                 self.message_park(token, start, &m)
             }
+            NodeKind::Start(StartTrigger::Condition(_)) => Some(self.arm_condition(token, start)),
             _ => None,
         };
         match (park, self.snap.token_mut(token)) {
@@ -124,10 +129,12 @@ impl<'a> Machine<'a> {
     /// the next slot of its cycle. False when its timer is spent.
     fn relisten(&mut self, token: u64, fired: &Park, start: &Node) -> bool {
         let park = match (&start.kind, &fired.cycle) {
-            (NodeKind::Start(StartTrigger::Message { .. }), _) => Some(Park {
-                due: None,
-                ..fired.clone()
-            }),
+            (NodeKind::Start(StartTrigger::Message { .. } | StartTrigger::Condition(_)), _) => {
+                Some(Park {
+                    due: None,
+                    ..fired.clone()
+                })
+            }
             (NodeKind::Start(StartTrigger::Timer(TimerSpec::Cycle(c))), Some(state)) => {
                 let cu = c.catch_up(state.armed_at, Some(state.slot), self.inputs.now);
                 cu.next.map(|(slot, due)| Park {

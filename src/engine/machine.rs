@@ -81,6 +81,7 @@ impl<'a> Machine<'a> {
             parent: None,
             assigned: Default::default(),
             escalations: Vec::new(),
+            held: Default::default(),
         }
     }
 
@@ -575,7 +576,7 @@ impl<'a> Machine<'a> {
     fn run(&mut self) {
         loop {
             self.run_queue();
-            if self.fire_or_join() {
+            if self.fire_or_join() || self.fire_conditions() {
                 continue;
             }
             if !self.fail_if_stuck() {
@@ -687,6 +688,7 @@ impl<'a> Machine<'a> {
                     CatchTrigger::Timer(spec) => self.timer_park(token, node, spec),
                     CatchTrigger::Message(m) => self.message_park(token, node, m),
                     CatchTrigger::TimerFrom(from) => self.timer_from_park(token, node, from),
+                    CatchTrigger::Condition(c) => self.condition_park(token, node, c),
                 };
                 if let (Some(park), Some(t)) = (park, self.snap.token_mut(token)) {
                     t.status = TokenStatus::Waiting { park };

@@ -18,6 +18,7 @@
 mod channel;
 mod child;
 mod choice;
+mod condition;
 mod docflow;
 pub mod document;
 mod edit;

@@ -206,6 +206,9 @@ pub enum ParkKind {
     /// time, or none); the child's end makes it due with the child's
     /// outcome stored on its row.
     Child,
+    /// A conditional event's wait (engine/condition.rs): no due time, no
+    /// correlation; the engine re-evaluates its condition after every step.
+    Condition,
 }
 
 impl ParkKind {
@@ -217,6 +220,7 @@ impl ParkKind {
             ParkKind::Message => "message",
             ParkKind::Channel => "channel",
             ParkKind::Child => "child",
+            ParkKind::Condition => "condition",
         }
     }
 }
@@ -439,6 +443,10 @@ pub struct Snapshot {
     /// a child's are raised at its call activity when it ends.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escalations: Vec<String>,
+    /// The condition parks whose condition held at the last evaluation: a
+    /// conditional event fires when its condition *becomes* true.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub held: std::collections::BTreeSet<u64>,
 }
 
 impl Snapshot {

@@ -104,6 +104,13 @@ impl Process {
                 trigger: BoundaryTrigger::Message(m),
                 ..
             }) => m.correlation_key.as_ref(),
+            // Conditional events (re-evaluated after every step).
+            NodeKind::Catch(CatchTrigger::Condition(c))
+            | NodeKind::Start(StartTrigger::Condition(c))
+            | NodeKind::Boundary(BoundaryEvent {
+                trigger: BoundaryTrigger::Condition(c),
+                ..
+            }) => Some(c),
             _ => None,
         });
         let repeats = self.nodes.iter().flat_map(|n| match &n.kind {
@@ -190,7 +197,9 @@ impl Process {
             ),
             // An event sub-process's message start is a message wait (its timer
             // start is counted above).
-            NodeKind::Start(StartTrigger::Message { .. }) => n.scope.is_some(),
+            NodeKind::Start(StartTrigger::Message { .. } | StartTrigger::Condition(_)) => {
+                n.scope.is_some()
+            }
             _ => false,
         })
     }
@@ -450,6 +459,9 @@ pub enum StartTrigger {
     Escalation {
         codes: Option<Vec<String>>,
     },
+    /// The start of an event sub-process: the CEL condition becomes true
+    /// while its scope runs (`engine::condition`).
+    Condition(Expr),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -513,6 +525,9 @@ pub enum CatchTrigger {
     Message(MessageRef),
     /// A timer whose due time is read from the token's document when it is armed.
     TimerFrom(TimerFrom),
+    /// A conditional event: waits until the CEL condition holds over the
+    /// variables (re-evaluated at the end of every step, `engine::condition`).
+    Condition(Expr),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -555,6 +570,9 @@ pub enum BoundaryTrigger {
     Escalation {
         codes: Option<Vec<String>>,
     },
+    /// Fires when the CEL condition becomes true (re-evaluated at the end
+    /// of every step while the activity runs, `engine::condition`).
+    Condition(Expr),
     /// A compensation boundary: never fires. It marks its activity's
     /// compensator (the target of the activity's compensation flow) as one
     /// that only a compensate throw runs (BPMN): an uncaught failure does

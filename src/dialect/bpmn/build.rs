@@ -526,6 +526,7 @@ impl<'d> Builder<'d> {
             | Def::Terminate(d)
             | Def::Escalation(d)
             | Def::Compensate(d)
+            | Def::Conditional(d)
             | Def::Unsupported(d, _) => d,
             Def::None => el,
         };
@@ -584,6 +585,7 @@ impl<'d> Builder<'d> {
                 | Def::Terminate(..)
                 | Def::Escalation(..)
                 | Def::Compensate(..)
+                | Def::Conditional(..)
                 | Def::Unsupported(..)) => self.unsupported_def(
                     el,
                     scope,
@@ -636,6 +638,7 @@ impl<'d> Builder<'d> {
             | Def::Terminate(..)
             | Def::Escalation(..)
             | Def::Compensate(..)
+            | Def::Conditional(..)
             | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
@@ -675,7 +678,10 @@ impl<'d> Builder<'d> {
                 code: self.thrown_escalation(d, el),
             },
             Def::Compensate(d) => EndKind::Compensate(self.compensate_throw(d, el)),
-            def @ (Def::Timer(..) | Def::Message(..) | Def::Unsupported(..)) => {
+            def @ (Def::Timer(..)
+            | Def::Message(..)
+            | Def::Conditional(..)
+            | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
                     scope,
@@ -732,6 +738,7 @@ impl<'d> Builder<'d> {
         let trigger = match def {
             Def::Timer(d) => CatchTrigger::Timer(self.timer(d, el)),
             Def::Message(d) => CatchTrigger::Message(self.message_ref(el, d, &qs)),
+            Def::Conditional(d) => CatchTrigger::Condition(self.event_condition(d, el)),
             Def::None => {
                 return self.unsupported(
                     el,
@@ -748,7 +755,7 @@ impl<'d> Builder<'d> {
                     el,
                     scope,
                     def,
-                    "an intermediate catch event waits for a timer or a message",
+                    "an intermediate catch event waits for a timer, a message or a condition",
                 )
             }
         };
@@ -774,6 +781,7 @@ impl<'d> Builder<'d> {
             | Def::Message(..)
             | Def::Error(..)
             | Def::Terminate(..)
+            | Def::Conditional(..)
             | Def::Unsupported(..)) => self.unsupported_def(
                 el,
                 scope,
@@ -835,6 +843,7 @@ impl<'d> Builder<'d> {
                 codes: self.caught_escalation(d, el),
             },
             Def::Compensate(_) => BoundaryTrigger::Compensation,
+            Def::Conditional(d) => BoundaryTrigger::Condition(self.event_condition(d, el)),
             Def::None => {
                 return self.unsupported(
                     el,
@@ -847,7 +856,7 @@ impl<'d> Builder<'d> {
                     el,
                     scope,
                     def,
-                    "a boundary event catches an error, a timer, a message or an escalation, or marks a compensation",
+                    "a boundary event catches an error, a timer, a message, an escalation or a condition, or marks a compensation",
                 )
             }
         };

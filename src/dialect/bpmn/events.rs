@@ -75,6 +75,7 @@ pub enum Def<'d> {
     Terminate(&'d Element),
     Escalation(&'d Element),
     Compensate(&'d Element),
+    Conditional(&'d Element),
     /// Anything else: named in the diagnostic.
     Unsupported(&'d Element, &'static str),
 }
@@ -109,6 +110,7 @@ pub fn definition_with<'d>(event: &'d Element, shared: &HashMap<&'d str, &'d Ele
             "terminateEventDefinition" => Def::Terminate(d),
             "escalationEventDefinition" => Def::Escalation(d),
             "compensateEventDefinition" => Def::Compensate(d),
+            "conditionalEventDefinition" => Def::Conditional(d),
             "eventDefinitionRef" => {
                 Def::Unsupported(d, "a shared event definition (eventDefinitionRef)")
             }
@@ -130,6 +132,7 @@ impl Def<'_> {
             | Def::Terminate(d)
             | Def::Escalation(d)
             | Def::Compensate(d)
+            | Def::Conditional(d)
             | Def::Unsupported(d, _) => {
                 let name = def_name(d);
                 let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {

@@ -253,3 +253,30 @@ fn an_uncaught_failure_does_not_unwind_explicitly_compensated_activities() {
     assert!(r.snap.unwind.is_none());
     assert_eq!(state(&r, "a"), Some(NodeState::Succeeded));
 }
+
+#[test]
+fn a_conditional_event_sub_process_fires_once_each_time_its_condition_becomes_true() {
+    let cond = Expr::parse_condition("x >= 1").unwrap();
+    let p = with_event_sub(StartTrigger::Condition(cond), false);
+    let mut r = Run::start(&p, json!({"x": 0}), t0());
+    assert!(r.attempts().is_empty());
+    let edit = |r: &mut Run<'_>, x: i64| {
+        let mut set = serde_json::Map::new();
+        set.insert("x".into(), json!(x));
+        r.apply(
+            Event::EditVariables {
+                set,
+                unset: vec![],
+                by: None,
+            },
+            t0(),
+        );
+        nodes_run(r)
+    };
+    assert_eq!(edit(&mut r, 1), vec!["h"], "false → true fires");
+    finish(&mut r, "h", completed(json!({})));
+    assert!(edit(&mut r, 2).is_empty(), "still true: no second start");
+    assert!(edit(&mut r, 0).is_empty());
+    assert_eq!(edit(&mut r, 5), vec!["h"], "true again fires again");
+    assert_eq!(state(&r, "wait"), Some(NodeState::Running));
+}

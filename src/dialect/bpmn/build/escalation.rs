@@ -1,6 +1,7 @@
 //! Escalation events (throw: intermediate and end; catch: boundary, and the
 //! start of an event sub-process), and the refusals with a code of their
-//! own: conditional events, transaction sub-processes and cancel events.
+//! own: a conditional start of a process, transaction sub-processes and
+//! cancel events.
 //!
 //! An escalation is named by its `escalationCode` (else the escalation
 //! element's id); a catcher without `escalationRef` catches any.
@@ -16,9 +17,7 @@ use crate::model::NodeIx;
 /// conditional and cancel events have codes of their own (docs/bpmn.md).
 pub(super) fn refusal_code(def: Def<'_>) -> Code {
     match def {
-        Def::Unsupported(d, _) if d.local == "conditionalEventDefinition" => {
-            Code::BpmnConditionalUnsupported
-        }
+        Def::Conditional(_) => Code::BpmnConditionalUnsupported,
         Def::Unsupported(d, _) if d.local == "cancelEventDefinition" => {
             Code::BpmnTransactionUnsupported
         }

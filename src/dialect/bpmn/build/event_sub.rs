@@ -3,16 +3,16 @@
 //! flow) whose single start event carries the trigger — timer, message,
 //! error or escalation (`StartTrigger`); `isInterrupting` on that start
 //! event (BPMN's default `true`) makes the node interrupting. Error starts
-//! always interrupt (BPMN). A signal start is refused until signals exist
-//! (`SUTRA.CONFIG.BPMN.UNSUPPORTED_ELEMENT`); conditional starts are refused
-//! with `SUTRA.CONFIG.BPMN.CONDITIONAL_UNSUPPORTED`.
+//! always interrupt (BPMN); a conditional start (`StartTrigger::Condition`)
+//! is watched by `engine::condition`. A signal start is refused until
+//! signals exist (`SUTRA.CONFIG.BPMN.UNSUPPORTED_ELEMENT`).
 
 use super::{err, Builder};
 use crate::codes::Code;
 use crate::dialect::bpmn::events::{self, Def};
 use crate::dialect::bpmn::ext::{self, describe};
 use crate::dialect::bpmn::xml::Element;
-use crate::model::{NodeIx, NodeKind, StartTrigger};
+use crate::model::{Expr, NodeIx, NodeKind, StartTrigger};
 
 impl<'d> Builder<'d> {
     /// Whether `scope` is an event sub-process.
@@ -120,6 +120,7 @@ impl<'d> Builder<'d> {
             Def::Escalation(d) => StartTrigger::Escalation {
                 codes: self.caught_escalation(d, el),
             },
+            Def::Conditional(d) => StartTrigger::Condition(self.event_condition(d, el)),
             Def::None => {
                 return self.unsupported(
                     el,
@@ -137,6 +138,28 @@ impl<'d> Builder<'d> {
             }
         };
         self.node(el, scope, NodeKind::Start(trigger));
+    }
+
+    /// The CEL condition of a `conditionalEventDefinition` (its
+    /// `<condition>`, parsed like a flow's); a missing or bad one is
+    /// reported and stands as `false`.
+    pub(super) fn event_condition(&mut self, def: &Element, el: &Element) -> Expr {
+        let parsed = match def.bpmn_child("condition") {
+            Some(c) => self.condition(el, c),
+            None => {
+                self.diags.push(err(
+                    Code::BpmnInvalidAttribute,
+                    def,
+                    format!(
+                        "the conditional definition of {} needs a <condition>: a CEL expression over the variables",
+                        describe(el)
+                    ),
+                ).element(el.label()));
+                None
+            }
+        };
+        // The load already failed: any condition stands in (`false` always parses).
+        parsed.unwrap_or_else(|| Expr::parse_condition("false").expect("`false` parses"))
     }
 
     /// An event sub-process has no sequence flow in or out (BPMN).
