@@ -3,7 +3,8 @@
 //! message event sub-process fires while a timer waits, after a
 //! non-interrupting timer event sub-process ran, and a
 //! compensate throw whose handlers run one at a time, one of them retried
-//! after a backoff. An uncrashed run counts its commits; then for every
+//! after a backoff, and conditional events (a catch and a non-interrupting
+//! boundary) waiting on condition parks across a timer. An uncrashed run counts its commits; then for every
 //! commit k and each side of it a `sutra serve` with
 //! `SUTRA_CRASH_AT_COMMIT=k:before|after` is driven until the failpoint
 //! aborts it, restarted without it, driven to its end, and must end exactly
@@ -35,6 +36,7 @@ fn bpmn(body: &str) -> String {
 enum Feature {
     EventSubProcess,
     Compensation,
+    Conditional,
 }
 
 impl Feature {
@@ -82,6 +84,52 @@ impl Feature {
                 ),
                 "p",
                 json!({"do": "echo"}),
+            ),
+            // A conditional catch waits (a condition park) until `set`, after
+            // a timer, makes `ready` true; a non-interrupting conditional
+            // boundary on the sub-process fires once on the way.
+            Feature::Conditional => (
+                bpmn(
+                    r#"<bpmn:process id="p" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:parallelGateway id="fork"/>
+    <bpmn:intermediateCatchEvent id="until">
+      <bpmn:conditionalEventDefinition><bpmn:condition>ready</bpmn:condition></bpmn:conditionalEventDefinition>
+    </bpmn:intermediateCatchEvent>
+    <bpmn:serviceTask id="then" implementation="registered:chaos">
+      <bpmn:extensionElements><q:io resultPath="$.out"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:subProcess id="sub">
+      <bpmn:startEvent id="s"/>
+      <bpmn:intermediateCatchEvent id="later">
+        <bpmn:timerEventDefinition><bpmn:timeDuration>PT2S</bpmn:timeDuration></bpmn:timerEventDefinition>
+      </bpmn:intermediateCatchEvent>
+      <bpmn:serviceTask id="set" implementation="registered:chaos"/>
+      <bpmn:intermediateCatchEvent id="linger">
+        <bpmn:timerEventDefinition><bpmn:timeDuration>PT2S</bpmn:timeDuration></bpmn:timerEventDefinition>
+      </bpmn:intermediateCatchEvent>
+      <bpmn:endEvent id="e"/>
+      <bpmn:sequenceFlow id="s1" sourceRef="s" targetRef="later"/>
+      <bpmn:sequenceFlow id="s2" sourceRef="later" targetRef="set"/>
+      <bpmn:sequenceFlow id="s3" sourceRef="set" targetRef="linger"/>
+      <bpmn:sequenceFlow id="s4" sourceRef="linger" targetRef="e"/>
+    </bpmn:subProcess>
+    <bpmn:boundaryEvent id="watch" attachedToRef="sub" cancelActivity="false">
+      <bpmn:conditionalEventDefinition><bpmn:condition>ready</bpmn:condition></bpmn:conditionalEventDefinition>
+    </bpmn:boundaryEvent>
+    <bpmn:serviceTask id="seen" implementation="registered:chaos">
+      <bpmn:extensionElements><q:io resultPath="$.seen"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="fork"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="fork" targetRef="until"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="until" targetRef="then"/>
+    <bpmn:sequenceFlow id="f4" sourceRef="fork" targetRef="sub"/>
+    <bpmn:sequenceFlow id="f5" sourceRef="watch" targetRef="seen"/>
+  </bpmn:process>"#,
+                ),
+                "p",
+                json!({"do": "echo", "ready": false,
+                       "by-task": {"set": {"do": "emit", "output": {"ready": true}}}}),
             ),
             // reserve and charge complete; the throw compensates charge
             // (refund fails once, then succeeds after its backoff), then
@@ -361,6 +409,11 @@ async fn both(feature: Feature) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_at_any_commit_of_event_sub_processes() {
     both(Feature::EventSubProcess).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_at_any_commit_of_conditional_events() {
+    both(Feature::Conditional).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
