@@ -337,6 +337,11 @@ codes! {
     BpmnForeignExtension => "SUTRA.CONFIG.BPMN.FOREIGN_EXTENSION_IGNORED", InvalidInput, false;
     /// Info: a process is not executable and loads for inspection only.
     BpmnNotExecutable => "SUTRA.CONFIG.BPMN.NOT_EXECUTABLE", InvalidInput, false;
+    /// A conditional start event of a process: refused (docs/bpmn.md says
+    /// why; conditional catches, boundaries and event sub-process starts run).
+    BpmnConditionalUnsupported => "SUTRA.CONFIG.BPMN.CONDITIONAL_UNSUPPORTED", InvalidInput, false;
+    /// A transaction sub-process or a cancel event: refused (docs/bpmn.md says why).
+    BpmnTransactionUnsupported => "SUTRA.CONFIG.BPMN.TRANSACTION_UNSUPPORTED", InvalidInput, false;
 
     // ---- The HX dialect (HX-*; seed 002) ----
     /// The document is not an HX workflow (the root is not `<workflow>`, or it has no id).

@@ -69,7 +69,13 @@ fn assert_invariants(p: &Process) {
         assert_eq!(node.ix.0 as usize, i);
         if let Some(s) = node.scope {
             assert!(
-                s.0 < n && matches!(p.node(s).kind, NodeKind::SubProcess | NodeKind::Fanout(_)),
+                s.0 < n
+                    && matches!(
+                        p.node(s).kind,
+                        NodeKind::SubProcess
+                            | NodeKind::Fanout(_)
+                            | NodeKind::EventSubProcess { .. }
+                    ),
                 "{}: bad scope",
                 node.id
             );

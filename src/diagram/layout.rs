@@ -66,12 +66,16 @@ fn leaf_size(node: &crate::model::Node) -> (f64, f64) {
         | NodeKind::ParallelGateway
         | NodeKind::InclusiveGateway => (50.0, 50.0),
         NodeKind::Pass { .. } if super::pass_is_event(node) => (36.0, 36.0),
+        NodeKind::Escalate { .. } | NodeKind::Compensate(_) => (36.0, 36.0),
         _ => (100.0, 80.0),
     }
 }
 
 fn is_container(kind: &NodeKind) -> bool {
-    matches!(kind, NodeKind::SubProcess | NodeKind::Fanout(_))
+    matches!(
+        kind,
+        NodeKind::SubProcess | NodeKind::Fanout(_) | NodeKind::EventSubProcess { .. }
+    )
 }
 
 struct Ctx<'a> {
@@ -346,6 +350,19 @@ impl Ctx<'_> {
                 keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                 rows[l] = keyed.into_iter().map(|(_, _, k)| k).collect();
                 index(&rows, &mut pos);
+            }
+        }
+        // A compensator sits right below its activity, so that its flow runs
+        // straight down through nothing else (two compensated activities in
+        // one column: BPMN compensation).
+        for row in rows.iter_mut() {
+            let comps: Vec<usize> = row.iter().copied().filter(|&k| is_comp(k)).collect();
+            row.retain(|&k| !is_comp(k));
+            for c in comps {
+                let at = compensates[c]
+                    .and_then(|s| row.iter().position(|&k| k == s))
+                    .map_or(row.len(), |i| i + 1);
+                row.insert(at, c);
             }
         }
         // Coordinates: columns as wide as their widest node, rows centred.

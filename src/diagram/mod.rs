@@ -199,7 +199,10 @@ pub fn export(p: &Process) -> String {
     for n in &p.nodes {
         let b = lay.nodes[n.ix.0 as usize];
         let id = &ids.nodes[n.ix.0 as usize];
-        let expanded = if matches!(n.kind, NodeKind::SubProcess | NodeKind::Fanout(_)) {
+        let expanded = if matches!(
+            n.kind,
+            NodeKind::SubProcess | NodeKind::Fanout(_) | NodeKind::EventSubProcess { .. }
+        ) {
             " isExpanded=\"true\""
         } else {
             ""
@@ -293,6 +296,9 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 StartTrigger::Message { .. } | StartTrigger::Source { .. } => {
                     "<bpmn:messageEventDefinition/>"
                 }
+                StartTrigger::Error { .. } => "<bpmn:errorEventDefinition/>",
+                StartTrigger::Escalation { .. } => "<bpmn:escalationEventDefinition/>",
+                StartTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
             };
             ("startEvent", n.name.clone(), String::new(), def.into())
         }
@@ -301,6 +307,8 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 EndKind::None => "",
                 EndKind::Error { .. } => "<bpmn:errorEventDefinition/>",
                 EndKind::Terminate => "<bpmn:terminateEventDefinition/>",
+                EndKind::Escalation { .. } => "<bpmn:escalationEventDefinition/>",
+                EndKind::Compensate(_) => "<bpmn:compensateEventDefinition/>",
             };
             let label = n.name.clone().or_else(|| match e {
                 EndKind::Error { code, .. } => Some(code.clone()),
@@ -347,6 +355,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                     "<bpmn:timerEventDefinition/>"
                 }
                 CatchTrigger::Message(_) => "<bpmn:messageEventDefinition/>",
+                CatchTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
             };
             (
                 "intermediateCatchEvent",
@@ -360,6 +369,9 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 BoundaryTrigger::Error { .. } => "<bpmn:errorEventDefinition/>",
                 BoundaryTrigger::Timer(_) => "<bpmn:timerEventDefinition/>",
                 BoundaryTrigger::Message(_) => "<bpmn:messageEventDefinition/>",
+                BoundaryTrigger::Escalation { .. } => "<bpmn:escalationEventDefinition/>",
+                BoundaryTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
+                BoundaryTrigger::Compensation => "<bpmn:compensateEventDefinition/>",
             };
             let attrs = format!(
                 " attachedToRef=\"{}\" cancelActivity=\"{}\"",
@@ -403,6 +415,24 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
             format!(" calledElement=\"{}\"", esc(process)),
             String::new(),
         ),
+        NodeKind::Escalate { .. } => (
+            "intermediateThrowEvent",
+            n.name.clone(),
+            String::new(),
+            "<bpmn:escalationEventDefinition/>".into(),
+        ),
+        NodeKind::Compensate(_) => (
+            "intermediateThrowEvent",
+            n.name.clone(),
+            String::new(),
+            "<bpmn:compensateEventDefinition/>".into(),
+        ),
+        NodeKind::EventSubProcess { .. } => (
+            "subProcess",
+            Some(task_label()),
+            " triggeredByEvent=\"true\"".into(),
+            String::new(),
+        ),
     };
     // A States-language state's id, and an HX node's, is the name its
     // author gave it: shown when the node has no other (a Choice, a
@@ -417,7 +447,10 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
     }
     let _ = write!(x, " sutra:node=\"{}\"{attrs}>", esc(&n.id));
     x.push_str(&inner);
-    if matches!(n.kind, NodeKind::SubProcess | NodeKind::Fanout(_)) {
+    if matches!(
+        n.kind,
+        NodeKind::SubProcess | NodeKind::Fanout(_) | NodeKind::EventSubProcess { .. }
+    ) {
         x.push('\n');
         scope(p, ids, Some(n.ix), depth + 1, x);
         x.push_str(&pad);

@@ -84,6 +84,10 @@ pub struct ChildOutcome {
     pub output: Map<String, Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<InstanceError>,
+    /// The escalations it threw and did not catch (`Snapshot::escalations`):
+    /// a BPMN call activity raises them when the child ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalations: Vec<String>,
 }
 
 impl ChildOutcome {
@@ -94,6 +98,7 @@ impl ChildOutcome {
             state: snap.state,
             output: snap.variables.clone(),
             error: snap.error.clone(),
+            escalations: snap.escalations.clone(),
         }
     }
 
@@ -110,6 +115,7 @@ impl ChildOutcome {
                 cause: None,
                 compensation_failures: Vec::new(),
             }),
+            escalations: Vec::new(),
         }
     }
 
@@ -427,6 +433,19 @@ impl<'a> Machine<'a> {
             json!({ "attempt": state.attempt, "child": outcome.instance, "state": outcome.state.as_str(), "outcome": label, "code": code, "message": message }),
         );
         let Some((name, message, wrapper)) = failure else {
+            if business {
+                // The child's uncaught escalations reach the call activity
+                // (engine::escalation): its boundaries, then outward.
+                for code in &outcome.escalations {
+                    if !self.escalation_boundary(token, node, code, &node.id) {
+                        let scope = self.snap.token(token).and_then(|t| t.scope);
+                        self.route_escalation(scope, code, &node.id);
+                    }
+                    if self.snap.token(token).is_none() || self.snap.state.is_terminal() {
+                        return; // an interrupting catcher ended the call
+                    }
+                }
+            }
             let output = Value::Object(outcome.output);
             if node.data.is_some() {
                 self.doc_task_completed(token, node, output);

@@ -80,6 +80,8 @@ impl<'a> Machine<'a> {
             ended_at: None,
             parent: None,
             assigned: Default::default(),
+            escalations: Vec::new(),
+            held: Default::default(),
         }
     }
 
@@ -133,6 +135,7 @@ impl<'a> Machine<'a> {
             .as_ref()
             .map(|_| super::document::input_document(&new.variables));
         m.spawn_doc(start.ix, None, None, doc);
+        m.arm_event_subs(None, None);
         m.run();
         Ok(m.finish())
     }
@@ -168,6 +171,7 @@ impl<'a> Machine<'a> {
             .as_ref()
             .map(|_| Value::Object(new.variables.clone()));
         m.spawn_doc(n.ix, None, None, doc);
+        m.arm_event_subs(None, None);
         m.run();
         Ok(m.finish())
     }
@@ -442,13 +446,21 @@ impl<'a> Machine<'a> {
     }
 
     pub(super) fn complete_scope_if_empty(&mut self, scope: Option<u64>) {
-        if self.snap.state.is_terminal() || self.snap.tokens.iter().any(|t| t.scope == scope) {
+        // Event sub-process listeners do not keep a scope alive (event_sub.rs).
+        if self.snap.state.is_terminal()
+            || self
+                .snap
+                .tokens
+                .iter()
+                .any(|t| t.scope == scope && !self.is_listener(t))
+        {
             return;
         }
-        if self.snap.unwind.is_some() {
+        if self.snap.unwind.as_ref().is_some_and(|u| u.is_failure()) {
             // The unwind ends the instance itself (unwind.rs).
             return;
         }
+        self.withdraw_listeners(scope);
         if let Some(j) = self.snap.joins.iter().find(|j| j.scope == scope).cloned() {
             // Nothing is left to decide the join's other flows.
             self.snap.joins.retain(|x| x != &j);
@@ -536,11 +548,13 @@ impl<'a> Machine<'a> {
                 self.set_state(n, NodeState::Failed);
             }
         }
-        if self.snap.unwind.is_some() {
+        if self.snap.unwind.as_ref().is_some_and(|u| u.is_failure()) {
             // A failure while unwinding fails the compensation in progress.
             self.unwind_failure(code, message, cause);
             return;
         }
+        // A compensate throw's compensation in progress ends with the instance.
+        self.snap.unwind = None;
         self.snap.error = Some(InstanceError {
             code: code.to_string(),
             message,
@@ -562,7 +576,7 @@ impl<'a> Machine<'a> {
     fn run(&mut self) {
         loop {
             self.run_queue();
-            if self.fire_or_join() {
+            if self.fire_or_join() || self.fire_conditions() {
                 continue;
             }
             if !self.fail_if_stuck() {
@@ -643,6 +657,8 @@ impl<'a> Machine<'a> {
                             }
                         }
                     }
+                    EndKind::Escalation { code } => self.escalate(token, node, code),
+                    EndKind::Compensate(throw) => self.compensate_throw(token, node, throw),
                     EndKind::Error { code, message } => {
                         let scope = self.snap.token(token).and_then(|t| t.scope);
                         self.discard(token);
@@ -672,6 +688,7 @@ impl<'a> Machine<'a> {
                     CatchTrigger::Timer(spec) => self.timer_park(token, node, spec),
                     CatchTrigger::Message(m) => self.message_park(token, node, m),
                     CatchTrigger::TimerFrom(from) => self.timer_from_park(token, node, from),
+                    CatchTrigger::Condition(c) => self.condition_park(token, node, c),
                 };
                 if let (Some(park), Some(t)) = (park, self.snap.token_mut(token)) {
                     t.status = TokenStatus::Waiting { park };
@@ -681,6 +698,10 @@ impl<'a> Machine<'a> {
                 }
             }
             NodeKind::Fanout(_) => self.fanout_enter(token, 1, Vec::new()),
+            NodeKind::Escalate { code } => self.escalate(token, node, code),
+            NodeKind::Compensate(throw) => self.compensate_throw(token, node, throw),
+            // Never entered along a flow: started by its trigger (event_sub.rs).
+            NodeKind::EventSubProcess { .. } => self.consume(token),
             // A process call starts a child and waits for it (child.rs).
             NodeKind::CallProcess { .. } => {
                 self.arm_boundaries(token, node);
@@ -692,6 +713,7 @@ impl<'a> Machine<'a> {
                     t.status = TokenStatus::InSubProcess;
                 }
                 self.arm_boundaries(token, node);
+                self.arm_event_subs(Some(token), Some(node.ix));
                 let starts: Vec<NodeIx> = self
                     .process
                     .starts_in(Some(node.ix))
@@ -908,11 +930,20 @@ impl<'a> Machine<'a> {
             }
         }
         let mut current = at;
+        // An error out of an event sub-process skips its scope's event sub-processes.
+        let mut from_event_sub = false;
         while let Some(tok) = current {
+            if !from_event_sub
+                && raised.failure.is_none()
+                && self.event_sub_catches_error(Some(tok), &raised.code, origin)
+            {
+                return;
+            }
             if self.branch_absorbs(tok, &raised) || self.fanout_retry(tok, &raised) {
                 return;
             }
             let Some(node) = self.node_of(tok) else { break };
+            from_event_sub = matches!(node.kind, NodeKind::EventSubProcess { .. });
             for &b in &node.boundaries {
                 let bnode = self.process.node(b);
                 let NodeKind::Boundary(ev) = &bnode.kind else {
@@ -981,6 +1012,12 @@ impl<'a> Machine<'a> {
                 return;
             }
             current = self.snap.token(tok).and_then(|t| t.scope);
+        }
+        if !from_event_sub
+            && raised.failure.is_none()
+            && self.event_sub_catches_error(None, &raised.code, origin)
+        {
+            return;
         }
         let cause = raised.failure.clone();
         let message = match &raised.details {

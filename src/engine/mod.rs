@@ -18,9 +18,12 @@
 mod channel;
 mod child;
 mod choice;
+mod condition;
 mod docflow;
 pub mod document;
 mod edit;
+mod escalation;
+mod event_sub;
 mod fanout;
 mod flow;
 mod intrinsics;

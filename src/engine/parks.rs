@@ -85,8 +85,11 @@ impl<'a> Machine<'a> {
                 continue;
             };
             let park = match &ev.trigger {
-                BoundaryTrigger::Error { .. } => None,
+                BoundaryTrigger::Error { .. }
+                | BoundaryTrigger::Escalation { .. }
+                | BoundaryTrigger::Compensation => None,
                 BoundaryTrigger::Timer(spec) => self.timer_park(token, bnode, spec),
+                BoundaryTrigger::Condition(_) => Some(self.arm_condition(token, bnode)),
                 BoundaryTrigger::Message(m) => self.message_park(token, bnode, m),
             };
             if let (Some(p), Some(t)) = (park, self.snap.token_mut(token)) {
@@ -134,11 +137,11 @@ impl<'a> Machine<'a> {
             }
             ParkKind::Channel => self.call_timed_out(park.token, seq),
             ParkKind::Child => self.child_timed_out(park.token, seq),
-            ParkKind::Timer | ParkKind::Message => {
-                let kind = if park.kind == ParkKind::Timer {
-                    "timer_fired"
-                } else {
-                    "message_received"
+            ParkKind::Timer | ParkKind::Message | ParkKind::Condition => {
+                let kind = match park.kind {
+                    ParkKind::Timer => "timer_fired",
+                    ParkKind::Message => "message_received",
+                    _ => "condition_met",
                 };
                 self.journal(kind, Some(&node.id), json!({ "token": park.token }));
                 match &node.kind {
@@ -160,6 +163,8 @@ impl<'a> Machine<'a> {
                         }
                         self.spawn(node.ix, scope, None);
                     }
+                    // An event sub-process's listener (event_sub.rs).
+                    NodeKind::Start(_) => self.event_sub_fired(park.token, &park, node),
                     _ => {}
                 }
             }
@@ -173,7 +178,7 @@ impl<'a> Machine<'a> {
             return;
         };
         let park = match (&ev.trigger, &fired.cycle) {
-            (BoundaryTrigger::Message(_), _) => Some(Park {
+            (BoundaryTrigger::Message(_) | BoundaryTrigger::Condition(_), _) => Some(Park {
                 due: None,
                 ..fired.clone()
             }),

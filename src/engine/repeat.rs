@@ -291,6 +291,8 @@ impl<'a> Machine<'a> {
             Some(&node.id),
             json!({ "slot": slot, "token": b }),
         );
+        // A multi-instance sub-process's event sub-processes, per iteration.
+        self.arm_event_subs(Some(b), Some(branch));
         let starts: Vec<_> = self
             .process
             .starts_in(Some(branch))

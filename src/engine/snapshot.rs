@@ -175,6 +175,18 @@ pub struct Unwind {
     /// Compensated so far, in order.
     pub done: Vec<String>,
     pub failed: Vec<CompensationFailure>,
+    /// The tokens of compensate throw events waiting for this compensation
+    /// (they go on when it ends); empty for the unwind of an uncaught
+    /// failure, which ends the instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resume: Vec<u64>,
+}
+
+impl Unwind {
+    /// The unwind of an uncaught failure (not a compensate throw's).
+    pub fn is_failure(&self) -> bool {
+        self.resume.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,6 +206,9 @@ pub enum ParkKind {
     /// time, or none); the child's end makes it due with the child's
     /// outcome stored on its row.
     Child,
+    /// A conditional event's wait (engine/condition.rs): no due time, no
+    /// correlation; the engine re-evaluates its condition after every step.
+    Condition,
 }
 
 impl ParkKind {
@@ -205,6 +220,7 @@ impl ParkKind {
             ParkKind::Message => "message",
             ParkKind::Channel => "channel",
             ParkKind::Child => "child",
+            ParkKind::Condition => "condition",
         }
     }
 }
@@ -423,6 +439,14 @@ pub struct Snapshot {
     /// token of a Parallel branch or Map iteration (`engine::variables`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub assigned: BTreeMap<u64, Map<String, Value>>,
+    /// The escalation codes thrown and caught by nobody (engine::escalation):
+    /// a child's are raised at its call activity when it ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalations: Vec<String>,
+    /// The condition parks whose condition held at the last evaluation: a
+    /// conditional event fires when its condition *becomes* true.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
+    pub held: std::collections::BTreeSet<u64>,
 }
 
 impl Snapshot {

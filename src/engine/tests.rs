@@ -994,4 +994,5 @@ fn a_stored_v1_snapshot_still_loads_and_resumes() {
 }
 
 mod boundaries_and_joins;
+mod events;
 mod flow;

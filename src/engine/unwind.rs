@@ -14,6 +14,17 @@
 //! and the unwind goes on. At the end the instance is COMPENSATED if every
 //! compensator succeeded, else FAILED; its error stays the original failure.
 //!
+//! **Compensate throws** (BPMN's intermediate and end compensate events,
+//! [`Machine::compensate_throw`]) use the same machinery: the completed
+//! activities of the throw's scope (or the one it names) that have a
+//! compensator — and, for a completed sub-process without one, its own
+//! completed children, recursively — are compensated one at a time, newest
+//! completion first, while the throw's token waits (`Unwind::resume`); then
+//! it goes on and the instance runs as before. Nothing else is cancelled.
+//! A failed handler is recorded as above and the others still run. An
+//! activity with a compensation boundary (`Process::explicit_compensation`)
+//! is compensated only by a throw, never by a failure's unwind.
+//!
 //! Invariants: the unwind lives in the snapshot (`Snapshot::unwind`), so a
 //! restart resumes it where the last commit left it; a compensation is popped
 //! from `pending` when its compensator starts and recorded in `done` or
@@ -22,8 +33,9 @@
 
 use super::machine::{Machine, Raised};
 use super::snapshot::{Compensation, CompensationFailure, NodeState, Unwind};
-use super::{AttemptRecord, Cause, Effect, InstanceState};
+use super::{AttemptRecord, Cause, Effect, InstanceState, TokenStatus};
 use crate::codes::Code;
+use crate::model::{CompensateThrow, Node, NodeIx, NodeKind};
 use serde_json::{json, Map, Value};
 use std::collections::HashSet;
 
@@ -43,6 +55,9 @@ impl Machine<'_> {
             let Some(node) = self.process.find(id) else {
                 continue;
             };
+            if self.process.explicit_compensation(node.ix) {
+                continue;
+            }
             if let Some(c) = self.process.compensator(node.ix) {
                 pending.push(Compensation {
                     node: id.clone(),
@@ -79,6 +94,7 @@ impl Machine<'_> {
             current: None,
             done: Vec::new(),
             failed: Vec::new(),
+            resume: Vec::new(),
         });
         self.next_compensation();
         true
@@ -89,6 +105,14 @@ impl Machine<'_> {
         let Some(u) = self.snap.unwind.as_mut() else {
             return;
         };
+        if u.pending.is_empty() && !u.is_failure() {
+            let resume = std::mem::take(&mut u.resume);
+            self.snap.unwind = None;
+            for t in resume {
+                self.throw_compensated(t);
+            }
+            return;
+        }
         if u.pending.is_empty() {
             u.current = None;
             let failed = u.failed.clone();
@@ -230,5 +254,112 @@ impl Machine<'_> {
         }
         self.discard(token);
         self.next_compensation();
+    }
+}
+
+impl<'a> Machine<'a> {
+    /// The token at compensate throw `node` compensates what `throw` names
+    /// (see the module doc) and waits for it.
+    pub(super) fn compensate_throw(&mut self, token: u64, node: &'a Node, throw: &CompensateThrow) {
+        // A throw inside an event sub-process compensates the scope around it.
+        let mut scope = node.scope;
+        if let Some(s) =
+            scope.filter(|&s| matches!(self.process.node(s).kind, NodeKind::EventSubProcess { .. }))
+        {
+            scope = self.process.node(s).scope;
+        }
+        let mut pending = Vec::new();
+        let mut seen = HashSet::new();
+        match throw.activity {
+            Some(a) => {
+                let scope = self.process.node(a).scope;
+                self.collect_compensations(scope, Some(a), &mut seen, &mut pending);
+            }
+            None => self.collect_compensations(scope, None, &mut seen, &mut pending),
+        }
+        let order: Vec<&str> = pending.iter().map(|c| c.node.as_str()).collect();
+        self.journal(
+            "compensation_thrown",
+            Some(&node.id),
+            json!({ "compensate": order }),
+        );
+        if pending.is_empty() {
+            self.throw_compensated(token);
+            return;
+        }
+        if let Some(t) = self.snap.token_mut(token) {
+            // It waits for its compensation, as a join waits: with no park.
+            t.status = TokenStatus::Joining;
+        }
+        if let Some(u) = self.snap.unwind.as_mut().filter(|u| !u.is_failure()) {
+            // Another throw's compensation runs: this one's joins it.
+            for c in pending {
+                let queued = u.pending.iter().any(|p| p.node == c.node)
+                    || u.current.as_ref().is_some_and(|(p, _)| p.node == c.node);
+                if !queued {
+                    u.pending.push(c);
+                }
+            }
+            u.resume.push(token);
+            return;
+        }
+        self.snap.unwind = Some(Unwind {
+            pending,
+            current: None,
+            done: Vec::new(),
+            failed: Vec::new(),
+            resume: vec![token],
+        });
+        self.next_compensation();
+    }
+
+    /// The compensations of scope `scope`: its SUCCEEDED nodes (only `only`,
+    /// if given) newest completion first, each by its compensator, a
+    /// sub-process without one by its own children's.
+    fn collect_compensations(
+        &self,
+        scope: Option<NodeIx>,
+        only: Option<NodeIx>,
+        seen: &mut HashSet<String>,
+        out: &mut Vec<Compensation>,
+    ) {
+        for id in self.snap.completed.iter().rev() {
+            let Some(n) = self.process.find(id) else {
+                continue;
+            };
+            if n.scope != scope || only.is_some_and(|a| a != n.ix) || !seen.insert(id.clone()) {
+                continue;
+            }
+            if self.snap.node_states.get(id) != Some(&NodeState::Succeeded) {
+                continue;
+            }
+            if let Some(c) = self.process.compensator(n.ix) {
+                out.push(Compensation {
+                    node: id.clone(),
+                    compensator: self.process.node(c).id.clone(),
+                });
+            } else if matches!(n.kind, NodeKind::SubProcess) {
+                self.collect_compensations(Some(n.ix), None, seen, out);
+            }
+        }
+    }
+
+    /// The compensation a throw waited for is over: it goes on (an end
+    /// event ends its token).
+    fn throw_compensated(&mut self, token: u64) {
+        let Some(node) = self.node_of(token) else {
+            return;
+        };
+        if let Some(t) = self.snap.token_mut(token) {
+            t.status = TokenStatus::Ready;
+        }
+        self.journal("compensation_completed", Some(&node.id), json!({}));
+        match node.kind {
+            NodeKind::End(_) => self.consume(token),
+            _ => {
+                self.snap.completed.push(node.id.clone());
+                self.leave(token);
+            }
+        }
     }
 }

@@ -106,6 +106,13 @@ impl Process {
                 trigger: BoundaryTrigger::Message(m),
                 ..
             }) => m.correlation_key.as_ref(),
+            // Conditional events (re-evaluated after every step).
+            NodeKind::Catch(CatchTrigger::Condition(c))
+            | NodeKind::Start(StartTrigger::Condition(c))
+            | NodeKind::Boundary(BoundaryEvent {
+                trigger: BoundaryTrigger::Condition(c),
+                ..
+            }) => Some(c),
             _ => None,
         });
         let repeats = self.nodes.iter().flat_map(|n| match &n.kind {
@@ -184,7 +191,17 @@ impl Process {
             }
             NodeKind::Catch(_) | NodeKind::CallProcess { .. } => true,
             NodeKind::Fanout(f) => !f.retries.is_empty(),
-            NodeKind::Boundary(b) => !matches!(b.trigger, BoundaryTrigger::Error { .. }),
+            NodeKind::Boundary(b) => !matches!(
+                b.trigger,
+                BoundaryTrigger::Error { .. }
+                    | BoundaryTrigger::Escalation { .. }
+                    | BoundaryTrigger::Compensation
+            ),
+            // An event sub-process's message start is a message wait (its timer
+            // start is counted above).
+            NodeKind::Start(StartTrigger::Message { .. } | StartTrigger::Condition(_)) => {
+                n.scope.is_some()
+            }
             _ => false,
         })
     }
@@ -197,6 +214,27 @@ impl Process {
             .map(|&f| self.flow(f))
             .find(|f| f.kind == FlowKind::Compensation)
             .map(|f| f.target)
+    }
+
+    /// Whether the activity `ix` is compensated only by a compensate throw
+    /// (it has a compensation boundary), never by a failure's unwind.
+    pub fn explicit_compensation(&self, ix: NodeIx) -> bool {
+        self.node(ix).boundaries.iter().any(|&b| {
+            matches!(
+                &self.node(b).kind,
+                NodeKind::Boundary(BoundaryEvent {
+                    trigger: BoundaryTrigger::Compensation,
+                    ..
+                })
+            )
+        })
+    }
+
+    /// The event sub-processes directly in a scope (`None` = the process level).
+    pub fn event_subs_in(&self, scope: Option<NodeIx>) -> impl Iterator<Item = &Node> {
+        self.nodes
+            .iter()
+            .filter(move |n| n.scope == scope && matches!(n.kind, NodeKind::EventSubProcess { .. }))
     }
 
     /// Rebuild `by_id` (loaders call this once the node list is final).
@@ -212,8 +250,9 @@ pub struct Node {
     pub id: String,
     pub name: Option<String>,
     pub pos: Pos,
-    /// The enclosing sub-process (a fan-out's branch scopes are sub-processes
-    /// whose scope is the fan-out), `None` at process level.
+    /// The enclosing sub-process or event sub-process (a fan-out's branch
+    /// scopes are sub-processes whose scope is the fan-out), `None` at
+    /// process level.
     pub scope: Option<NodeIx>,
     pub kind: NodeKind,
     pub incoming: Vec<FlowIx>,
@@ -310,6 +349,40 @@ pub enum NodeKind {
         #[serde(default)]
         business_errors: bool,
     },
+    /// Throws an escalation with this code and passes on (a BPMN
+    /// intermediate escalation throw event): the innermost catcher (an
+    /// escalation event sub-process of an enclosing scope, else an
+    /// escalation boundary of an enclosing activity, `engine::escalation`)
+    /// takes it; an interrupting one ends the thrower's scope, a
+    /// non-interrupting one forks beside it and the thrower goes on.
+    /// Uncaught, it is no failure: the thrower goes on.
+    Escalate {
+        code: String,
+    },
+    /// Throws a compensation (a BPMN intermediate compensate throw event):
+    /// the completed activities it names are compensated, newest completion
+    /// first, one at a time, and the token waits for them (`engine::unwind`).
+    Compensate(CompensateThrow),
+    /// An event sub-process (`subProcess triggeredByEvent="true"`): never
+    /// entered by a flow. Its one start event's trigger (timer, message,
+    /// error, escalation) starts it while its enclosing scope runs
+    /// (`engine::event_sub`); `interrupting` (the start event's
+    /// `isInterrupting`) ends the scope's other nodes first, otherwise it
+    /// runs beside them, possibly several times.
+    EventSubProcess {
+        interrupting: bool,
+    },
+}
+
+/// What a compensate throw event compensates.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompensateThrow {
+    /// `Some`: this activity only (`activityRef`); `None`: every completed
+    /// activity of the throw event's scope (the scope enclosing an event
+    /// sub-process, for a throw inside one). A completed sub-process
+    /// without a compensator of its own is compensated by compensating its
+    /// completed children.
+    pub activity: Option<NodeIx>,
 }
 
 /// A fan-out's branches: each is a `SubProcess` node scoped to the fan-out.
@@ -378,6 +451,19 @@ pub enum StartTrigger {
     Source {
         name: String,
     },
+    /// The start of an event sub-process: an error raised in its scope whose
+    /// code is in `codes` (`None` = any) (BPMN error start event).
+    Error {
+        codes: Option<Vec<String>>,
+    },
+    /// The start of an event sub-process: an escalation thrown in its scope
+    /// whose code is in `codes` (`None` = any).
+    Escalation {
+        codes: Option<Vec<String>>,
+    },
+    /// The start of an event sub-process: the CEL condition becomes true
+    /// while its scope runs (`engine::condition`).
+    Condition(Expr),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -394,6 +480,11 @@ pub enum EndKind {
     /// instance ends COMPLETED, as in Camunda and Zeebe (a reached end, not a
     /// cancellation; only a cancel makes an instance TERMINATED).
     Terminate,
+    /// Throws an escalation, then ends its token (see `NodeKind::Escalate`).
+    Escalation { code: String },
+    /// Throws a compensation, waits for it, then ends its token (see
+    /// `NodeKind::Compensate`).
+    Compensate(CompensateThrow),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -439,6 +530,9 @@ pub enum CatchTrigger {
     Message(MessageRef),
     /// A timer whose due time is read from the token's document when it is armed.
     TimerFrom(TimerFrom),
+    /// A conditional event: waits until the CEL condition holds over the
+    /// variables (re-evaluated at the end of every step, `engine::condition`).
+    Condition(Expr),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -476,6 +570,19 @@ pub enum BoundaryTrigger {
     },
     Timer(TimerSpec),
     Message(MessageRef),
+    /// Catches an escalation thrown inside the activity (or by a called
+    /// child) whose code is in `codes` (`None` = any).
+    Escalation {
+        codes: Option<Vec<String>>,
+    },
+    /// Fires when the CEL condition becomes true (re-evaluated at the end
+    /// of every step while the activity runs, `engine::condition`).
+    Condition(Expr),
+    /// A compensation boundary: never fires. It marks its activity's
+    /// compensator (the target of the activity's compensation flow) as one
+    /// that only a compensate throw runs (BPMN): an uncaught failure does
+    /// not unwind such an activity.
+    Compensation,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -20,6 +20,9 @@ use crate::time::{IsoDuration, TimerSpec};
 use std::collections::{HashMap, HashSet};
 
 mod call;
+mod compensate;
+mod escalation;
+mod event_sub;
 mod repeat;
 mod resolve;
 
@@ -135,6 +138,7 @@ pub fn definitions(doc: &Document) -> (Definitions, Vec<Diagnostic>) {
             }
         };
         let mut b = Builder::new(&globals, executable);
+        b.shared = events::shared_definitions(root);
         let process = b.process(el);
         if executable {
             diags.extend(b.diags);
@@ -221,6 +225,13 @@ struct Builder<'d> {
     flow_ids: HashSet<&'d str>,
     pending_boundaries: Vec<PendingBoundary<'d>>,
     pending_defaults: Vec<NodeIx>,
+    /// Compensation: associations, compensate throws naming an
+    /// `activityRef`, handlers (`isForCompensation`) (build/compensate.rs).
+    pending_associations: Vec<&'d Element>,
+    pending_compensate: Vec<(NodeIx, &'d Element)>,
+    for_compensation: Vec<NodeIx>,
+    /// The root-level event definitions an `eventDefinitionRef` names.
+    shared: HashMap<&'d str, &'d Element>,
     diags: Vec<Diagnostic>,
 }
 
@@ -249,6 +260,10 @@ impl<'d> Builder<'d> {
             flow_ids: HashSet::new(),
             pending_boundaries: Vec::new(),
             pending_defaults: Vec::new(),
+            pending_associations: Vec::new(),
+            pending_compensate: Vec::new(),
+            for_compensation: Vec::new(),
+            shared: HashMap::new(),
             diags: Vec::new(),
         }
     }
@@ -266,6 +281,7 @@ impl<'d> Builder<'d> {
         ext::misplaced(&qs, &[], el, &mut self.diags);
         self.scope(el, None);
         self.resolve();
+        self.resolve_compensation();
         self.implicit_starts(el);
         let mut p = Process {
             id: el.id().unwrap_or_default().to_string(),
@@ -341,8 +357,10 @@ impl<'d> Builder<'d> {
             "intermediateThrowEvent" => self.throw(el, scope),
             "boundaryEvent" => self.boundary(el, scope),
             "subProcess" if el.attr("triggeredByEvent").map(str::trim) == Some("true") => {
-                self.unsupported(el, scope, "event sub-processes are not supported".into())
+                self.event_sub(el, scope)
             }
+            "association" => self.pending_associations.push(el),
+            "transaction" => self.refuse_transaction(el, scope),
             "subProcess" => self.activity(el, scope, |b, s| {
                 b.no_q(el);
                 let ix = b.node(el, s, NodeKind::SubProcess);
@@ -429,14 +447,12 @@ impl<'d> Builder<'d> {
             }
         }
         self.quantities(el);
-        if el.attr("isForCompensation").map(str::trim) == Some("true") {
-            self.diags.push(err(
-                Code::BpmnUnsupportedElement,
-                el,
-                format!("{} is a compensation handler (isForCompensation): compensation is not supported", describe(el)),
-            ));
+        let handler = el.attr("isForCompensation").map(str::trim) == Some("true");
+        let ix = self.push_node(el, scope, kind);
+        if handler {
+            self.compensation_handler(el, ix);
         }
-        self.push_node(el, scope, kind)
+        ix
     }
 
     /// `startQuantity` / `completionQuantity` (BPMN: tokens needed to start an
@@ -509,12 +525,15 @@ impl<'d> Builder<'d> {
             | Def::Message(d)
             | Def::Error(d)
             | Def::Terminate(d)
+            | Def::Escalation(d)
+            | Def::Compensate(d)
+            | Def::Conditional(d)
             | Def::Unsupported(d, _) => d,
             Def::None => el,
         };
         self.diags.push(
             err(
-                Code::BpmnUnsupportedElement,
+                escalation::refusal_code(def),
                 at,
                 format!(
                     "{} with {} is not supported: {what}",
@@ -527,16 +546,25 @@ impl<'d> Builder<'d> {
         self.placeholder(el, scope);
     }
 
+    /// An event's definition, a shared one (`eventDefinitionRef`) resolved.
+    fn definition(&self, el: &'d Element) -> Def<'d> {
+        events::definition_with(el, &self.shared)
+    }
+
     fn no_q(&mut self, el: &Element) {
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &[], el, &mut self.diags);
     }
 
     fn start(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.in_event_sub(scope) {
+            // The start of an event sub-process carries its trigger (build/event_sub.rs).
+            return self.event_sub_start(el, scope);
+        }
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &["source"], el, &mut self.diags);
         let source_el = ext::single(&qs, "source", el, &mut self.diags);
-        let def = events::definition(el);
+        let def = self.definition(el);
         if scope.is_some() {
             if let Some(q) = source_el {
                 self.diags.push(err(
@@ -556,6 +584,9 @@ impl<'d> Builder<'d> {
                 | Def::Message(..)
                 | Def::Error(..)
                 | Def::Terminate(..)
+                | Def::Escalation(..)
+                | Def::Compensate(..)
+                | Def::Conditional(..)
                 | Def::Unsupported(..)) => self.unsupported_def(
                     el,
                     scope,
@@ -604,12 +635,17 @@ impl<'d> Builder<'d> {
                     }
                 }
             }
-            def @ (Def::Error(..) | Def::Terminate(..) | Def::Unsupported(..)) => {
+            def @ (Def::Error(..)
+            | Def::Terminate(..)
+            | Def::Escalation(..)
+            | Def::Compensate(..)
+            | Def::Conditional(..)
+            | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
                     scope,
                     def,
-                    "a process starts by none, timer, message or q:source",
+                    "a process starts by none, timer, message or q:source (error and escalation start events start event sub-processes)",
                 )
             }
         };
@@ -618,7 +654,7 @@ impl<'d> Builder<'d> {
 
     fn end(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         self.no_q(el);
-        let kind = match events::definition(el) {
+        let kind = match self.definition(el) {
             Def::None => EndKind::None,
             Def::Terminate(_) => EndKind::Terminate,
             Def::Error(d) => {
@@ -639,16 +675,27 @@ impl<'d> Builder<'d> {
                     }
                 }
             }
-            def @ (Def::Timer(..) | Def::Message(..) | Def::Unsupported(..)) => {
+            Def::Escalation(d) => EndKind::Escalation {
+                code: self.thrown_escalation(d, el),
+            },
+            Def::Compensate(d) => EndKind::Compensate(self.compensate_throw(d, el)),
+            def @ (Def::Timer(..)
+            | Def::Message(..)
+            | Def::Conditional(..)
+            | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
                     scope,
                     def,
-                    "an end event is none, error or terminate",
+                    "an end event is none, error, terminate, escalation or compensate",
                 )
             }
         };
-        self.node(el, scope, NodeKind::End(kind));
+        let compensates = matches!(kind, EndKind::Compensate(_));
+        let ix = self.node(el, scope, NodeKind::End(kind));
+        if compensates {
+            self.compensate_ref(ix, el);
+        }
     }
 
     fn message_ref(
@@ -682,7 +729,7 @@ impl<'d> Builder<'d> {
 
     fn catch(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let qs = ext::q_elements(el);
-        let def = events::definition(el);
+        let def = self.definition(el);
         let allowed: &[&str] = if matches!(def, Def::Message(_)) {
             &["correlation"]
         } else {
@@ -692,6 +739,7 @@ impl<'d> Builder<'d> {
         let trigger = match def {
             Def::Timer(d) => CatchTrigger::Timer(self.timer(d, el)),
             Def::Message(d) => CatchTrigger::Message(self.message_ref(el, d, &qs)),
+            Def::Conditional(d) => CatchTrigger::Condition(self.event_condition(d, el)),
             Def::None => {
                 return self.unsupported(
                     el,
@@ -699,12 +747,16 @@ impl<'d> Builder<'d> {
                     "an intermediate catch event needs a timer or message definition".into(),
                 )
             }
-            def @ (Def::Error(..) | Def::Terminate(..) | Def::Unsupported(..)) => {
+            def @ (Def::Error(..)
+            | Def::Terminate(..)
+            | Def::Escalation(..)
+            | Def::Compensate(..)
+            | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
                     scope,
                     def,
-                    "an intermediate catch event waits for a timer or a message",
+                    "an intermediate catch event waits for a timer, a message or a condition",
                 )
             }
         };
@@ -713,26 +765,36 @@ impl<'d> Builder<'d> {
 
     fn throw(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         self.no_q(el);
-        match events::definition(el) {
+        match self.definition(el) {
             Def::None => {
                 self.node(el, scope, NodeKind::Pass { set: None });
+            }
+            Def::Escalation(d) => {
+                let code = self.thrown_escalation(d, el);
+                self.node(el, scope, NodeKind::Escalate { code });
+            }
+            Def::Compensate(d) => {
+                let throw = self.compensate_throw(d, el);
+                let ix = self.node(el, scope, NodeKind::Compensate(throw));
+                self.compensate_ref(ix, el);
             }
             def @ (Def::Timer(..)
             | Def::Message(..)
             | Def::Error(..)
             | Def::Terminate(..)
+            | Def::Conditional(..)
             | Def::Unsupported(..)) => self.unsupported_def(
                 el,
                 scope,
                 def,
-                "only the none intermediate throw event is supported",
+                "an intermediate throw event is none, escalation or compensate",
             ),
         }
     }
 
     fn boundary(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let qs = ext::q_elements(el);
-        let def = events::definition(el);
+        let def = self.definition(el);
         let allowed: &[&str] = if matches!(def, Def::Message(_)) {
             &["correlation"]
         } else {
@@ -778,6 +840,11 @@ impl<'d> Builder<'d> {
             }
             Def::Timer(d) => BoundaryTrigger::Timer(self.timer(d, el)),
             Def::Message(d) => BoundaryTrigger::Message(self.message_ref(el, d, &qs)),
+            Def::Escalation(d) => BoundaryTrigger::Escalation {
+                codes: self.caught_escalation(d, el),
+            },
+            Def::Compensate(_) => BoundaryTrigger::Compensation,
+            Def::Conditional(d) => BoundaryTrigger::Condition(self.event_condition(d, el)),
             Def::None => {
                 return self.unsupported(
                     el,
@@ -790,7 +857,7 @@ impl<'d> Builder<'d> {
                     el,
                     scope,
                     def,
-                    "a boundary event catches an error, a timer or a message",
+                    "a boundary event catches an error, a timer, a message, an escalation or a condition, or marks a compensation",
                 )
             }
         };

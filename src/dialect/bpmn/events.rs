@@ -2,7 +2,7 @@
 //! and error it names.
 //!
 //! Invariant: an event has at most one definition Sutra understands
-//! (timer, message, error, terminate); any other definition, an
+//! (timer, message, error, terminate, escalation, compensate); any other definition, an
 //! `eventDefinitionRef`, or several definitions on one event come back as
 //! [`Def::Unsupported`] so the builder can refuse them by name. Timer errors
 //! keep the time module's code (MALFORMED vs UNSUPPORTED).
@@ -21,6 +21,9 @@ pub struct Globals {
     pub messages: HashMap<String, Option<String>>,
     /// error id → (`errorCode`, `name`).
     pub errors: HashMap<String, (Option<String>, Option<String>)>,
+    /// escalation id → its `escalationCode` (else its id: two references
+    /// to one escalation match).
+    pub escalations: HashMap<String, String>,
     /// global task id → its tag (`globalScriptTask`, ...): what a call
     /// activity may name that Sutra does not call.
     pub global_tasks: HashMap<String, String>,
@@ -42,6 +45,10 @@ impl Globals {
                     g.messages
                         .entry(id.to_string())
                         .or_insert_with(|| text("name"));
+                }
+                "escalation" => {
+                    let code = text("escalationCode").unwrap_or_else(|| id.to_string());
+                    g.escalations.entry(id.to_string()).or_insert(code);
                 }
                 "error" => {
                     g.errors
@@ -66,15 +73,33 @@ pub enum Def<'d> {
     Message(&'d Element),
     Error(&'d Element),
     Terminate(&'d Element),
+    Escalation(&'d Element),
+    Compensate(&'d Element),
+    Conditional(&'d Element),
     /// Anything else: named in the diagnostic.
     Unsupported(&'d Element, &'static str),
 }
 
-/// Classify an event's definitions.
-pub fn definition(event: &Element) -> Def<'_> {
+/// The root-level event definitions (`<bpmn:errorEventDefinition id=…>` as a
+/// child of `<definitions>`) an `eventDefinitionRef` may name, by id.
+pub fn shared_definitions(definitions: &Element) -> HashMap<&str, &Element> {
+    definitions
+        .bpmn_children()
+        .filter(|c| c.local.ends_with("EventDefinition"))
+        .filter_map(|c| c.id().map(|id| (id, c)))
+        .collect()
+}
+
+/// Classify an event's definitions: an `eventDefinitionRef` naming one of
+/// `shared` stands for that definition (one that names none is refused).
+pub fn definition_with<'d>(event: &'d Element, shared: &HashMap<&'d str, &'d Element>) -> Def<'d> {
     let defs: Vec<&Element> = event
         .bpmn_children()
         .filter(|c| c.local.ends_with("EventDefinition") || c.local == "eventDefinitionRef")
+        .map(|c| match c.local.as_str() {
+            "eventDefinitionRef" => shared.get(strip_qname(c.text.trim())).copied().unwrap_or(c),
+            _ => c,
+        })
         .collect();
     match defs.as_slice() {
         [] => Def::None,
@@ -83,6 +108,9 @@ pub fn definition(event: &Element) -> Def<'_> {
             "messageEventDefinition" => Def::Message(d),
             "errorEventDefinition" => Def::Error(d),
             "terminateEventDefinition" => Def::Terminate(d),
+            "escalationEventDefinition" => Def::Escalation(d),
+            "compensateEventDefinition" => Def::Compensate(d),
+            "conditionalEventDefinition" => Def::Conditional(d),
             "eventDefinitionRef" => {
                 Def::Unsupported(d, "a shared event definition (eventDefinitionRef)")
             }
@@ -102,6 +130,9 @@ impl Def<'_> {
             | Def::Message(d)
             | Def::Error(d)
             | Def::Terminate(d)
+            | Def::Escalation(d)
+            | Def::Compensate(d)
+            | Def::Conditional(d)
             | Def::Unsupported(d, _) => {
                 let name = def_name(d);
                 let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
@@ -225,6 +256,34 @@ pub fn error_code(
         None => Err(Diagnostic::error(
             Code::BpmnDanglingReference,
             format!("errorRef `{r}` of {} names no <error>", describe(host)),
+        )
+        .at(def.pos)
+        .element(host.label())),
+    }
+}
+
+/// The escalation code an `escalationEventDefinition` refers to: `None`
+/// when it has no `escalationRef` (a catch-all on a catcher).
+pub fn escalation_code(
+    def: &Element,
+    host: &Element,
+    globals: &Globals,
+) -> Result<Option<String>, Diagnostic> {
+    let Some(r) = def
+        .attr("escalationRef")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    else {
+        return Ok(None);
+    };
+    match globals.escalations.get(strip_qname(r)) {
+        Some(code) => Ok(Some(code.clone())),
+        None => Err(Diagnostic::error(
+            Code::BpmnDanglingReference,
+            format!(
+                "escalationRef `{r}` of {} names no <escalation>",
+                describe(host)
+            ),
         )
         .at(def.pos)
         .element(host.label())),

@@ -66,6 +66,9 @@ pub fn describe(n: &Node) -> String {
         NodeKind::Fanout(f) if f.repeat.is_some() => "repeated activity",
         NodeKind::Fanout(_) => "fan-out",
         NodeKind::CallProcess { .. } => "call activity",
+        NodeKind::Escalate { .. } => "escalation throw event",
+        NodeKind::Compensate(_) => "compensate throw event",
+        NodeKind::EventSubProcess { .. } => "event sub-process",
     };
     format!("{kind} `{}`", written_id(n))
 }
@@ -231,6 +234,7 @@ fn unreachable(p: &Process, g: &Graph, opaque: &HashSet<NodeIx>, out: &mut Vec<D
         .iter()
         .filter(|x| {
             (x.scope.is_none() && matches!(x.kind, NodeKind::Start(_)))
+                || matches!(x.kind, NodeKind::EventSubProcess { .. })
                 || opaque.contains(&x.ix)
                 || (startless.contains(&x.scope)
                     && x.incoming.is_empty()

@@ -71,6 +71,7 @@ fn ended(
             state,
             output: output.as_object().cloned().unwrap_or_default(),
             error,
+            escalations: Vec::new(),
         },
     }
 }

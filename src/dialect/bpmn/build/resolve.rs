@@ -203,7 +203,7 @@ impl<'d> Builder<'d> {
         }
     }
 
-    fn condition(&mut self, flow: &Element, c: &Element) -> Option<Expr> {
+    pub(super) fn condition(&mut self, flow: &Element, c: &Element) -> Option<Expr> {
         if let Some(lang) = c.attr("language").map(str::trim).filter(|l| !l.is_empty()) {
             if !lang.eq_ignore_ascii_case("cel") {
                 self.diags.push(err(
