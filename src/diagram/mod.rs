@@ -280,6 +280,14 @@ fn scope(
     }
 }
 
+/// The definitions of a throw: its first one's kind (a diagram shows one).
+fn throw_definitions(t: &[crate::model::Throw]) -> &'static str {
+    match t.first() {
+        Some(crate::model::Throw::Signal { .. }) => "<bpmn:signalEventDefinition/>",
+        _ => "<bpmn:messageEventDefinition/>",
+    }
+}
+
 /// One node as a BPMN element (containers with their members inside).
 fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
     let pad = "  ".repeat(depth);
@@ -293,6 +301,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 StartTrigger::Message { .. } | StartTrigger::Source { .. } => {
                     "<bpmn:messageEventDefinition/>"
                 }
+                StartTrigger::Signal { .. } => "<bpmn:signalEventDefinition/>",
             };
             ("startEvent", n.name.clone(), String::new(), def.into())
         }
@@ -301,6 +310,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 EndKind::None => "",
                 EndKind::Error { .. } => "<bpmn:errorEventDefinition/>",
                 EndKind::Terminate => "<bpmn:terminateEventDefinition/>",
+                EndKind::Throw(t) => throw_definitions(t),
             };
             let label = n.name.clone().or_else(|| match e {
                 EndKind::Error { code, .. } => Some(code.clone()),
@@ -328,6 +338,18 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 .unwrap_or_default();
             ("exclusiveGateway", n.name.clone(), attrs, String::new())
         }
+        NodeKind::EventGateway => (
+            "eventBasedGateway",
+            n.name.clone(),
+            String::new(),
+            String::new(),
+        ),
+        NodeKind::Throw(t) => (
+            "intermediateThrowEvent",
+            Some(task_label()),
+            String::new(),
+            throw_definitions(t).into(),
+        ),
         NodeKind::ParallelGateway => (
             "parallelGateway",
             n.name.clone(),
@@ -346,6 +368,10 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                     "<bpmn:timerEventDefinition/>"
                 }
                 CatchTrigger::Message(_) => "<bpmn:messageEventDefinition/>",
+                CatchTrigger::Signal { .. } => "<bpmn:signalEventDefinition/>",
+                CatchTrigger::Any(_) => {
+                    "<bpmn:messageEventDefinition/><bpmn:timerEventDefinition/>"
+                }
             };
             (
                 "intermediateCatchEvent",
@@ -359,6 +385,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 BoundaryTrigger::Error { .. } => "<bpmn:errorEventDefinition/>",
                 BoundaryTrigger::Timer(_) => "<bpmn:timerEventDefinition/>",
                 BoundaryTrigger::Message(_) => "<bpmn:messageEventDefinition/>",
+                BoundaryTrigger::Signal { .. } => "<bpmn:signalEventDefinition/>",
             };
             let attrs = format!(
                 " attachedToRef=\"{}\" cancelActivity=\"{}\"",

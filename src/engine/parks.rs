@@ -88,6 +88,7 @@ impl<'a> Machine<'a> {
                 BoundaryTrigger::Error { .. } => None,
                 BoundaryTrigger::Timer(spec) => self.timer_park(token, bnode, spec),
                 BoundaryTrigger::Message(m) => self.message_park(token, bnode, m),
+                BoundaryTrigger::Signal { name } => self.signal_park(token, bnode, name),
             };
             if let (Some(p), Some(t)) = (park, self.snap.token_mut(token)) {
                 t.boundary_parks.push(p);
@@ -134,15 +135,24 @@ impl<'a> Machine<'a> {
             }
             ParkKind::Channel => self.call_timed_out(park.token, seq),
             ParkKind::Child => self.child_timed_out(park.token, seq),
-            ParkKind::Timer | ParkKind::Message => {
-                let kind = if park.kind == ParkKind::Timer {
-                    "timer_fired"
-                } else {
-                    "message_received"
+            ParkKind::Timer | ParkKind::Message | ParkKind::Signal => {
+                let kind = match park.kind {
+                    ParkKind::Timer => "timer_fired",
+                    ParkKind::Signal => "signal_received",
+                    _ => "message_received",
                 };
                 self.journal(kind, Some(&node.id), json!({ "token": park.token }));
+                if self.event_gateway_fired(seq, &park, node) {
+                    return;
+                }
                 match &node.kind {
                     NodeKind::Catch(_) => {
+                        // A "Multiple" catch waits on several parks: the others go too.
+                        if let Some(TokenStatus::Waiting { park: w }) =
+                            self.snap.token(park.token).map(|t| t.status.clone())
+                        {
+                            self.withdraw(w);
+                        }
                         if let Some(t) = self.snap.token_mut(park.token) {
                             t.status = TokenStatus::Ready;
                         }
@@ -173,7 +183,7 @@ impl<'a> Machine<'a> {
             return;
         };
         let park = match (&ev.trigger, &fired.cycle) {
-            (BoundaryTrigger::Message(_), _) => Some(Park {
+            (BoundaryTrigger::Message(_) | BoundaryTrigger::Signal { .. }, _) => Some(Park {
                 due: None,
                 ..fired.clone()
             }),

@@ -194,6 +194,9 @@ pub enum ParkKind {
     /// time, or none); the child's end makes it due with the child's
     /// outcome stored on its row.
     Child,
+    /// A signal wait (engine/signal.rs): no due time; its name rides in
+    /// `message` (the store's `message_name`), fired by a broadcast.
+    Signal,
 }
 
 impl ParkKind {
@@ -205,6 +208,7 @@ impl ParkKind {
             ParkKind::Message => "message",
             ParkKind::Channel => "channel",
             ParkKind::Child => "child",
+            ParkKind::Signal => "signal",
         }
     }
 }

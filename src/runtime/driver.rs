@@ -282,6 +282,10 @@ impl<S: Store> Runtime<S> {
             self.inner.wake.notify_one();
         }
         self.arm_alarms(id, version, spec, write);
+        // Thrown signals and messages are delivered now that they are durable (signals.rs).
+        if !write.signals.is_empty() {
+            self.kick_signals();
+        }
         // Requests go out only now that their step is durable (channel.rs).
         let sends = self.dispatch_requests(&spec.snapshot, write);
         spec.sends.extend(sends);

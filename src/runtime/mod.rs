@@ -40,6 +40,7 @@ pub mod output;
 // Schedules, quotas, retirement (the API issue).
 mod lifecycle;
 mod schedule;
+pub mod signals;
 mod tenancy;
 pub use driver::StartRequest;
 pub use poller::Settled;
@@ -207,6 +208,8 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) running: interrupt::Running,
     /// The starts awaiting their answer (`answer.rs`).
     pub(crate) answers: answer::Answers,
+    /// Held while signals are delivered (`signals.rs`): one pump at a time.
+    pub(crate) signal_pump: tokio::sync::Mutex<()>,
 }
 
 /// The runtime. Cheap to clone.
@@ -321,6 +324,7 @@ impl<S: Store> Runtime<S> {
                 pull_wake: tokio::sync::Notify::new(),
                 running: interrupt::Running::default(),
                 answers: answer::Answers::default(),
+                signal_pump: tokio::sync::Mutex::new(()),
             }),
         })
     }

@@ -45,6 +45,10 @@ impl<S: Store> Runtime<S> {
         if let Err(e) = self.deliver_due().await {
             tracing::warn!(error = %e, "outbox pass failed");
         }
+        // Signals a crash left half delivered, or thrown by a step (signals.rs).
+        if let Err(e) = self.pump_signals().await {
+            tracing::warn!(error = %e, "signal delivery pass failed");
+        }
         let mut fired = 0;
         loop {
             let now = self.inner.clock.now().timestamp_millis();
@@ -54,6 +58,11 @@ impl<S: Store> Runtime<S> {
                 .claim_due(now, CLAIM_BATCH, &self.inner.owner, self.claim_lease_ms())
                 .await?;
             if parks.is_empty() {
+                // What the fired parks threw is delivered before this returns
+                // (a wait it reaches may arm a due park: look again).
+                if self.pump_signals().await? > 0 {
+                    continue;
+                }
                 return Ok(fired);
             }
             fired += parks.len();

@@ -66,6 +66,10 @@ const SHARED: &[(&str, &str)] = &[
         "0016_retries.sql",
         include_str!("../../migrations/shared/0016_retries.sql"),
     ),
+    (
+        "0018_signals.sql",
+        include_str!("../../migrations/shared/0018_signals.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

@@ -38,6 +38,7 @@ mod queries;
 mod queries_steps;
 mod queries_tenancy;
 mod rows;
+pub mod signals;
 pub mod sqlite;
 mod sqlite_group;
 mod sqlite_writer;
@@ -368,6 +369,10 @@ pub struct StepWrite {
     /// the commit asks every replica to stop them (`pg_listen.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub abandoned: Vec<(u64, u32)>,
+    /// Signals and messages the step throws, each written with the waits
+    /// it reaches (signals.rs), delivered by the runtime after the commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<signals::NewSignal>,
 }
 
 /// Where a replica hands the stops it hears of ([`Store::watch_stops`]).
@@ -410,7 +415,14 @@ pub struct DeploymentLoad {
 /// Tenancy and schedule storage ([`tenancy::TenancyStore`]) and channel storage
 /// ([`channels::ChannelStore`]) are supertraits.
 pub trait Store:
-    tenancy::TenancyStore + channels::ChannelStore + egress::EgressStore + Send + Sync + Clone + 'static
+    tenancy::TenancyStore
+    + channels::ChannelStore
+    + egress::EgressStore
+    + signals::SignalStore
+    + Send
+    + Sync
+    + Clone
+    + 'static
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

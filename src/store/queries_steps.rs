@@ -390,6 +390,8 @@ where
                 .execute(&mut *conn)
                 .await?;
         }
+        // Thrown signals and messages with their deliveries (signals.rs).
+        super::signals::write_signals::<DB>(conn, tenant, &step.signals).await?;
         // Channel-call requests: the transactional outbox (outbox.rs).
         super::outbox::write_requests::<DB>(conn, id, tenant, deployment_id, &step.requests).await
     }

@@ -564,6 +564,8 @@ fn apply_rows(
             insert.execute(params![id, j.seq, j.at, j.kind, j.node, j.data])?;
         }
     }
+    // Thrown signals and messages with their deliveries (signals.rs).
+    super::signals::write_signals_rusqlite(conn, tenant, &step.signals)?;
     // Channel-call requests: the transactional outbox (outbox.rs).
     super::outbox::write_requests_rusqlite(conn, id, tenant, deployment_id, &step.requests)
 }

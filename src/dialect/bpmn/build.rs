@@ -20,8 +20,12 @@ use crate::time::{IsoDuration, TimerSpec};
 use std::collections::{HashMap, HashSet};
 
 mod call;
+mod event_gateway;
+mod link;
+mod message;
 mod repeat;
 mod resolve;
+mod signal;
 
 /// Flow-node-like BPMN elements Sutra does not execute, with a hint.
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -36,12 +40,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("manualTask", "Sutra has no manual tasks"),
     ("scriptTask", "use a registered serviceTask"),
     ("businessRuleTask", "use a registered serviceTask"),
-    ("sendTask", "use a channel-call serviceTask"),
-    ("receiveTask", "use a message intermediateCatchEvent"),
-    (
-        "eventBasedGateway",
-        "event-based gateways are not supported",
-    ),
     ("complexGateway", "complex gateways are not supported"),
     ("transaction", "transactions are not supported"),
     ("adHocSubProcess", "ad-hoc sub-processes are not supported"),
@@ -135,6 +133,7 @@ pub fn definitions(doc: &Document) -> (Definitions, Vec<Diagnostic>) {
             }
         };
         let mut b = Builder::new(&globals, executable);
+        b.shared_defs = signal::shared_definitions(root);
         let process = b.process(el);
         if executable {
             diags.extend(b.diags);
@@ -221,6 +220,10 @@ struct Builder<'d> {
     flow_ids: HashSet<&'d str>,
     pending_boundaries: Vec<PendingBoundary<'d>>,
     pending_defaults: Vec<NodeIx>,
+    /// Root-level event definitions an `eventDefinitionRef` names (build/signal.rs).
+    shared_defs: HashMap<&'d str, &'d Element>,
+    /// Link events, joined once the flows exist (build/link.rs).
+    links: Vec<link::LinkEnd<'d>>,
     diags: Vec<Diagnostic>,
 }
 
@@ -249,6 +252,8 @@ impl<'d> Builder<'d> {
             flow_ids: HashSet::new(),
             pending_boundaries: Vec::new(),
             pending_defaults: Vec::new(),
+            shared_defs: HashMap::new(),
+            links: Vec::new(),
             diags: Vec::new(),
         }
     }
@@ -266,6 +271,8 @@ impl<'d> Builder<'d> {
         ext::misplaced(&qs, &[], el, &mut self.diags);
         self.scope(el, None);
         self.resolve();
+        self.resolve_links();
+        self.check_event_gateways();
         self.implicit_starts(el);
         let mut p = Process {
             id: el.id().unwrap_or_default().to_string(),
@@ -336,6 +343,9 @@ impl<'d> Builder<'d> {
                     self.pending_defaults.push(ix);
                 }
             }
+            "receiveTask" => self.receive_task(el, scope),
+            "sendTask" => self.send_task(el, scope),
+            "eventBasedGateway" => self.event_gateway(el, scope),
             "intermediateCatchEvent" => self.catch(el, scope),
             "intermediateThrowEvent" => self.throw(el, scope),
             "boundaryEvent" => self.boundary(el, scope),
@@ -532,6 +542,9 @@ impl<'d> Builder<'d> {
     }
 
     fn start(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.start_ext(el, scope) {
+            return;
+        }
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &["source"], el, &mut self.diags);
         let source_el = ext::single(&qs, "source", el, &mut self.diags);
@@ -616,6 +629,9 @@ impl<'d> Builder<'d> {
     }
 
     fn end(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.end_ext(el, scope) {
+            return;
+        }
         self.no_q(el);
         let kind = match events::definition(el) {
             Def::None => EndKind::None,
@@ -680,6 +696,9 @@ impl<'d> Builder<'d> {
     }
 
     fn catch(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.catch_ext(el, scope) {
+            return;
+        }
         let qs = ext::q_elements(el);
         let def = events::definition(el);
         let allowed: &[&str] = if matches!(def, Def::Message(_)) {
@@ -711,6 +730,9 @@ impl<'d> Builder<'d> {
     }
 
     fn throw(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.throw_ext(el, scope) {
+            return;
+        }
         self.no_q(el);
         match events::definition(el) {
             Def::None => {
@@ -730,6 +752,9 @@ impl<'d> Builder<'d> {
     }
 
     fn boundary(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.boundary_ext(el, scope) {
+            return;
+        }
         let qs = ext::q_elements(el);
         let def = events::definition(el);
         let allowed: &[&str] = if matches!(def, Def::Message(_)) {

@@ -19,6 +19,8 @@ use std::collections::HashMap;
 pub struct Globals {
     /// message id → its `name`.
     pub messages: HashMap<String, Option<String>>,
+    /// signal id → its `name` (build/signal.rs).
+    pub signals: HashMap<String, Option<String>>,
     /// error id → (`errorCode`, `name`).
     pub errors: HashMap<String, (Option<String>, Option<String>)>,
     /// global task id → its tag (`globalScriptTask`, ...): what a call
@@ -40,6 +42,11 @@ impl Globals {
             match el.local.as_str() {
                 "message" => {
                     g.messages
+                        .entry(id.to_string())
+                        .or_insert_with(|| text("name"));
+                }
+                "signal" => {
+                    g.signals
                         .entry(id.to_string())
                         .or_insert_with(|| text("name"));
                 }
