@@ -550,6 +550,9 @@ impl<S: Store> Runtime<S> {
             .await?;
             return Ok(p.instance_id.clone());
         }
+        // No wait: one instance of every ACTIVE process of the tenant with a
+        // message start of this name (Camunda's rule); the first is answered.
+        let mut first = None;
         for dep in self.inner.store.list_deployments(Some(tenant)).await? {
             if dep.state != crate::store::DeploymentState::Active {
                 continue;
@@ -559,16 +562,20 @@ impl<S: Store> Runtime<S> {
                 matches!(&n.kind, crate::model::NodeKind::Start(crate::model::StartTrigger::Message { name: m }) if m == name)
             });
             if let Some(start) = start {
-                return self
+                let id = self
                     .start(StartRequest {
                         tenant: tenant.to_string(),
                         process_id: dep.process_id.clone(),
-                        variables,
+                        variables: variables.clone(),
                         start_node: Some(start.id.clone()),
                         ..StartRequest::default()
                     })
-                    .await;
+                    .await?;
+                first.get_or_insert(id);
             }
+        }
+        if let Some(id) = first {
+            return Ok(id);
         }
         Err(RuntimeError::new(
             Code::MessageNotCorrelated,

@@ -161,7 +161,10 @@ impl<S: Store> Runtime<S> {
         Ok(started)
     }
 
-    async fn deliver_signal(
+    /// One delivery, the pump's unit of work: the signal (or message) of
+    /// `kind` to park `seq` of `instance` (ignored by the engine if that
+    /// wait is gone). Public for the crash tests.
+    pub async fn deliver_signal(
         &self,
         instance: &str,
         seq: i64,
