@@ -14,7 +14,7 @@ use chrono::{TimeZone, Utc};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use sutra::config::Config;
-use sutra::runtime::{InstanceView, Runtime, RuntimeOptions, Settled, StartRequest};
+use sutra::runtime::{InstanceView, Runtime, RuntimeOptions, StartRequest};
 use sutra::store::signals::{NewSignal, SignalStore};
 use sutra::store::{AnyStore, Store};
 
