@@ -14,7 +14,6 @@ mod common;
 #[path = "common/server.rs"]
 mod server;
 
-use reqwest::Method;
 use serde_json::{json, Value};
 use server::{Db, Server};
 use std::time::{Duration, Instant};
