@@ -126,7 +126,7 @@ backends::store_tests! {
         let sender = doc("s", &format!(r#"
   <bpmn:startEvent id="start"/>
   <bpmn:sendTask id="send" messageRef="Order">
-    <bpmn:extensionElements><q:correlation key="target"/></bpmn:extensionElements>
+    <bpmn:extensionElements><q:correlation key="target"/><q:io inputPath="$.order"/></bpmn:extensionElements>
   </bpmn:sendTask>
   <bpmn:endEvent id="end">
     <bpmn:messageEventDefinition messageRef="Order"/>
@@ -142,14 +142,18 @@ backends::store_tests! {
             variables: json!({"do": "echo", "orderId": "A"}).as_object().cloned().unwrap(),
             ..StartRequest::default()
         }).await.unwrap();
-        let s = start(&rt, "s", json!({"target": "A", "second": "B"})).await;
+        let s = start(&rt, "s", json!({"target": "A", "second": "B", "order": {"sku": "x1"}})).await;
         assert_eq!(settled(&rt, &s).await.state, "COMPLETED");
         // A message thrown to nobody is no error.
-        let nobody = start(&rt, "s", json!({"target": "Z", "second": "Y"})).await;
+        let nobody = start(&rt, "s", json!({"target": "Z", "second": "Y", "order": {}})).await;
         assert_eq!(settled(&rt, &nobody).await.state, "COMPLETED");
         let got = |v: &InstanceView| (ran(v, "Got"), ran(v, "Late"));
-        assert_eq!(got(&settled(&rt, &a).await), (1, 0), "the send task's message");
-        assert_eq!(got(&settled(&rt, &b).await), (1, 0), "the message end event's");
+        let va = settled(&rt, &a).await;
+        assert_eq!(got(&va), (1, 0), "the send task's message");
+        assert_eq!(va.variables["sku"], json!("x1"), "it carries its q:io inputPath object");
+        let vb = settled(&rt, &b).await;
+        assert_eq!(got(&vb), (1, 0), "the message end event's");
+        assert!(!vb.variables.contains_key("sku"), "a throw without q:io carries nothing");
         assert_eq!(got(&settled(&rt, &c).await), (0, 1), "no message for C: its boundary fired");
         let other = rt.inspect(&theirs).await.unwrap();
         assert_eq!(ran(&other, "Got"), 0, "tenant beta's wait with the same key heard nothing");

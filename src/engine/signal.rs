@@ -11,6 +11,7 @@
 
 use super::machine::Machine;
 use super::{Effect, MessageKey, Park, ParkKind};
+use crate::codes::Code;
 use crate::model::{CatchTrigger, Node, Throw};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -51,6 +52,7 @@ pub(super) struct OwnThrow {
     tokens: u64,
     parks: u64,
     reached: Vec<u64>,
+    variables: Map<String, Value>,
 }
 
 impl<'a> Machine<'a> {
@@ -116,11 +118,39 @@ impl<'a> Machine<'a> {
     /// Throw every definition of a throw event (BPMN "Multiple" throws all).
     pub(super) fn throw_all(&mut self, token: u64, node: &Node, throws: &[Throw]) {
         for t in throws {
+            let payload = match t {
+                Throw::Signal { payload, .. } | Throw::Message { payload, .. } => payload,
+            };
+            let variables = match payload.as_deref().map(|p| self.vars_get(token, p)) {
+                None => Map::new(),
+                Some(Ok(Value::Object(m))) => m,
+                Some(Ok(Value::Null)) => Map::new(),
+                Some(Ok(other)) => {
+                    self.fail_code(
+                        Code::VariablePath,
+                        format!(
+                            "what `{}` throws (q:io inputPath) must be an object, not {other}",
+                            node.id
+                        ),
+                        Some(&node.id),
+                    );
+                    return;
+                }
+                Some(Err(e)) => {
+                    self.fail_code(
+                        Code::VariablePath,
+                        format!("what `{}` throws: {e}", node.id),
+                        Some(&node.id),
+                    );
+                    return;
+                }
+            };
             let (kind, name, key) = match t {
-                Throw::Signal { name } => (ThrownKind::Signal, name, None),
+                Throw::Signal { name, .. } => (ThrownKind::Signal, name, None),
                 Throw::Message {
                     name,
                     correlation_key,
+                    ..
                 } => {
                     let key = match correlation_key
                         .as_ref()
@@ -150,18 +180,19 @@ impl<'a> Machine<'a> {
                 kind,
                 name: name.clone(),
                 key,
-                variables: Map::new(),
+                variables: variables.clone(),
                 node: node.id.clone(),
             }));
             if kind == ThrownKind::Signal {
                 let tokens = self.snap.next_token;
                 let parks = self.snap.next_park;
-                let reached = self.signal_own_waits(name);
+                let reached = self.signal_own_waits(name, &variables);
                 self.thrown.push(OwnThrow {
                     name: name.clone(),
                     tokens,
                     parks,
                     reached,
+                    variables,
                 });
             }
         }
@@ -193,7 +224,7 @@ impl<'a> Machine<'a> {
                     return fired;
                 }
                 if self.snap.parks.contains_key(&seq) {
-                    self.park_fired(seq, Map::new());
+                    self.park_fired(seq, t.variables.clone());
                     fired = true;
                 }
             }
@@ -207,7 +238,7 @@ impl<'a> Machine<'a> {
     /// the runtime's fan-out leaves this instance out. Only the waits armed
     /// before the throw: a non-interrupting boundary re-armed here is not
     /// reached again.
-    fn signal_own_waits(&mut self, name: &str) -> Vec<u64> {
+    fn signal_own_waits(&mut self, name: &str, variables: &Map<String, Value>) -> Vec<u64> {
         let waits: Vec<u64> = self
             .snap
             .parks
@@ -225,7 +256,7 @@ impl<'a> Machine<'a> {
             // An earlier one may have withdrawn it (an interrupting boundary).
             if let Some(token) = self.snap.parks.get(&seq).map(|p| p.token) {
                 reached.push(token);
-                self.park_fired(seq, Map::new());
+                self.park_fired(seq, variables.clone());
             }
         }
         reached

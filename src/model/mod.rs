@@ -433,10 +433,18 @@ pub enum Throw {
         name: String,
         /// Evaluated over the throwing token's variables.
         correlation_key: Option<Expr>,
+        /// `q:io inputPath`: the object of the thrower's variables it carries
+        /// (its keys become the receiver's variables); `None`: nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<String>,
     },
     /// A broadcast within the tenant: every signal wait armed when it is
     /// thrown, and every ACTIVE process with a signal start of this name.
-    Signal { name: String },
+    Signal {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -60,8 +60,10 @@ impl<S: Store> Runtime<S> {
             if parks.is_empty() {
                 // What the fired parks threw is delivered before this returns
                 // (a wait it reaches may arm a due park: look again).
-                if self.pump_signals().await? > 0 {
-                    continue;
+                match self.pump_signals().await {
+                    Ok(0) => {}
+                    Ok(_) => continue,
+                    Err(e) => tracing::warn!(error = %e, "signal delivery pass failed"),
                 }
                 return Ok(fired);
             }

@@ -38,14 +38,16 @@ impl<'d> Builder<'d> {
 
     pub(super) fn send_task(&mut self, el: &'d Element, scope: Option<NodeIx>) {
         let qs = ext::q_elements(el);
-        ext::misplaced(&qs, &["correlation"], el, &mut self.diags);
+        ext::misplaced(&qs, &["correlation", "io"], el, &mut self.diags);
         let m = self.message_ref(el, el, &qs);
+        let payload = self.throw_payload(el, &qs);
         self.node(
             el,
             scope,
             NodeKind::Throw(vec![Throw::Message {
                 name: m.name,
                 correlation_key: m.correlation_key,
+                payload,
             }]),
         );
     }

@@ -141,14 +141,37 @@ impl<'d> Builder<'d> {
         }
     }
 
-    /// The q: elements of an event whose definitions include a message:
-    /// `q:correlation` allowed, nothing else.
-    fn q_of<'e>(&mut self, el: &'e Element, defs: &[&Element]) -> Vec<&'e Element> {
+    /// The q: elements of an event: `q:correlation` when its definitions
+    /// include a message, `q:io` on a throw (`throw`), nothing else.
+    fn q_of<'e>(&mut self, el: &'e Element, defs: &[&Element], throw: bool) -> Vec<&'e Element> {
         let qs = ext::q_elements(el);
         let message = defs.iter().any(|d| d.local == "messageEventDefinition");
-        let allowed: &[&str] = if message { &["correlation"] } else { &[] };
+        let allowed: &[&str] = match (message, throw) {
+            (true, true) => &["correlation", "io"],
+            (true, false) => &["correlation"],
+            (false, true) => &["io"],
+            (false, false) => &[],
+        };
         ext::misplaced(&qs, allowed, el, &mut self.diags);
         qs
+    }
+
+    /// What a throw carries: `q:io inputPath` (an object of the thrower's
+    /// variables); a `resultPath` means nothing on a throw and is refused.
+    pub(super) fn throw_payload(&mut self, el: &Element, qs: &[&Element]) -> Option<String> {
+        let q = ext::single(qs, "io", el, &mut self.diags)?;
+        let io = ext::io(q, el, &mut self.diags);
+        if io.result_path.is_some() {
+            self.diags.push(err(
+                Code::BpmnInvalidAttribute,
+                q,
+                format!(
+                    "resultPath on q:io of {}: a throw has no result; inputPath selects what it carries",
+                    describe(el)
+                ),
+            ));
+        }
+        io.input_path
     }
 
     fn catch_trigger(&mut self, d: &Element, el: &Element, qs: &[&Element]) -> CatchTrigger {
@@ -194,7 +217,7 @@ impl<'d> Builder<'d> {
             self.placeholder(el, scope);
             return true;
         }
-        let qs = self.q_of(el, &defs);
+        let qs = self.q_of(el, &defs, false);
         let mut triggers: Vec<CatchTrigger> = defs
             .iter()
             .map(|d| self.catch_trigger(d, el, &qs))
@@ -218,7 +241,8 @@ impl<'d> Builder<'d> {
     }
 
     fn throws(&mut self, el: &'d Element, defs: &[&'d Element]) -> Vec<Throw> {
-        let qs = self.q_of(el, defs);
+        let qs = self.q_of(el, defs, true);
+        let payload = self.throw_payload(el, &qs);
         let mut out = Vec::new();
         for d in defs {
             match d.local.as_str() {
@@ -227,10 +251,12 @@ impl<'d> Builder<'d> {
                     out.push(Throw::Message {
                         name: m.name,
                         correlation_key: m.correlation_key,
+                        payload: payload.clone(),
                     });
                 }
                 _ => out.push(Throw::Signal {
                     name: self.signal_name(d, el),
+                    payload: payload.clone(),
                 }),
             }
         }
@@ -376,7 +402,7 @@ impl<'d> Builder<'d> {
             }
             return true;
         };
-        let qs = self.q_of(el, &defs);
+        let qs = self.q_of(el, &defs, false);
         let interrupting = match el.attr("cancelActivity").map(str::trim) {
             None | Some("true") | Some("1") => true,
             Some("false") | Some("0") => false,
