@@ -35,6 +35,29 @@ const SOURCE: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
   </bpmn:process>
 </bpmn:definitions>"#;
 
+/// An event-based gateway racing signal `go` against a PT1H timer.
+const GATEWAY: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="https://example.com">
+  <bpmn:signal id="Go" name="go"/>
+  <bpmn:process id="w" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:eventBasedGateway id="race"/>
+    <bpmn:intermediateCatchEvent id="wait"><bpmn:signalEventDefinition signalRef="Go"/></bpmn:intermediateCatchEvent>
+    <bpmn:intermediateCatchEvent id="late"><bpmn:timerEventDefinition><bpmn:timeDuration>PT1H</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:intermediateCatchEvent>
+    <bpmn:serviceTask id="After" implementation="registered:chaos"/>
+    <bpmn:serviceTask id="Late" implementation="registered:chaos"/>
+    <bpmn:endEvent id="end"/>
+    <bpmn:endEvent id="end2"/>
+    <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="race"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="race" targetRef="wait"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="race" targetRef="late"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="wait" targetRef="After"/>
+    <bpmn:sequenceFlow id="f4" sourceRef="After" targetRef="end"/>
+    <bpmn:sequenceFlow id="f5" sourceRef="late" targetRef="Late"/>
+    <bpmn:sequenceFlow id="f6" sourceRef="Late" targetRef="end2"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+
 fn commits(log: &str) -> usize {
     log.lines()
         .filter(|l| l.starts_with("failpoint: commit "))
@@ -44,10 +67,18 @@ fn commits(log: &str) -> usize {
 /// A server with the failpoint, a tenant, the deployment and the waiters
 /// (their starts are commits 1..=WAITERS): (server, tenant key, ids).
 async fn setup(db: Db, failpoint: &str) -> Option<(Server, String, Vec<String>)> {
+    setup_with(db, failpoint, SOURCE).await
+}
+
+async fn setup_with(
+    db: Db,
+    failpoint: &str,
+    source: &str,
+) -> Option<(Server, String, Vec<String>)> {
     let srv = Server::start_on(db, &[(VAR, failpoint)]).await?;
     let api = srv.tenant("acme", json!({})).await;
     let (status, body) = api
-        .deploy(SOURCE, &[("chaos", common::guest_bytes("chaos"))])
+        .deploy(source, &[("chaos", common::guest_bytes("chaos"))])
         .await;
     assert_eq!(status.as_u16(), 201, "{body}");
     let mut ids = Vec::new();
@@ -84,7 +115,7 @@ async fn view(srv: &Server, token: &str, id: &str) -> Value {
     resp.json().await.unwrap()
 }
 
-/// Every waiter COMPLETED, `After` run once each (bounded: 60 s).
+/// Every waiter COMPLETED, `After` run once each, `Late` never (bounded: 60 s).
 async fn all_done_once(srv: &Server, token: &str, ids: &[String], point: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     for id in ids {
@@ -98,6 +129,12 @@ async fn all_done_once(srv: &Server, token: &str, ids: &[String], point: &str) {
                     .filter(|a| a["task"] == "After")
                     .count();
                 assert_eq!(after, 1, "{point}: {id} reached {after} times: {v}");
+                let late = v["attempts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a["task"] == "Late");
+                assert!(!late, "{point}: the gateway's losing branch ran: {v}");
                 assert_eq!(v["variables"]["heard"], true, "{point}: {v}");
                 break;
             }
@@ -162,6 +199,35 @@ async fn walk(db: Db) {
             assert_eq!(again["delivered"], 0, "{point}: {again}");
         }
     }
+}
+
+/// The gateway's winning commit crashed on either side: after the restart
+/// the signal branch has won once, the timer's park is gone with it.
+async fn walk_gateway(db: Db) {
+    // Commits: the start (1, WAITERS of them), then each winning delivery.
+    for k in WAITERS + 1..=2 * WAITERS {
+        for side in ["before", "after"] {
+            let point = format!("gateway {k}:{side}");
+            let Some((mut srv, token, ids)) = setup_with(db, &format!("{k}:{side}"), GATEWAY).await
+            else {
+                return;
+            };
+            let _ = broadcast(&srv, &token).await;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while srv.exited().is_none() {
+                assert!(Instant::now() < deadline, "{point}: never crashed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            srv = srv.restart_without(VAR, "2030-01-01T00:00:01Z").await;
+            all_done_once(&srv, &token, &ids, &point).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_at_the_winning_commit_of_an_event_based_gateway() {
+    walk_gateway(Db::Sqlite).await;
+    walk_gateway(Db::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
