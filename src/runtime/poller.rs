@@ -46,7 +46,7 @@ impl<S: Store> Runtime<S> {
             tracing::warn!(error = %e, "outbox pass failed");
         }
         // Signals a crash left half delivered, or thrown by a step (signals.rs).
-        if let Err(e) = self.pump_signals().await {
+        if let Err(e) = self.pump_signals_if_idle().await {
             tracing::warn!(error = %e, "signal delivery pass failed");
         }
         let mut fired = 0;
@@ -60,7 +60,7 @@ impl<S: Store> Runtime<S> {
             if parks.is_empty() {
                 // What the fired parks threw is delivered before this returns
                 // (a wait it reaches may arm a due park: look again).
-                match self.pump_signals().await {
+                match self.pump_signals_if_idle().await {
                     Ok(0) => {}
                     Ok(_) => continue,
                     Err(e) => tracing::warn!(error = %e, "signal delivery pass failed"),
@@ -120,6 +120,11 @@ impl<S: Store> Runtime<S> {
                 Some(_) => {}
             }
             self.fire_due().await?;
+            // What a step threw is delivered (a pump running elsewhere in
+            // this process is waited for), so a wait it reached shows.
+            if self.pump_signals().await? > 0 {
+                continue;
+            }
             // Parks first, then the instance: a step committed in between (an
             // alarm here, another replica) shows in the instance, never as an
             // instance that waits with no park.

@@ -99,7 +99,21 @@ impl<S: Store> Runtime<S> {
     /// process; another replica doing the same at once only repeats
     /// deliveries the engine ignores.
     pub async fn pump_signals(&self) -> RuntimeResult<usize> {
-        let _serial = self.inner.signal_pump.lock().await;
+        let serial = self.inner.signal_pump.lock().await;
+        self.pump_locked(serial).await
+    }
+
+    /// [`Runtime::pump_signals`] unless a pump runs in this process already
+    /// (it delivers everything pending before it stops): the poller's pass,
+    /// which must not wait behind a long fan-out while timers fall due.
+    pub(crate) async fn pump_signals_if_idle(&self) -> RuntimeResult<usize> {
+        match self.inner.signal_pump.try_lock() {
+            Ok(serial) => self.pump_locked(serial).await,
+            Err(_) => Ok(0),
+        }
+    }
+
+    async fn pump_locked(&self, _serial: tokio::sync::MutexGuard<'_, ()>) -> RuntimeResult<usize> {
         let mut done = 0;
         loop {
             let pending = self.inner.store.pending_signals(16).await?;
