@@ -4,7 +4,8 @@
 //! signal boundaries (interrupting and not), an event-based gateway whose
 //! losers are withdrawn in the winning commit, a throw of one instance
 //! caught by another, and a fan-out left half done by a crash finished
-//! exactly once by the next runtime.
+//! exactly once by the next runtime. Also `POST /v1/signals` through a real
+//! server (SQLite): tenancy and coded refusals of bad bodies.
 
 #[path = "common/backends.rs"]
 mod backends;
@@ -298,5 +299,59 @@ backends::store_tests! {
             assert_eq!(ran(&v, "After"), 1, "each wait reached exactly once");
         }
         assert!(db.store.pending_signals(10).await.unwrap().is_empty());
+    }
+}
+
+#[path = "common/server.rs"]
+mod server;
+
+/// `POST /v1/signals` through a real server: the caller's tenant only, and
+/// a bad body is a coded 400, never a 500.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_signal_route_broadcasts_within_the_callers_tenant_and_refuses_bad_bodies() {
+    let srv = server::Server::start().await;
+    let acme = srv.tenant("acme", json!({})).await;
+    let beta = srv.tenant("beta", json!({})).await;
+    let mut ids = Vec::new();
+    for api in [&acme, &beta] {
+        let (status, body) = api
+            .deploy(
+                &doc(&waiter("w")),
+                &[("chaos", common::guest_bytes("chaos"))],
+            )
+            .await;
+        assert_eq!(status.as_u16(), 201, "{body}");
+        let (status, body) = api.start("w", json!({"do": "echo"})).await;
+        assert_eq!(status.as_u16(), 201, "{body}");
+        assert_eq!(body["state"], "WAITING", "{body}");
+        ids.push(body["instance"].as_str().unwrap().to_string());
+    }
+    let (status, body) = acme
+        .post("/v1/signals", json!({"name": "go", "variables": {"k": 1}}))
+        .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["delivered"], 1, "{body}");
+    let (_, mine) = acme.get(&format!("/v1/instances/{}", ids[0])).await;
+    assert_eq!(mine["state"], "COMPLETED", "{mine}");
+    assert_eq!(mine["variables"]["k"], 1, "{mine}");
+    let (_, theirs) = beta.get(&format!("/v1/instances/{}", ids[1])).await;
+    assert_eq!(
+        theirs["state"], "WAITING",
+        "beta never hears acme's signal: {theirs}"
+    );
+    for bad in [
+        json!({"name": ""}),
+        json!({"name": "x".repeat(300)}),
+        json!({"name": "go", "extra": 1}),
+        json!({"variables": {}}),
+    ] {
+        let (status, body) = acme.post("/v1/signals", bad.clone()).await;
+        assert_eq!(status.as_u16(), 400, "{bad}: {body}");
+        assert!(
+            body["code"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("SUTRA.")),
+            "{body}"
+        );
     }
 }
