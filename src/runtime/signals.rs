@@ -120,9 +120,20 @@ impl<S: Store> Runtime<S> {
             if pending.is_empty() {
                 return Ok(done);
             }
+            // One signal that cannot be delivered now (a store failure) does
+            // not hold the others back; it stays pending for the next pass.
+            let mut failed = None;
             for rec in &pending {
-                self.carry_out(rec).await?;
-                done += 1;
+                match self.carry_out(rec).await {
+                    Ok(_) => done += 1,
+                    Err(e) => {
+                        tracing::warn!(signal = %rec.id, error = %e, "signal not fully delivered; retried on the next pass");
+                        failed = Some(e);
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                return if done > 0 { Ok(done) } else { Err(e) };
             }
         }
     }
