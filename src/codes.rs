@@ -423,6 +423,19 @@ codes! {
     StatesMapPartialDefault => "SUTRA.CONFIG.STATES.MAP_PARTIAL_DEFAULT", InvalidInput, false;
     /// No instance waits for that event (unknown event name, or the instance is not waiting).
     EventNotAwaited => "SUTRA.RUNTIME.EVENT.NOT_AWAITED", InvalidInput, false;
+    /// A link throw event whose name no link catch of its scope has, or two
+    /// link catches of one scope with the same name.
+    BpmnLinkUnmatched => "SUTRA.CONFIG.BPMN.LINK_UNMATCHED", InvalidInput, false;
+    /// A catch event with `parallelMultiple="true"` (all its definitions
+    /// must fire): not supported.
+    BpmnParallelMultiple => "SUTRA.CONFIG.BPMN.PARALLEL_MULTIPLE_UNSUPPORTED", InvalidInput, false;
+    /// An event-based gateway whose flow leads to something else than a
+    /// message, timer or signal catch or a receive task, or that has fewer
+    /// than two such flows.
+    BpmnEventGatewayInvalid => "SUTRA.CONFIG.BPMN.EVENT_GATEWAY_INVALID", InvalidInput, false;
+    /// An instantiating event-based gateway (`instantiate="true"`, or one
+    /// starting a process): not supported.
+    BpmnEventGatewayInstantiate => "SUTRA.CONFIG.BPMN.EVENT_GATEWAY_INSTANTIATE_UNSUPPORTED", InvalidInput, false;
 
     /// Error names raised at run time (seed 004's table).
     /// Wildcard in `ErrorEquals`: matches every error.

@@ -100,6 +100,8 @@ fn assert_invariants(p: &Process) {
                     | NodeKind::SubProcess
                     | NodeKind::Fanout(_)
                     | NodeKind::CallProcess { .. }
+                    // A receive task.
+                    | NodeKind::Catch(sutra::model::CatchTrigger::Message(_))
             ));
             assert_eq!(host.scope, node.scope);
             assert!(host.boundaries.contains(&node.ix));

@@ -36,6 +36,7 @@ pub mod migrate;
 pub mod openapi;
 pub mod seed_routes;
 pub mod shape;
+pub mod signals;
 pub mod statistics;
 pub mod types;
 pub mod variables;
@@ -184,6 +185,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(seed_routes::routes())
         .route("/v1/instances/{id}/events/{name}", post(events::resume))
         .route("/v1/messages", post(instances::message))
+        .route("/v1/signals", post(signals::signal))
         .merge(channel_routes())
         .merge(console_routes())
         .route("/v1/admin/tenants", post(admin::create).get(admin::list))

@@ -3,7 +3,7 @@
 
 use super::{
     admin, batches, channels, deployments, diagram, egress, events, external, http_connections,
-    incidents, instances, migrate, seed_routes, statistics, types, variables, whoami,
+    incidents, instances, migrate, seed_routes, signals, statistics, types, variables, whoami,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -85,7 +85,7 @@ impl Modify for PathParams {
     paths(
         deployments::deploy, deployments::list, deployments::get, deployments::undeploy, deployments::schedules,
         instances::start, instances::list, instances::inspect, instances::history, instances::cancel,
-        instances::retry, instances::close, instances::message, events::resume,
+        instances::retry, instances::close, instances::message, signals::signal, events::resume,
         seed_routes::cancel, seed_routes::retry,
         admin::create, admin::list, admin::get, admin::set_limits, admin::new_key, admin::list_keys,
         admin::revoke_key, admin::rotate, admin::advance,
@@ -102,7 +102,7 @@ impl Modify for PathParams {
     components(schemas(
         types::ErrorBody, types::DeploymentBody, types::DeploymentList, types::ScheduleBody, types::ScheduleEventBody,
         types::ScheduleList, types::StartBody, types::InstanceSummary, types::InstanceList, types::CancelBody, types::CloseBody,
-        types::MessageBody, types::MessageAnswer, types::LimitsBody, types::NewTenantBody, types::TenantBody,
+        types::MessageBody, types::MessageAnswer, signals::SignalBody, crate::runtime::signals::SignalAnswer, types::LimitsBody, types::NewTenantBody, types::TenantBody,
         types::TenantList, types::AdvanceBody, types::ClockBody, types::ApiKeyBody, types::ApiKeyList,
         types::RevokedBody,
         channels::ChannelPutBody, channels::ChannelBody, channels::ChannelList, channels::ResponseBody,
@@ -183,6 +183,7 @@ mod tests {
             "/api/flows/executions/{executionId}/retry",
             "/v1/instances/{id}/events/{name}",
             "/v1/messages",
+            "/v1/signals",
             "/v1/admin/tenants",
             "/v1/admin/clock/advance",
             "/v1/admin/tenants/{name}/keys",

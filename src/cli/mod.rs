@@ -25,6 +25,7 @@ mod run;
 mod run_watch;
 mod serve;
 mod show;
+mod signal;
 mod task;
 mod tenant;
 mod variables;
@@ -84,6 +85,8 @@ enum Command {
     Retry(client::RetryArgs),
     /// Send a message to a server (correlates to a wait, or starts a process).
     Send(client::SendArgs),
+    /// Broadcast a signal within your tenant on a server (`signal NAME --var k=v`).
+    Signal(signal::SignalArgs),
     /// Configure a tenant's channels on a server (`channel set <name> --push URL | --pull`).
     #[command(subcommand)]
     Channel(channels::ChannelCommand),
@@ -143,6 +146,7 @@ pub fn main() -> ExitCode {
         Command::Close(args) => client::exec_close(args),
         Command::Retry(args) => client::exec_retry(args),
         Command::Send(args) => client::exec_send(args),
+        Command::Signal(args) => signal::exec(args),
         Command::Channel(cmd) => channels::exec_channel(cmd),
         Command::Incidents(args) => channels::exec_incidents(args),
         Command::Egress(cmd) => egress::exec_egress(cmd),

@@ -59,12 +59,15 @@ const SWEEPS: usize = 4;
 /// The size of a leaf node (a task, an event, a gateway).
 fn leaf_size(node: &crate::model::Node) -> (f64, f64) {
     match &node.kind {
-        NodeKind::Start(_) | NodeKind::End(_) | NodeKind::Catch(_) | NodeKind::Boundary(_) => {
-            (36.0, 36.0)
-        }
+        NodeKind::Start(_)
+        | NodeKind::End(_)
+        | NodeKind::Catch(_)
+        | NodeKind::Boundary(_)
+        | NodeKind::Throw(_) => (36.0, 36.0),
         NodeKind::ExclusiveGateway { .. }
         | NodeKind::ParallelGateway
-        | NodeKind::InclusiveGateway => (50.0, 50.0),
+        | NodeKind::InclusiveGateway
+        | NodeKind::EventGateway => (50.0, 50.0),
         NodeKind::Pass { .. } if super::pass_is_event(node) => (36.0, 36.0),
         NodeKind::Escalate { .. } | NodeKind::Compensate(_) => (36.0, 36.0),
         _ => (100.0, 80.0),

@@ -283,6 +283,14 @@ fn scope(
     }
 }
 
+/// The definitions of a throw: its first one's kind (a diagram shows one).
+fn throw_definitions(t: &[crate::model::Throw]) -> &'static str {
+    match t.first() {
+        Some(crate::model::Throw::Signal { .. }) => "<bpmn:signalEventDefinition/>",
+        _ => "<bpmn:messageEventDefinition/>",
+    }
+}
+
 /// One node as a BPMN element (containers with their members inside).
 fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
     let pad = "  ".repeat(depth);
@@ -299,6 +307,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 StartTrigger::Error { .. } => "<bpmn:errorEventDefinition/>",
                 StartTrigger::Escalation { .. } => "<bpmn:escalationEventDefinition/>",
                 StartTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
+                StartTrigger::Signal { .. } => "<bpmn:signalEventDefinition/>",
             };
             ("startEvent", n.name.clone(), String::new(), def.into())
         }
@@ -309,6 +318,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 EndKind::Terminate => "<bpmn:terminateEventDefinition/>",
                 EndKind::Escalation { .. } => "<bpmn:escalationEventDefinition/>",
                 EndKind::Compensate(_) => "<bpmn:compensateEventDefinition/>",
+                EndKind::Throw(t) => throw_definitions(t),
             };
             let label = n.name.clone().or_else(|| match e {
                 EndKind::Error { code, .. } => Some(code.clone()),
@@ -337,6 +347,18 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 .unwrap_or_default();
             ("exclusiveGateway", n.name.clone(), attrs, String::new())
         }
+        NodeKind::EventGateway => (
+            "eventBasedGateway",
+            n.name.clone(),
+            String::new(),
+            String::new(),
+        ),
+        NodeKind::Throw(t) => (
+            "intermediateThrowEvent",
+            Some(task_label()),
+            String::new(),
+            throw_definitions(t).into(),
+        ),
         NodeKind::ParallelGateway => (
             "parallelGateway",
             n.name.clone(),
@@ -356,6 +378,10 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 }
                 CatchTrigger::Message(_) => "<bpmn:messageEventDefinition/>",
                 CatchTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
+                CatchTrigger::Signal { .. } => "<bpmn:signalEventDefinition/>",
+                CatchTrigger::Any(_) => {
+                    "<bpmn:messageEventDefinition/><bpmn:timerEventDefinition/>"
+                }
             };
             (
                 "intermediateCatchEvent",
@@ -372,6 +398,7 @@ fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
                 BoundaryTrigger::Escalation { .. } => "<bpmn:escalationEventDefinition/>",
                 BoundaryTrigger::Condition(_) => "<bpmn:conditionalEventDefinition/>",
                 BoundaryTrigger::Compensation => "<bpmn:compensateEventDefinition/>",
+                BoundaryTrigger::Signal { .. } => "<bpmn:signalEventDefinition/>",
             };
             let attrs = format!(
                 " attachedToRef=\"{}\" cancelActivity=\"{}\"",

@@ -12,8 +12,7 @@ use super::{
 use super::{Cause, Effect};
 use crate::codes::Code;
 use crate::model::{
-    BoundaryTrigger, CatchTrigger, EndKind, FlowIx, Node, NodeIx, NodeKind, Process, StartTrigger,
-    TaskImpl,
+    BoundaryTrigger, EndKind, FlowIx, Node, NodeIx, NodeKind, Process, StartTrigger, TaskImpl,
 };
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
@@ -30,6 +29,9 @@ pub(super) struct Machine<'a> {
     pub(super) inputs: &'a Inputs,
     pub(super) queue: VecDeque<u64>,
     budget: u32,
+    /// Signals thrown in this step, for the instance's own waits armed
+    /// later in it (engine/signal.rs).
+    pub(super) thrown: Vec<super::signal::OwnThrow>,
 }
 
 /// A raised error travelling up the scopes to an error boundary.
@@ -52,6 +54,7 @@ impl<'a> Machine<'a> {
             inputs,
             queue: VecDeque::new(),
             budget: STEP_BUDGET,
+            thrown: Vec::new(),
         }
     }
 
@@ -250,6 +253,7 @@ impl<'a> Machine<'a> {
             Event::ChildEnded { park, outcome } => m.child_ended(park, outcome)?,
             Event::ParkFired { park } => m.park_fired(park, Map::new()),
             Event::MessageArrived { park, variables } => m.park_fired(park, variables),
+            Event::SignalArrived { park, variables } => m.signal_arrived(park, variables),
         }
         m.run();
         Ok(m.finish())
@@ -576,6 +580,9 @@ impl<'a> Machine<'a> {
     fn run(&mut self) {
         loop {
             self.run_queue();
+            if self.signal_late_waits() {
+                continue;
+            }
             if self.fire_or_join() || self.fire_conditions() {
                 continue;
             }
@@ -637,6 +644,10 @@ impl<'a> Machine<'a> {
                 self.set_state(&node.id, state);
                 match kind {
                     EndKind::None => self.consume(token),
+                    EndKind::Throw(throws) => {
+                        self.throw_all(token, node, throws);
+                        self.consume(token);
+                    }
                     EndKind::Terminate => {
                         let scope = self.snap.token(token).and_then(|t| t.scope);
                         self.journal("terminate_end", Some(&node.id), json!({}));
@@ -683,13 +694,16 @@ impl<'a> Machine<'a> {
             NodeKind::ExclusiveGateway { default } => self.exclusive(token, node, *default),
             NodeKind::ParallelGateway => self.parallel(token, node),
             NodeKind::InclusiveGateway => self.inclusive(token, node),
+            NodeKind::EventGateway => self.event_gateway_enter(token, node),
+            NodeKind::Throw(throws) => {
+                self.throw_all(token, node, throws);
+                self.snap.completed.push(node.id.clone());
+                self.leave(token);
+            }
             NodeKind::Catch(trigger) => {
-                let park = match trigger {
-                    CatchTrigger::Timer(spec) => self.timer_park(token, node, spec),
-                    CatchTrigger::Message(m) => self.message_park(token, node, m),
-                    CatchTrigger::TimerFrom(from) => self.timer_from_park(token, node, from),
-                    CatchTrigger::Condition(c) => self.condition_park(token, node, c),
-                };
+                // A receive task's boundaries (a catch event has none).
+                self.arm_boundaries(token, node);
+                let park = self.catch_park(token, node, trigger);
                 if let (Some(park), Some(t)) = (park, self.snap.token_mut(token)) {
                     t.status = TokenStatus::Waiting { park };
                 }

@@ -23,6 +23,7 @@ mod docflow;
 pub mod document;
 mod edit;
 mod escalation;
+mod event_gateway;
 mod event_sub;
 mod fanout;
 mod flow;
@@ -35,6 +36,7 @@ mod outcome;
 mod parks;
 mod repeat;
 mod scope;
+mod signal;
 pub mod snapshot;
 mod unwind;
 mod variables;
@@ -44,6 +46,7 @@ pub use channel::{call_of, correlation_of, parse_correlation, CallView, ChannelR
 pub use child::{child_id, ChildOutcome, ChildStart};
 pub use intrinsics::constant;
 pub use migrate::migrate;
+pub use signal::{Thrown, ThrownKind};
 pub use snapshot::{
     Cause, Compensation, CompensationFailure, InstanceError, InstanceState, MessageKey, NodeState,
     ParentLink, Park, ParkKind, Snapshot, Token, TokenStatus, Unwind, SNAPSHOT_FORMAT,
@@ -107,6 +110,11 @@ pub enum Event {
     ParkFired { park: u64 },
     /// A message correlated to message park `park`, carrying variables.
     MessageArrived {
+        park: u64,
+        variables: Map<String, Value>,
+    },
+    /// A broadcast signal reached signal park `park` (engine/signal.rs).
+    SignalArrived {
         park: u64,
         variables: Map<String, Value>,
     },
@@ -213,6 +221,9 @@ pub enum Effect {
         instance: String,
         reason: String,
     },
+    /// Throw a message or a signal: written with this step's commit (the
+    /// store's `signals` outbox) and delivered by the runtime after it.
+    Throw(Thrown),
     /// Persist park `seq` (its details are in the snapshot's `parks`).
     Arm {
         seq: u64,

@@ -91,6 +91,7 @@ impl<'a> Machine<'a> {
                 BoundaryTrigger::Timer(spec) => self.timer_park(token, bnode, spec),
                 BoundaryTrigger::Condition(_) => Some(self.arm_condition(token, bnode)),
                 BoundaryTrigger::Message(m) => self.message_park(token, bnode, m),
+                BoundaryTrigger::Signal { name } => self.signal_park(token, bnode, name),
             };
             if let (Some(p), Some(t)) = (park, self.snap.token_mut(token)) {
                 t.boundary_parks.push(p);
@@ -137,15 +138,25 @@ impl<'a> Machine<'a> {
             }
             ParkKind::Channel => self.call_timed_out(park.token, seq),
             ParkKind::Child => self.child_timed_out(park.token, seq),
-            ParkKind::Timer | ParkKind::Message | ParkKind::Condition => {
+            ParkKind::Timer | ParkKind::Message | ParkKind::Condition | ParkKind::Signal => {
                 let kind = match park.kind {
                     ParkKind::Timer => "timer_fired",
-                    ParkKind::Message => "message_received",
-                    _ => "condition_met",
+                    ParkKind::Signal => "signal_received",
+                    ParkKind::Condition => "condition_met",
+                    _ => "message_received",
                 };
                 self.journal(kind, Some(&node.id), json!({ "token": park.token }));
+                if self.event_gateway_fired(seq, &park, node) {
+                    return;
+                }
                 match &node.kind {
                     NodeKind::Catch(_) => {
+                        // A "Multiple" catch waits on several parks: the others go too.
+                        if let Some(TokenStatus::Waiting { park: w }) =
+                            self.snap.token(park.token).map(|t| t.status.clone())
+                        {
+                            self.withdraw(w);
+                        }
                         if let Some(t) = self.snap.token_mut(park.token) {
                             t.status = TokenStatus::Ready;
                         }
@@ -178,7 +189,12 @@ impl<'a> Machine<'a> {
             return;
         };
         let park = match (&ev.trigger, &fired.cycle) {
-            (BoundaryTrigger::Message(_) | BoundaryTrigger::Condition(_), _) => Some(Park {
+            (
+                BoundaryTrigger::Message(_)
+                | BoundaryTrigger::Condition(_)
+                | BoundaryTrigger::Signal { .. },
+                _,
+            ) => Some(Park {
                 due: None,
                 ..fired.clone()
             }),

@@ -209,6 +209,9 @@ pub enum ParkKind {
     /// A conditional event's wait (engine/condition.rs): no due time, no
     /// correlation; the engine re-evaluates its condition after every step.
     Condition,
+    /// A signal wait (engine/signal.rs): no due time; its name rides in
+    /// `message` (the store's `message_name`), fired by a broadcast.
+    Signal,
 }
 
 impl ParkKind {
@@ -221,6 +224,7 @@ impl ParkKind {
             ParkKind::Channel => "channel",
             ParkKind::Child => "child",
             ParkKind::Condition => "condition",
+            ParkKind::Signal => "signal",
         }
     }
 }

@@ -7,8 +7,9 @@
 //! - `nodes[i].ix == NodeIx(i)` and `flows[i].ix == FlowIx(i)`; every
 //!   `NodeIx`/`FlowIx` stored anywhere in a `Process` is in bounds;
 //! - `Node::incoming`/`outgoing` list exactly the flows whose target/source it is;
-//! - a boundary event's `attached_to` is an activity (task or sub-process) in
-//!   the same scope, and appears in that activity's `boundaries`;
+//! - a boundary event's `attached_to` is an activity (task or sub-process,
+//!   or a receive task: a message `Catch`) in the same scope, and appears in
+//!   that activity's `boundaries`;
 //! - every condition parsed (a syntax error never reaches the engine).
 
 mod document;
@@ -102,6 +103,14 @@ impl Process {
     pub fn has_iterating_expressions(&self) -> bool {
         let keys = self.nodes.iter().filter_map(|n| match &n.kind {
             NodeKind::Catch(CatchTrigger::Message(m)) => m.correlation_key.as_ref(),
+            NodeKind::Throw(t) | NodeKind::End(EndKind::Throw(t)) => {
+                t.iter().find_map(|t| match t {
+                    Throw::Message {
+                        correlation_key, ..
+                    } => correlation_key.as_ref(),
+                    Throw::Signal { .. } => None,
+                })
+            }
             NodeKind::Boundary(BoundaryEvent {
                 trigger: BoundaryTrigger::Message(m),
                 ..
@@ -190,6 +199,8 @@ impl Process {
                 !t.retries.is_empty() || matches!(t.implementation, TaskImpl::Channel(_))
             }
             NodeKind::Catch(_) | NodeKind::CallProcess { .. } => true,
+            // A throw's delivery is a row written with its step.
+            NodeKind::EventGateway | NodeKind::Throw(_) | NodeKind::End(EndKind::Throw(_)) => true,
             NodeKind::Fanout(f) => !f.retries.is_empty(),
             NodeKind::Boundary(b) => !matches!(
                 b.trigger,
@@ -315,6 +326,13 @@ pub enum NodeKind {
     Boundary(BoundaryEvent),
     /// An embedded sub-process: its children are the nodes whose `scope` is this node.
     SubProcess,
+    /// BPMN's event-based gateway: the token waits on the catches its
+    /// flows lead to (each a `Catch`); the first to fire wins, the others'
+    /// waits are withdrawn in the same step (engine/event_gateway.rs).
+    EventGateway,
+    /// Throws messages and signals (all of them) and passes on (a BPMN
+    /// message or signal intermediate throw event, a send task).
+    Throw(Vec<Throw>),
     /// Sets variables and passes on (ASL `Pass`; a BPMN none intermediate throw event).
     /// With a data flow, `set` is the node's result (its effective input when `None`).
     Pass {
@@ -464,6 +482,11 @@ pub enum StartTrigger {
     /// The start of an event sub-process: the CEL condition becomes true
     /// while its scope runs (`engine::condition`).
     Condition(Expr),
+    /// Started by a signal with this name (every ACTIVE process of the
+    /// tenant that listens starts one instance per broadcast).
+    Signal {
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -485,6 +508,36 @@ pub enum EndKind {
     /// Throws a compensation, waits for it, then ends its token (see
     /// `NodeKind::Compensate`).
     Compensate(CompensateThrow),
+    /// Throws messages and signals (all of them), then ends its token like
+    /// `None` (a BPMN message or signal end event).
+    Throw(Vec<Throw>),
+}
+
+/// What a throw event (or a send task) throws: delivered by the runtime
+/// after the throwing step's commit, through the durable path of
+/// `POST /v1/messages` / `POST /v1/signals` (engine/signal.rs).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "throw", rename_all = "snake_case")]
+pub enum Throw {
+    /// To the first instance of the tenant waiting for this name and key,
+    /// else to the message starts of the tenant's ACTIVE processes; nobody
+    /// waiting is not an error.
+    Message {
+        name: String,
+        /// Evaluated over the throwing token's variables.
+        correlation_key: Option<Expr>,
+        /// `q:io inputPath`: the object of the thrower's variables it carries
+        /// (its keys become the receiver's variables); `None`: nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<String>,
+    },
+    /// A broadcast within the tenant: every signal wait armed when it is
+    /// thrown, and every ACTIVE process with a signal start of this name.
+    Signal {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -533,6 +586,13 @@ pub enum CatchTrigger {
     /// A conditional event: waits until the CEL condition holds over the
     /// variables (re-evaluated at the end of every step, `engine::condition`).
     Condition(Expr),
+    /// A broadcast signal with this name (engine/signal.rs).
+    Signal {
+        name: String,
+    },
+    /// BPMN "Multiple": the first of these to fire moves the token on (the
+    /// other waits are withdrawn in the same step).
+    Any(Vec<CatchTrigger>),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -583,6 +643,10 @@ pub enum BoundaryTrigger {
     /// that only a compensate throw runs (BPMN): an uncaught failure does
     /// not unwind such an activity.
     Compensation,
+    /// A broadcast signal with this name.
+    Signal {
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -207,7 +207,7 @@ impl<S: Store> Runtime<S> {
         let params: BatchParams = serde_json::from_str(&batch.params).unwrap_or_default();
         let rate = i64::from(self.inner.config.batch_rate.max(1));
         for item in store.pending_items(&batch.id, rate).await? {
-            let outcome = self.carry_out(&batch, &params, &item).await;
+            let outcome = self.carry_out_item(&batch, &params, &item).await;
             let at = self.inner.clock.now().timestamp_millis();
             store.finish_item(&batch.id, item.seq, &outcome, at).await?;
         }
@@ -217,7 +217,7 @@ impl<S: Store> Runtime<S> {
     }
 
     /// One item's action, as the single-instance route would do it.
-    async fn carry_out(
+    async fn carry_out_item(
         &self,
         batch: &BatchRecord,
         p: &BatchParams,

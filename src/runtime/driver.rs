@@ -302,6 +302,10 @@ impl<S: Store> Runtime<S> {
             self.inner.wake.notify_one();
         }
         self.arm_alarms(id, version, spec, write);
+        // Thrown signals and messages are delivered now that they are durable (signals.rs).
+        if !write.signals.is_empty() {
+            self.kick_signals();
+        }
         // Requests go out only now that their step is durable (channel.rs).
         let sends = self.dispatch_requests(&spec.snapshot, write);
         spec.sends.extend(sends);
@@ -572,6 +576,9 @@ impl<S: Store> Runtime<S> {
             .await?;
             return Ok(p.instance_id.clone());
         }
+        // No wait: one instance of every ACTIVE process of the tenant with a
+        // message start of this name (Camunda's rule); the first is answered.
+        let mut first = None;
         for dep in self.inner.store.list_deployments(Some(tenant)).await? {
             if dep.state != crate::store::DeploymentState::Active {
                 continue;
@@ -581,16 +588,20 @@ impl<S: Store> Runtime<S> {
                 matches!(&n.kind, crate::model::NodeKind::Start(crate::model::StartTrigger::Message { name: m }) if m == name)
             });
             if let Some(start) = start {
-                return self
+                let id = self
                     .start(StartRequest {
                         tenant: tenant.to_string(),
                         process_id: dep.process_id.clone(),
-                        variables,
+                        variables: variables.clone(),
                         start_node: Some(start.id.clone()),
                         ..StartRequest::default()
                     })
-                    .await;
+                    .await?;
+                first.get_or_insert(id);
             }
+        }
+        if let Some(id) = first {
+            return Ok(id);
         }
         Err(RuntimeError::new(
             Code::MessageNotCorrelated,

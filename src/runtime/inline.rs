@@ -123,6 +123,7 @@ pub(crate) fn merge(a: &mut StepWrite, b: StepWrite) {
         }
     }
     a.requests.extend(b.requests);
+    a.signals.extend(b.signals);
     a.finished.extend(b.finished);
     a.delivered.extend(b.delivered);
     a.arm.extend(b.arm);
@@ -212,6 +213,16 @@ impl<S: Store> Runtime<S> {
                 }),
                 Effect::Journal(_) => {}
                 Effect::RunAttempt(a) => spec.pending.push(a.clone()),
+                // Written with the step, delivered after its commit (signals.rs).
+                Effect::Throw(t) => w.signals.push(crate::store::signals::NewSignal {
+                    id: super::new_id(ms(self.inner.clock.now())),
+                    kind: t.kind.as_str().to_string(),
+                    name: t.name.clone(),
+                    correlation_key: t.key.clone(),
+                    variables: serde_json::Value::Object(t.variables.clone()).to_string(),
+                    origin: Some(spec.snapshot.instance_id.clone()),
+                    created_at: ms(self.inner.clock.now()),
+                }),
                 // The transactional outbox: the request is written with the step.
                 Effect::Request(r) => w.requests.push(NewRequest {
                     id: r.id.clone(),

@@ -45,6 +45,7 @@ pub mod output;
 // Schedules, quotas, retirement (the API issue).
 mod lifecycle;
 mod schedule;
+pub mod signals;
 mod tenancy;
 pub use driver::StartRequest;
 pub use poller::Settled;
@@ -220,6 +221,8 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) batch_round: tokio::sync::Mutex<()>,
     /// OAuth 2 tokens of connections, until they expire (`connections.rs`).
     pub(crate) tokens: connections::Tokens,
+    /// Held while signals are delivered (`signals.rs`): one pump at a time.
+    pub(crate) signal_pump: tokio::sync::Mutex<()>,
 }
 
 /// The runtime. Cheap to clone.
@@ -337,6 +340,7 @@ impl<S: Store> Runtime<S> {
                 batch_wake: tokio::sync::Notify::new(),
                 batch_round: tokio::sync::Mutex::new(()),
                 tokens: connections::Tokens::default(),
+                signal_pump: tokio::sync::Mutex::new(()),
             }),
         })
     }

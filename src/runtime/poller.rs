@@ -45,6 +45,10 @@ impl<S: Store> Runtime<S> {
         if let Err(e) = self.deliver_due().await {
             tracing::warn!(error = %e, "outbox pass failed");
         }
+        // Signals a crash left half delivered, or thrown by a step (signals.rs).
+        if let Err(e) = self.pump_signals_if_idle().await {
+            tracing::warn!(error = %e, "signal delivery pass failed");
+        }
         let mut fired = 0;
         loop {
             let now = self.inner.clock.now().timestamp_millis();
@@ -54,6 +58,13 @@ impl<S: Store> Runtime<S> {
                 .claim_due(now, CLAIM_BATCH, &self.inner.owner, self.claim_lease_ms())
                 .await?;
             if parks.is_empty() {
+                // What the fired parks threw is delivered before this returns
+                // (a wait it reaches may arm a due park: look again).
+                match self.pump_signals_if_idle().await {
+                    Ok(0) => {}
+                    Ok(_) => continue,
+                    Err(e) => tracing::warn!(error = %e, "signal delivery pass failed"),
+                }
                 return Ok(fired);
             }
             fired += parks.len();
@@ -109,6 +120,11 @@ impl<S: Store> Runtime<S> {
                 Some(_) => {}
             }
             self.fire_due().await?;
+            // What a step threw is delivered (a pump running elsewhere in
+            // this process is waited for), so a wait it reached shows.
+            if self.pump_signals().await? > 0 {
+                continue;
+            }
             // Parks first, then the instance: a step committed in between (an
             // alarm here, another replica) shows in the instance, never as an
             // instance that waits with no park.

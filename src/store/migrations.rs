@@ -71,6 +71,10 @@ const SHARED: &[(&str, &str)] = &[
         include_str!("../../migrations/shared/0017_connections.sql"),
     ),
     (
+        "0018_signals.sql",
+        include_str!("../../migrations/shared/0018_signals.sql"),
+    ),
+    (
         "0020_search.sql",
         include_str!("../../migrations/shared/0020_search.sql"),
     ),

@@ -40,6 +40,7 @@ mod queries;
 mod queries_steps;
 mod queries_tenancy;
 mod rows;
+pub mod signals;
 pub mod sqlite;
 mod sqlite_group;
 mod sqlite_writer;
@@ -376,6 +377,10 @@ pub struct StepWrite {
     /// the commit asks every replica to stop them (`pg_listen.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub abandoned: Vec<(u64, u32)>,
+    /// Signals and messages the step throws, each written with the waits
+    /// it reaches (signals.rs), delivered by the runtime after the commit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<signals::NewSignal>,
     /// The instance's searchable variables after this step, when the step
     /// changed them (`None`: as they were): they replace the stored ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -476,6 +481,7 @@ pub trait Store:
     tenancy::TenancyStore
     + channels::ChannelStore
     + egress::EgressStore
+    + signals::SignalStore
     + batches::BatchStore
     + connections::ConnectionStore
     + Send

@@ -456,7 +456,7 @@ where
         };
         let sql = format!(
             "SELECT {PARK_COLUMNS} FROM parks WHERE tenant = $1 AND message_name = $2 \
-             AND {key_rule} ORDER BY instance_id, seq"
+             AND {key_rule} AND kind = 'message' ORDER BY instance_id, seq"
         );
         let mut q = sqlx::query_as::<_, ParkRow>(&sql).bind(tenant).bind(name);
         if let Some(key) = correlation_key {

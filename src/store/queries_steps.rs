@@ -416,6 +416,8 @@ where
                     .await?;
             }
         }
+        // Thrown signals and messages with their deliveries (signals.rs).
+        super::signals::write_signals::<DB>(conn, tenant, &step.signals).await?;
         // Channel-call requests: the transactional outbox (outbox.rs).
         super::outbox::write_requests::<DB>(conn, id, tenant, deployment_id, &step.requests).await
     }

@@ -575,6 +575,8 @@ fn apply_rows(
             insert.execute(params![id, tenant, v.name, v.value])?;
         }
     }
+    // Thrown signals and messages with their deliveries (signals.rs).
+    super::signals::write_signals_rusqlite(conn, tenant, &step.signals)?;
     // Channel-call requests: the transactional outbox (outbox.rs).
     super::outbox::write_requests_rusqlite(conn, id, tenant, deployment_id, &step.requests)
 }

@@ -22,9 +22,13 @@ use std::collections::{HashMap, HashSet};
 mod call;
 mod compensate;
 mod escalation;
+mod event_gateway;
 mod event_sub;
+mod link;
+mod message;
 mod repeat;
 mod resolve;
+mod signal;
 
 /// Flow-node-like BPMN elements Sutra does not execute, with a hint.
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -39,12 +43,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("manualTask", "Sutra has no manual tasks"),
     ("scriptTask", "use a registered serviceTask"),
     ("businessRuleTask", "use a registered serviceTask"),
-    ("sendTask", "use a channel-call serviceTask"),
-    ("receiveTask", "use a message intermediateCatchEvent"),
-    (
-        "eventBasedGateway",
-        "event-based gateways are not supported",
-    ),
     ("complexGateway", "complex gateways are not supported"),
     ("transaction", "transactions are not supported"),
     ("adHocSubProcess", "ad-hoc sub-processes are not supported"),
@@ -232,6 +230,8 @@ struct Builder<'d> {
     for_compensation: Vec<NodeIx>,
     /// The root-level event definitions an `eventDefinitionRef` names.
     shared: HashMap<&'d str, &'d Element>,
+    /// Link events, joined once the flows exist (build/link.rs).
+    links: Vec<link::LinkEnd<'d>>,
     diags: Vec<Diagnostic>,
 }
 
@@ -264,6 +264,7 @@ impl<'d> Builder<'d> {
             pending_compensate: Vec::new(),
             for_compensation: Vec::new(),
             shared: HashMap::new(),
+            links: Vec::new(),
             diags: Vec::new(),
         }
     }
@@ -282,6 +283,8 @@ impl<'d> Builder<'d> {
         self.scope(el, None);
         self.resolve();
         self.resolve_compensation();
+        self.resolve_links();
+        self.check_event_gateways();
         self.implicit_starts(el);
         let mut p = Process {
             id: el.id().unwrap_or_default().to_string(),
@@ -353,6 +356,9 @@ impl<'d> Builder<'d> {
                     self.pending_defaults.push(ix);
                 }
             }
+            "receiveTask" => self.receive_task(el, scope),
+            "sendTask" => self.send_task(el, scope),
+            "eventBasedGateway" => self.event_gateway(el, scope),
             "intermediateCatchEvent" => self.catch(el, scope),
             "intermediateThrowEvent" => self.throw(el, scope),
             "boundaryEvent" => self.boundary(el, scope),
@@ -561,6 +567,9 @@ impl<'d> Builder<'d> {
             // The start of an event sub-process carries its trigger (build/event_sub.rs).
             return self.event_sub_start(el, scope);
         }
+        if self.start_ext(el, scope) {
+            return;
+        }
         let qs = ext::q_elements(el);
         ext::misplaced(&qs, &["source"], el, &mut self.diags);
         let source_el = ext::single(&qs, "source", el, &mut self.diags);
@@ -653,6 +662,9 @@ impl<'d> Builder<'d> {
     }
 
     fn end(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.end_ext(el, scope) {
+            return;
+        }
         self.no_q(el);
         let kind = match self.definition(el) {
             Def::None => EndKind::None,
@@ -682,14 +694,12 @@ impl<'d> Builder<'d> {
             def @ (Def::Timer(..)
             | Def::Message(..)
             | Def::Conditional(..)
-            | Def::Unsupported(..)) => {
-                return self.unsupported_def(
-                    el,
-                    scope,
-                    def,
-                    "an end event is none, error, terminate, escalation or compensate",
-                )
-            }
+            | Def::Unsupported(..)) => return self.unsupported_def(
+                el,
+                scope,
+                def,
+                "an end event is none, error, terminate, escalation, compensate, message or signal",
+            ),
         };
         let compensates = matches!(kind, EndKind::Compensate(_));
         let ix = self.node(el, scope, NodeKind::End(kind));
@@ -728,6 +738,9 @@ impl<'d> Builder<'d> {
     }
 
     fn catch(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.catch_ext(el, scope) {
+            return;
+        }
         let qs = ext::q_elements(el);
         let def = self.definition(el);
         let allowed: &[&str] = if matches!(def, Def::Message(_)) {
@@ -764,6 +777,9 @@ impl<'d> Builder<'d> {
     }
 
     fn throw(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.throw_ext(el, scope) {
+            return;
+        }
         self.no_q(el);
         match self.definition(el) {
             Def::None => {
@@ -787,12 +803,15 @@ impl<'d> Builder<'d> {
                 el,
                 scope,
                 def,
-                "an intermediate throw event is none, escalation or compensate",
+                "an intermediate throw event is none, escalation, compensate, message, signal or link",
             ),
         }
     }
 
     fn boundary(&mut self, el: &'d Element, scope: Option<NodeIx>) {
+        if self.boundary_ext(el, scope) {
+            return;
+        }
         let qs = ext::q_elements(el);
         let def = self.definition(el);
         let allowed: &[&str] = if matches!(def, Def::Message(_)) {

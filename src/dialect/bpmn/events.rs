@@ -19,6 +19,8 @@ use std::collections::HashMap;
 pub struct Globals {
     /// message id → its `name`.
     pub messages: HashMap<String, Option<String>>,
+    /// signal id → its `name` (build/signal.rs).
+    pub signals: HashMap<String, Option<String>>,
     /// error id → (`errorCode`, `name`).
     pub errors: HashMap<String, (Option<String>, Option<String>)>,
     /// escalation id → its `escalationCode` (else its id: two references
@@ -49,6 +51,11 @@ impl Globals {
                 "escalation" => {
                     let code = text("escalationCode").unwrap_or_else(|| id.to_string());
                     g.escalations.entry(id.to_string()).or_insert(code);
+                }
+                "signal" => {
+                    g.signals
+                        .entry(id.to_string())
+                        .or_insert_with(|| text("name"));
                 }
                 "error" => {
                     g.errors

@@ -58,6 +58,8 @@ pub fn describe(n: &Node) -> String {
         NodeKind::ServiceTask(_) => "service task",
         NodeKind::ExclusiveGateway { .. } => "exclusive gateway",
         NodeKind::ParallelGateway => "parallel gateway",
+        NodeKind::EventGateway => "event-based gateway",
+        NodeKind::Throw(_) => "throw event",
         NodeKind::InclusiveGateway => "inclusive gateway",
         NodeKind::Catch(_) => "catch event",
         NodeKind::Boundary(_) => "boundary event",

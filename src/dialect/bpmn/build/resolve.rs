@@ -64,13 +64,17 @@ impl<'d> Builder<'d> {
                 continue;
             }
             let target = &self.nodes[a.0 as usize];
-            let problem = if !matches!(
-                target.kind,
-                NodeKind::ServiceTask(_)
-                    | NodeKind::SubProcess
-                    | NodeKind::Fanout(_)
-                    | NodeKind::CallProcess { .. }
-            ) {
+            // A receive task is a `Catch` that takes boundaries (build/message.rs).
+            let receive = matches!(target.kind, NodeKind::Catch(_))
+                && self.elements[a.0 as usize].local == "receiveTask";
+            let problem = if !receive
+                && !matches!(
+                    target.kind,
+                    NodeKind::ServiceTask(_)
+                        | NodeKind::SubProcess
+                        | NodeKind::Fanout(_)
+                        | NodeKind::CallProcess { .. }
+                ) {
                 Some("which is not an activity (a service task or sub-process)")
             } else if target.scope != self.nodes[pb.ix.0 as usize].scope {
                 Some("which is in another scope")
