@@ -40,6 +40,8 @@ fn bpmn(body: &str) -> String {
   <bpmn:escalation id="Late" escalationCode="LATE"/>
   <bpmn:message id="Abort" name="abort"/>
   <bpmn:message id="Never" name="never"/>
+  <bpmn:signal id="StopSignal" name="stop"/>
+  <bpmn:signal id="PingSignal" name="ping"/>
   <bpmn:process id="p" isExecutable="true">
 {body}
   </bpmn:process>
@@ -352,6 +354,42 @@ backends::store_tests! {
         assert_eq!(view.state, "COMPLETED", "{:?}", view.error);
         assert_eq!(tasks(&view), vec!["Undo"]);
         assert_eq!(view.nodes.get("wait").map(String::as_str), Some("CANCELLED"));
+    }
+
+    async fn a_signal_starts_an_event_sub_process_interrupting_or_beside_the_scope(db) {
+        let rt = runtime(db.store.clone());
+        let body = [
+            r#"<bpmn:startEvent id="start"/>"#.to_string(),
+            r#"<bpmn:intermediateCatchEvent id="wait"><bpmn:messageEventDefinition messageRef="Never"/></bpmn:intermediateCatchEvent>"#.to_string(),
+            r#"<bpmn:endEvent id="end"/>"#.to_string(),
+            flow("f1", "start", "wait"),
+            flow("f2", "wait", "end"),
+            event_sub("OnPing", r#"<bpmn:signalEventDefinition signalRef="PingSignal"/>"#, false, "Pong"),
+            event_sub("OnStop", r#"<bpmn:signalEventDefinition signalRef="StopSignal"/>"#, true, "Undo"),
+        ]
+        .join("\n");
+        let id = start(&rt, &bpmn(&body), json!({"do": "echo"})).await;
+        assert!(matches!(rt.settle(&id).await.unwrap(), Settled::Waiting(_)));
+        // Non-interrupting: it runs beside the waiting process, once per signal.
+        for _ in 0..2 {
+            let answer = rt.signal(TENANT, "ping", serde_json::Map::new()).await.unwrap();
+            assert_eq!(answer.delivered, 1, "{answer:?}");
+            assert!(matches!(rt.settle(&id).await.unwrap(), Settled::Waiting(_)));
+        }
+        let view = rt.inspect(&id).await.unwrap();
+        assert_eq!(tasks(&view), vec!["Pong", "Pong"]);
+        assert_eq!(view.nodes.get("wait").map(String::as_str), Some("RUNNING"), "{:?}", view.nodes);
+        // Interrupting: the waiting catch is cancelled and the handler ends the instance.
+        let answer = rt.signal(TENANT, "stop", serde_json::Map::new()).await.unwrap();
+        assert_eq!(answer.delivered, 1);
+        assert!(matches!(rt.settle(&id).await.unwrap(), Settled::Terminal(_)));
+        let view = rt.inspect(&id).await.unwrap();
+        assert_eq!(view.state, "COMPLETED", "{:?}", view.error);
+        assert_eq!(tasks(&view), vec!["Pong", "Pong", "Undo"]);
+        assert_eq!(view.nodes.get("wait").map(String::as_str), Some("CANCELLED"));
+        // Nobody listens any more.
+        let late = rt.signal(TENANT, "ping", serde_json::Map::new()).await.unwrap();
+        assert_eq!(late.delivered, 0);
     }
 
     async fn a_scope_that_ends_withdraws_its_event_sub_process_listeners(db) {

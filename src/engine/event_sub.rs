@@ -3,9 +3,10 @@
 //! or a sub-process token) runs.
 //!
 //! - **Subscriptions.** When a scope starts, every event sub-process in it
-//!   whose start is a timer or a message gets a *listener*: a token at that
-//!   start event, in the scope, waiting on an ordinary timer or message park
-//!   (a durable row). Listeners do not keep a scope alive: when the last
+//!   whose start is a timer, a message, a signal or a condition gets a
+//!   *listener*: a token at that start event, in the scope, waiting on an
+//!   ordinary timer, message, signal or condition park (a durable row; a
+//!   signal's fan-out reaches it like any signal wait). Listeners do not keep a scope alive: when the last
 //!   other token of the scope is gone, its listeners are withdrawn and the
 //!   scope completes. Error and escalation starts need no row: raising one
 //!   walks the scopes (`Machine::raise_from`, `engine::escalation`) and asks
@@ -52,6 +53,7 @@ impl<'a> Machine<'a> {
                 NodeKind::Start(
                     StartTrigger::Timer(_)
                         | StartTrigger::Message { .. }
+                        | StartTrigger::Signal { .. }
                         | StartTrigger::Condition(_)
                 )
             ) {
@@ -74,6 +76,7 @@ impl<'a> Machine<'a> {
                 };
                 self.message_park(token, start, &m)
             }
+            NodeKind::Start(StartTrigger::Signal { name }) => self.signal_park(token, start, name),
             NodeKind::Start(StartTrigger::Condition(_)) => Some(self.arm_condition(token, start)),
             _ => None,
         };
@@ -129,12 +132,17 @@ impl<'a> Machine<'a> {
     /// the next slot of its cycle. False when its timer is spent.
     fn relisten(&mut self, token: u64, fired: &Park, start: &Node) -> bool {
         let park = match (&start.kind, &fired.cycle) {
-            (NodeKind::Start(StartTrigger::Message { .. } | StartTrigger::Condition(_)), _) => {
-                Some(Park {
-                    due: None,
-                    ..fired.clone()
-                })
-            }
+            (
+                NodeKind::Start(
+                    StartTrigger::Message { .. }
+                    | StartTrigger::Signal { .. }
+                    | StartTrigger::Condition(_),
+                ),
+                _,
+            ) => Some(Park {
+                due: None,
+                ..fired.clone()
+            }),
             (NodeKind::Start(StartTrigger::Timer(TimerSpec::Cycle(c))), Some(state)) => {
                 let cu = c.catch_up(state.armed_at, Some(state.slot), self.inputs.now);
                 cu.next.map(|(slot, due)| Park {

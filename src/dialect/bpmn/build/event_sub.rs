@@ -4,8 +4,8 @@
 //! error or escalation (`StartTrigger`); `isInterrupting` on that start
 //! event (BPMN's default `true`) makes the node interrupting. Error starts
 //! always interrupt (BPMN); a conditional start (`StartTrigger::Condition`)
-//! is watched by `engine::condition`. A signal start is refused until
-//! signals exist (`SUTRA.CONFIG.BPMN.UNSUPPORTED_ELEMENT`).
+//! is watched by `engine::condition`. A signal start waits on a signal park
+//! (`engine::signal`), which a broadcast of its name reaches.
 
 use super::{err, Builder};
 use crate::codes::Code;
@@ -125,15 +125,18 @@ impl<'d> Builder<'d> {
                 return self.unsupported(
                     el,
                     scope,
-                    "the start event of an event sub-process needs a timer, message, error or escalation definition".into(),
+                    "the start event of an event sub-process needs a timer, message, signal, error, escalation or conditional definition".into(),
                 )
             }
+            Def::Unsupported(d, _) if d.local == "signalEventDefinition" => StartTrigger::Signal {
+                name: self.signal_name(d, el),
+            },
             def @ (Def::Terminate(..) | Def::Compensate(..) | Def::Unsupported(..)) => {
                 return self.unsupported_def(
                     el,
                     scope,
                     def,
-                    "an event sub-process starts by a timer, a message, an error or an escalation",
+                    "an event sub-process starts by a timer, a message, a signal, an error, an escalation or a condition",
                 )
             }
         };
