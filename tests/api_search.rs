@@ -239,3 +239,54 @@ async fn variables_are_found_by_their_current_value() {
         }
     }
 }
+
+/// start → wait for message `paid` → end, its business key the start
+/// variable `orderId` (`q:businessKey`).
+fn keyed_by_order() -> String {
+    format!(
+        r#"{HEADER}
+  <bpmn:message id="Paid" name="paid"/>
+  <bpmn:process id="keyed" isExecutable="true">
+    <bpmn:extensionElements><q:businessKey variable="orderId"/></bpmn:extensionElements>
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="wait"/>
+    <bpmn:intermediateCatchEvent id="wait"><bpmn:messageEventDefinition messageRef="Paid"/></bpmn:intermediateCatchEvent>
+    <bpmn:sequenceFlow id="f2" sourceRef="wait" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_names_the_variable_that_is_its_business_key() {
+    for db in [Db::Sqlite, Db::Postgres] {
+        let Some(srv) = Server::start_on(db, &[]).await else {
+            continue;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let (status, body) = acme.deploy(&keyed_by_order(), &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let by_var = start_keyed(&acme, "keyed", None, json!({"orderId": "O-7"})).await;
+        assert_eq!(by_var["businessKey"], "O-7", "{by_var}");
+        let numeric = start_keyed(&acme, "keyed", None, json!({"orderId": 42})).await;
+        assert_eq!(numeric["businessKey"], "42", "{numeric}");
+        // A key given at the start wins; no variable, no key.
+        let given = start_keyed(&acme, "keyed", Some("PO-1"), json!({"orderId": "O-8"})).await;
+        assert_eq!(given["businessKey"], "PO-1", "{given}");
+        let none = start_keyed(&acme, "keyed", None, json!({"other": 1})).await;
+        assert!(none.get("businessKey").is_none(), "{none}");
+        assert_eq!(ids(&acme, "businessKey=O-7").await, vec![id(&by_var)]);
+
+        // A q:businessKey without its variable is refused at load.
+        let bad =
+            keyed_by_order().replace(r#"<q:businessKey variable="orderId"/>"#, "<q:businessKey/>");
+        let (status, body) = acme.deploy(&bad, &[]).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert!(
+            body.to_string()
+                .contains("SUTRA.CONFIG.BPMN.INVALID_ATTRIBUTE"),
+            "{body}"
+        );
+    }
+}

@@ -801,6 +801,8 @@ async fn the_instance_list_finds_instances_by_business_key_and_variable() {
         srv.advance("PT0.001S").await;
     }
     sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    // Signed in (the key is kept) before the page is loaded anew.
+    b.wait_css("#deployments").await;
     b.goto(&format!("{}/ui/#/instances", srv.url)).await;
     b.wait_css("#instances").await;
     let key_of = "return document.querySelector(`#instances tr[data-instance=\"${arguments[0]}\"]`).cells[3].textContent;";
@@ -856,6 +858,8 @@ async fn ticked_instances_are_retried_as_one_batch_whose_page_shows_each_outcome
         srv.advance("PT0.001S").await;
     }
     sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    // Signed in (the key is kept) before the page is loaded anew.
+    b.wait_css("#deployments").await;
     b.goto(&format!("{}/ui/#/instances", srv.url)).await;
     b.wait_css("#instances").await;
     for id in &failed[..2] {
@@ -894,5 +898,72 @@ async fn ticked_instances_are_retried_as_one_batch_whose_page_shows_each_outcome
     b.wait_css("#batches").await;
     assert!(b.text("#batches tbody tr").await.contains("retry"));
     b.screenshot(&screenshots().join("batch-retry.png")).await;
+    no_csp_violations(&b).await;
+}
+
+/// Connections (issue 31 item 2): the console lists the tenant's
+/// connections with their endpoint and how they authorize, never the
+/// credential, and deletes one after a confirmation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connections_page_shows_each_connection_but_never_its_credential() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start_with(&[(
+        "SUTRA_SECRET_KEY",
+        "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+    )])
+    .await;
+    let api = srv.tenant("acme", json!({})).await;
+    for (name, auth, secret) in [
+        (
+            "crm",
+            json!({"type": "api_key", "header": "x-api-key"}),
+            "k-SECRET-1",
+        ),
+        (
+            "billing",
+            json!({"type": "oauth2_client_credentials", "token_url": "https://id.example.com/token", "client_id": "sutra", "scope": "charge"}),
+            "cs-SECRET-2",
+        ),
+    ] {
+        let (status, body) = api
+            .call(
+                Method::PUT,
+                &format!("/v1/connections/{name}"),
+                Some(json!({"endpoint": "https://api.example.com/v1", "authorization": auth, "credential": secret})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.click("#nav a[href=\"#/connections\"]").await;
+    b.wait_css("#connections").await;
+    let crm = b.text("#connections tr[data-connection=crm]").await;
+    assert!(crm.contains("https://api.example.com/v1"), "{crm}");
+    assert!(crm.contains("API key in header x-api-key"), "{crm}");
+    let billing = b.text("#connections tr[data-connection=billing]").await;
+    assert!(
+        billing.contains("OAuth 2 client sutra from https://id.example.com/token scope charge"),
+        "{billing}"
+    );
+    let page = b.text("#main").await;
+    assert!(
+        !page.contains("SECRET"),
+        "a credential is never shown: {page}"
+    );
+    b.click("#connections tr[data-connection=crm] .delete-connection")
+        .await;
+    b.wait_css("dialog#confirm[open]").await;
+    b.click("#confirm-ok").await;
+    b.wait_for(
+        "the deleted connection to go",
+        "!document.querySelector('#connections tr[data-connection=crm]') && !!document.querySelector('#connections tr[data-connection=billing]')",
+        json!(null),
+    )
+    .await;
+    let (status, _) = api.get("/v1/connections/crm").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    b.screenshot(&screenshots().join("connections.png")).await;
     no_csp_violations(&b).await;
 }

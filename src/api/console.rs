@@ -47,6 +47,7 @@ assets! {
     "js/instance.js" => "text/javascript; charset=utf-8",
     "js/incidents.js" => "text/javascript; charset=utf-8",
     "js/batches.js" => "text/javascript; charset=utf-8",
+    "js/connections.js" => "text/javascript; charset=utf-8",
     "js/timeline.js" => "text/javascript; charset=utf-8",
     "js/tenants.js" => "text/javascript; charset=utf-8",
     "vendor/bpmn-navigated-viewer.production.min.js" => "text/javascript; charset=utf-8",

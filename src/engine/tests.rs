@@ -31,6 +31,7 @@ impl B {
                 pos: Pos::default(),
                 nodes: vec![],
                 flows: vec![],
+                business_key: None,
                 by_id: Default::default(),
             },
         }

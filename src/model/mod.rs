@@ -83,6 +83,11 @@ pub struct Process {
     pub pos: Pos,
     pub nodes: Vec<Node>,
     pub flows: Vec<Flow>,
+    /// The start variable whose value (a string, number or boolean) is an
+    /// instance's business key when its start names none (BPMN
+    /// `<q:businessKey variable="..."/>` on the process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub business_key: Option<String>,
     #[serde(skip)]
     pub by_id: HashMap<String, NodeIx>,
 }

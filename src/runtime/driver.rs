@@ -49,6 +49,21 @@ pub(crate) struct Finishing {
     pub delivered: Vec<String>,
 }
 
+/// A start variable's value as a business key: a string as itself, a
+/// number or boolean as its JSON; nothing for any other value, or one the
+/// key cannot be (over 256 bytes, control characters).
+fn business_key_of(v: &Value) -> Option<String> {
+    let key = match v {
+        Value::String(s) => s.clone(),
+        Value::Number(_) | Value::Bool(_) => v.to_string(),
+        _ => return None,
+    };
+    let fits = !key.is_empty()
+        && key.len() <= crate::store::SEARCH_VALUE_MAX
+        && !key.chars().any(char::is_control);
+    fits.then_some(key)
+}
+
 pub(super) fn ms(t: chrono::DateTime<chrono::Utc>) -> i64 {
     t.timestamp_millis()
 }
@@ -137,6 +152,14 @@ impl<S: Store> Runtime<S> {
         }
         let now = self.inner.clock.now();
         let id = req.id.clone().unwrap_or_else(|| super::new_id(ms(now)));
+        let mut req = req;
+        if req.business_key.is_none() {
+            req.business_key = deployed
+                .process
+                .business_key
+                .as_ref()
+                .and_then(|var| business_key_of(req.variables.get(var)?));
+        }
         let inputs = self.inputs();
         let step = deployed.start(
             engine::NewInstance {

@@ -1,7 +1,7 @@
 // The Sutra console: a hash-routed page over the public /v1 API.
 //   #/                      → deployments (tenant) or tenants (admin)
 //   #/deployments[/<id>]    #/instances[?state=&process=&since=]    #/instances/<id>    #/incidents
-//   #/batches[/<id>]        #/tenants
+//   #/batches[/<id>]        #/connections    #/tenants
 // Routes carry ids and filters only; the API key never appears in a URL.
 
 import { session, whoIs } from './api.js';
@@ -11,6 +11,7 @@ import { instancesPage } from './instances.js';
 import { instancePage } from './instance.js';
 import { incidentsPage } from './incidents.js';
 import { batchesPage, batchPage } from './batches.js';
+import { connectionsPage } from './connections.js';
 import { tenantsPage } from './tenants.js';
 
 // Any Content-Security-Policy violation is kept for the browser tests to read.
@@ -49,7 +50,7 @@ export function confirmAction(title, ...body) {
 function nav() {
   const items = session.role === 'admin'
     ? [['#/tenants', 'Tenants']]
-    : [['#/deployments', 'Deployments'], ['#/instances', 'Instances'], ['#/incidents', 'Incidents'], ['#/batches', 'Batches']];
+    : [['#/deployments', 'Deployments'], ['#/instances', 'Instances'], ['#/incidents', 'Incidents'], ['#/batches', 'Batches'], ['#/connections', 'Connections']];
   fill(document.getElementById('nav'), items.map(([href, t]) => h('a', { href }, t)));
   fill(document.getElementById('who'), session.role === 'admin' ? 'admin' : (session.role ? ['tenant ', h('strong', { id: 'who-tenant' }, session.tenant || '?')] : ''));
   document.getElementById('signout').hidden = !session.role;
@@ -104,6 +105,8 @@ async function route() {
       leave = await instancePage(page, parts[1]);
     } else if (parts[0] === 'instances') {
       leave = await instancesPage(page, params);
+    } else if (parts[0] === 'connections') {
+      leave = await connectionsPage(page);
     } else if (parts[0] === 'batches' && parts[1]) {
       leave = await batchPage(page, parts[1]);
     } else if (parts[0] === 'batches') {

@@ -468,6 +468,7 @@ pub fn process(cx: &mut Ctx, root: &J) -> Option<Process> {
         pos: root.pos,
         nodes: b.nodes,
         flows: b.flows,
+        business_key: None,
         by_id: HashMap::new(),
     };
     p.index();

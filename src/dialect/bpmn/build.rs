@@ -279,7 +279,9 @@ impl<'d> Builder<'d> {
         }
         self.foreign(el);
         let qs = ext::q_elements(el);
-        ext::misplaced(&qs, &[], el, &mut self.diags);
+        ext::misplaced(&qs, &["businessKey"], el, &mut self.diags);
+        let business_key = ext::single(&qs, "businessKey", el, &mut self.diags)
+            .and_then(|q| ext::business_key(q, el, &mut self.diags));
         self.scope(el, None);
         self.resolve();
         self.resolve_compensation();
@@ -294,6 +296,7 @@ impl<'d> Builder<'d> {
             pos: el.pos,
             nodes: std::mem::take(&mut self.nodes),
             flows: std::mem::take(&mut self.flows),
+            business_key,
             by_id: HashMap::new(),
         };
         super::http::route_failures(&mut p);

@@ -23,6 +23,7 @@ pub const Q_ELEMENTS: &[&str] = &[
     "multiInstance",
     "call",
     "http",
+    "businessKey",
 ];
 
 /// `tag `id`` (or just the tag when the element has no id): how messages name an element.
@@ -188,6 +189,25 @@ pub fn q_attributes(root: &Element, diags: &mut Vec<Diagnostic>) {
         }
         stack.extend(el.children.iter().rev());
     }
+}
+
+/// `<q:businessKey variable="orderId"/>` on a process: the start variable
+/// whose value becomes an instance's business key when its start names
+/// none. A missing or empty `variable` is reported (`None`).
+pub fn business_key(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> Option<String> {
+    unknown_attrs(q, host, &["variable"], diags);
+    let v = q.attr("variable").map(str::trim).filter(|v| !v.is_empty());
+    if v.is_none() {
+        diags.push(invalid(
+            q,
+            host,
+            format!(
+                "q:businessKey of {} needs a `variable`: the start variable whose value is the business key",
+                describe(host)
+            ),
+        ));
+    }
+    v.map(str::to_string)
 }
 
 fn invalid(q: &Element, host: &Element, message: String) -> Diagnostic {

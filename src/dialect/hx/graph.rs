@@ -300,6 +300,7 @@ fn ir(
         pos: wf.pos,
         nodes: Vec::new(),
         flows: Vec::new(),
+        business_key: None,
         by_id: HashMap::new(),
     };
     let start = push_node(
