@@ -118,10 +118,7 @@ async fn serve() -> Result<(SocketAddr, Arc<AtomicU64>)> {
         let seen = seen.clone();
         async move {
             seen.fetch_add(1, Ordering::Relaxed);
-            (
-                [(http::header::CONTENT_TYPE, "application/json")],
-                ANSWER,
-            )
+            ([(http::header::CONTENT_TYPE, "application/json")], ANSWER)
         }
     });
     tokio::spawn(async move {
@@ -304,7 +301,7 @@ async fn bench_call() -> Result<()> {
     let host = format!("http://{addr}");
     let config = egress_config();
     let egress = Arc::new(Egress::from_config(&config.egress).map_err(|e| anyhow!(e))?);
-    let granted = Grant::allowing(&[host.clone()]);
+    let granted = Grant::allowing(std::slice::from_ref(&host));
     granted.check(&egress.ceiling).map_err(|e| anyhow!(e))?;
     let sandbox = Sandbox::new(SandboxConfig {
         pool_size: 8,
@@ -413,7 +410,10 @@ fn request(url: &str) -> StartRequest {
     StartRequest {
         tenant: TENANT.into(),
         process_id: "p".into(),
-        variables: json!({ "url": url }).as_object().cloned().unwrap_or_default(),
+        variables: json!({ "url": url })
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
         ..StartRequest::default()
     }
 }
