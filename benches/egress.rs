@@ -141,17 +141,24 @@ enum Kind {
     Reqwest,
     Session,
     Guest,
+    GuestRefused,
     GuestDenied,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [
+    const ALL: [Kind; 6] = [
         Kind::Hyper,
         Kind::Reqwest,
         Kind::Session,
         Kind::Guest,
+        Kind::GuestRefused,
         Kind::GuestDenied,
     ];
+
+    /// Whether a call of this kind reaches the loopback server.
+    fn served(self) -> bool {
+        !matches!(self, Kind::GuestRefused | Kind::GuestDenied)
+    }
 
     fn label(self) -> &'static str {
         match self {
@@ -159,6 +166,7 @@ impl Kind {
             Kind::Reqwest => "host, reqwest, pooled (keep-alive)",
             Kind::Session => "host, through the egress session (HTTP task path)",
             Kind::Guest => "fetch guest, wasi:http + egress session (attempt)",
+            Kind::GuestRefused => "fetch guest, granted, connection refused (no response)",
             Kind::GuestDenied => "fetch guest, request denied (attempt, no network)",
         }
     }
@@ -175,6 +183,8 @@ struct CallEnv {
     fetch: LoadedComponent,
     limits: Limits,
     input: String,
+    /// A granted loopback port nobody listens on.
+    refused_input: String,
 }
 
 impl CallEnv {
@@ -244,11 +254,11 @@ impl CallEnv {
                 }
                 Ok(())
             }
-            Kind::Guest | Kind::GuestDenied => {
-                let policy = if kind == Kind::Guest {
-                    &self.granted
-                } else {
-                    &self.denied
+            Kind::Guest | Kind::GuestRefused | Kind::GuestDenied => {
+                let (policy, input) = match kind {
+                    Kind::Guest => (&self.granted, &self.input),
+                    Kind::GuestRefused => (&self.granted, &self.refused_input),
+                    _ => (&self.denied, &self.input),
                 };
                 let ctx = self.ctx(i);
                 let session = self.session(policy, &ctx.idempotency_key);
@@ -257,7 +267,7 @@ impl CallEnv {
                     .attempt_with_egress(
                         &self.fetch,
                         &ctx,
-                        &self.input,
+                        input,
                         &self.limits,
                         &Stop::default(),
                         Some(session),
@@ -271,6 +281,11 @@ impl CallEnv {
                             )
                             .ok()
                                 == Some(json!({"ok": true})) =>
+                    {
+                        Ok(())
+                    }
+                    (Kind::GuestRefused, sutra::sandbox::Outcome::Failed { message, .. })
+                        if message.contains("ConnectionRefused") =>
                     {
                         Ok(())
                     }
@@ -301,7 +316,10 @@ async fn bench_call() -> Result<()> {
     let host = format!("http://{addr}");
     let config = egress_config();
     let egress = Arc::new(Egress::from_config(&config.egress).map_err(|e| anyhow!(e))?);
-    let granted = Grant::allowing(std::slice::from_ref(&host));
+    // A loopback port that refuses: bound, then closed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let refused_host = format!("http://{closed}");
+    let granted = Grant::allowing(&[host.clone(), refused_host.clone()]);
     granted.check(&egress.ceiling).map_err(|e| anyhow!(e))?;
     let sandbox = Sandbox::new(SandboxConfig {
         pool_size: 8,
@@ -324,6 +342,7 @@ async fn bench_call() -> Result<()> {
         fetch,
         limits: Limits::default(),
         input: json!({ "url": url }).to_string(),
+        refused_input: json!({ "url": format!("{refused_host}/rates") }).to_string(),
     };
     let rounds = 10;
     let per_round = count(300);
@@ -350,8 +369,9 @@ async fn bench_call() -> Result<()> {
             *cpu.entry(k).or_default() += cpu_ns().saturating_sub(c0);
         }
     }
-    // Every call but the denied guest's reached the server exactly once.
-    let expected = (rounds * per_round * (Kind::ALL.len() - 1)) as u64;
+    // Every call that reaches the server reached it exactly once.
+    let served_kinds = Kind::ALL.iter().filter(|k| k.served()).count();
+    let expected = (rounds * per_round * served_kinds) as u64;
     let got = served.load(Ordering::Relaxed) - served_before;
     if got != expected {
         bail!("the server served {got} requests, expected {expected}");
@@ -380,10 +400,12 @@ async fn bench_call() -> Result<()> {
     }
     let diff = |a: usize, b: usize| us(p50[a]) - us(p50[b]);
     println!(
-        "added at p50: session over plain hyper {:.1} µs; guest over session {:.1} µs; guest over plain hyper {:.1} µs; guest's call itself (guest − denied guest) {:.1} µs",
+        "added at p50: session over plain hyper {:.1} µs; guest over session {:.1} µs; guest over plain hyper {:.1} µs; guest's call itself (guest − denied guest) {:.1} µs, of which up to the refused connect {:.1} µs and the exchange and response {:.1} µs",
         diff(2, 0),
         diff(3, 2),
         diff(3, 0),
+        diff(3, 5),
+        diff(4, 5),
         diff(3, 4)
     );
     Ok(())
