@@ -7,8 +7,10 @@
 //!   check, connect, the call record: the HTTP task's path), (4) by the Rust
 //!   `fetch` guest through wasi:http and the session (`Sandbox` attempt with
 //!   egress: instantiate, the guest's JSON and wasi:http plumbing, the call),
-//!   and (5) the same guest attempt with the request denied by an empty grant
-//!   (everything of (4) but the network). Per call: p50 / p90 / p99 and CPU.
+//!   (5) the same guest attempt to a granted loopback port that refuses (the
+//!   request side of (4) and a failed connect, no response), and (6) the same
+//!   guest attempt with the request denied by an empty grant (everything of
+//!   (4) but the network). Per call: p50 / p90 / p99 and CPU.
 //! - `burst`: 1,000 instances (start → the `fetch` task → end) submitted at
 //!   once, each making one call: throughput, and each instance's
 //!   start → COMPLETED from the store's timestamps, on SQLite and (when
