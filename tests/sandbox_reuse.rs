@@ -4,8 +4,12 @@
 //! or a memory overrun, at most `max_reuses` times, and never for a module
 //! that is not reusable. The `chaos` guest's `count` action reports how many
 //! `count` calls its instance has served (a global): 1 means a fresh instance.
+//! Then through the API (`POST /v1/deployments` with a `reusable` part) and
+//! the runtime, on SQLite and PostgreSQL.
 
 mod common;
+#[path = "common/server.rs"]
+mod server;
 
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -441,5 +445,107 @@ async fn python_and_js_echo_on_a_warm_instance() {
             );
         }
         assert!(sb.warm_stats().reused >= 2, "{name}: {:?}", sb.warm_stats());
+    }
+}
+
+// ---- through the API and the runtime, on both backends ----
+
+/// start → T (registered:count) → end, as process `id`.
+fn counted(id: &str) -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:q="https://sutra.dev/bpmn/q/1.0" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="{id}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="T"/>
+    <bpmn:serviceTask id="T" implementation="registered:count"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="T" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+/// Deploy `counted(process)` with chaos as `count`, and a `reusable` part if given.
+async fn deploy_counted(
+    api: &server::Api,
+    process: &str,
+    reusable: Option<&str>,
+) -> (reqwest::StatusCode, Value) {
+    let mut form = reqwest::multipart::Form::new()
+        .text("definition", counted(process))
+        .part(
+            "count",
+            reqwest::multipart::Part::bytes(common::guest_bytes("chaos")).file_name("count.wasm"),
+        );
+    if let Some(r) = reusable {
+        form = form.text("reusable", r.to_string());
+    }
+    api.send(
+        api.request(reqwest::Method::POST, "/v1/deployments")
+            .multipart(form),
+    )
+    .await
+}
+
+/// Start `process` with `input`; the `calls` it completed with.
+async fn started_calls(api: &server::Api, process: &str) -> u64 {
+    let (status, body) = api.start(process, json!({"do": "count"})).await;
+    assert_eq!(status, reqwest::StatusCode::CREATED, "{body}");
+    assert_eq!(body["state"], "COMPLETED", "{body}");
+    body["variables"]["calls"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no calls in {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reusable_modules_through_the_api_on_both_backends() {
+    use reqwest::StatusCode;
+    for db in [server::Db::Sqlite, server::Db::Postgres] {
+        let Some(srv) = server::Server::start_on(db, &[]).await else {
+            continue;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let beta = srv.tenant("beta", json!({})).await;
+
+        // A `reusable` part naming no module of the bundle is refused.
+        let (status, body) = deploy_counted(&acme, "warm", Some("nope")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        let (status, body) = deploy_counted(&acme, "warm", Some("count:many")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+        let (status, body) = deploy_counted(&acme, "warm", Some("count:3")).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let dep = body["deployments"][0]["id"].as_str().unwrap().to_string();
+        // The flag is stored with the deployment.
+        let (_, shown) = acme.get(&format!("/v1/deployments/{dep}")).await;
+        assert_eq!(shown["reusable"]["count"]["max_reuses"], 3, "{shown}");
+
+        // One warm instance serves acme's attempts, up to 1 + 3.
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            seen.push(started_calls(&acme, "warm").await);
+        }
+        assert_eq!(seen, [1, 2, 3, 4, 1], "{db:?}");
+
+        // The same module bytes, reusable, for another tenant: never acme's instance.
+        let (status, body) = deploy_counted(&beta, "warm", Some("count")).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(started_calls(&beta, "warm").await, 1, "{db:?}");
+        assert_eq!(started_calls(&acme, "warm").await, 2, "{db:?}");
+
+        // A trap drops the instance: the next attempt is on a fresh one.
+        let (status, body) = acme.start("warm", json!({"do": "panic"})).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert_eq!(started_calls(&acme, "warm").await, 1, "{db:?}");
+
+        // Not reusable (no part): every attempt on a fresh instance.
+        let (status, body) = deploy_counted(&acme, "cold", None).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        assert!(body["deployments"][0].get("reusable").is_none(), "{body}");
+        for _ in 0..3 {
+            assert_eq!(started_calls(&acme, "cold").await, 1, "{db:?}");
+        }
     }
 }
