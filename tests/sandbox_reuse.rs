@@ -549,3 +549,49 @@ async fn reusable_modules_through_the_api_on_both_backends() {
         }
     }
 }
+
+/// `sutra deploy --reusable NAME:MAX_REUSES` marks the module reusable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sutra_deploy_reusable_marks_the_module() {
+    use std::process::Command;
+    let srv = server::Server::start().await;
+    let created = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        .args(["tenant", "create", "acme", "--db", &srv.db])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{created:?}");
+    let key = String::from_utf8_lossy(&created.stdout).trim().to_string();
+    let sutra = |args: &[&str]| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_sutra"))
+            .args(args)
+            .args(["--format", "json"])
+            .env("SUTRA_SERVER", &srv.url)
+            .env("SUTRA_TOKEN", &key)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let def = dir.path().join("counted.bpmn");
+    std::fs::write(&def, counted("counted")).unwrap();
+    let task = format!("count={}", server::guest_path("chaos").display());
+    let deployed = sutra(&[
+        "deploy",
+        def.to_str().unwrap(),
+        "--task",
+        &task,
+        "--reusable",
+        "count:2",
+    ]);
+    assert_eq!(
+        deployed["deployments"][0]["reusable"]["count"]["max_reuses"], 2,
+        "{deployed}"
+    );
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let started = sutra(&["start", "counted", "--input", r#"{"do": "count"}"#]);
+        seen.push(started["variables"]["calls"].as_u64().unwrap_or(0));
+    }
+    assert_eq!(seen, [1, 2, 3, 1]);
+}
