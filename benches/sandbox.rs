@@ -14,7 +14,7 @@ mod common;
 use divan::counter::ItemsCount;
 use divan::Bencher;
 use std::sync::OnceLock;
-use sutra::sandbox::{Limits, LoadedComponent, Sandbox, SandboxConfig, TaskContext};
+use sutra::sandbox::{Limits, LoadedComponent, Reuse, Sandbox, SandboxConfig, Stop, TaskContext};
 
 fn main() {
     divan::main();
@@ -107,6 +107,40 @@ fn attempt_py_echo(bencher: Bencher) {
 #[divan::bench]
 fn attempt_js_echo(bencher: Bencher) {
     attempt_big_echo(bencher, "js-task");
+}
+
+/// One echo attempt of a module deployed reusable (`Reuse::default()`: an
+/// instance serves 1 + 1,000 attempts): after the first, the attempt runs on
+/// the tenant's warm instance (refuel, new deadline, new captures, call).
+fn warm_echo(bencher: Bencher, c: LoadedComponent) {
+    let rt = current_thread();
+    let (sb, ctx, limits) = (sandbox(), ctx(), Limits::default());
+    let reuse = Some(Reuse::default());
+    let stop = Stop::default();
+    let run = || sb.attempt_reusing(&c, &ctx, ECHO, &limits, &stop, None, reuse);
+    let r = rt.block_on(run());
+    assert!(r.outcome.is_completed(), "{:?}", r.outcome);
+    let before = sb.warm_stats().reused;
+    bencher.bench_local(|| rt.block_on(run()));
+    assert!(sb.warm_stats().reused > before, "no attempt was reused");
+}
+
+/// `attempt_py_echo` with reuse (issue 36 target: ≤ 100 µs).
+#[divan::bench]
+fn warm_py_echo(bencher: Bencher) {
+    warm_echo(bencher, big_guest("py-task"));
+}
+
+/// `attempt_js_echo` with reuse (issue 36 target: ≤ 80 µs).
+#[divan::bench]
+fn warm_js_echo(bencher: Bencher) {
+    warm_echo(bencher, big_guest("js-task"));
+}
+
+/// `attempt_chaos_echo` with reuse.
+#[divan::bench]
+fn warm_chaos_echo(bencher: Bencher) {
+    warm_echo(bencher, chaos());
 }
 
 /// The floor: a WAT echo with no WASI imports at all.

@@ -18,6 +18,7 @@ async fn deployment<S: Store>(store: &S, id: &str) {
             dialect: "bpmn".into(),
             source: "<x/>".into(),
             modules: Default::default(),
+            reusable: Default::default(),
             created_at: 0,
         })
         .await

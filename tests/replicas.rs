@@ -656,6 +656,7 @@ async fn instance_for_parks(store: &PgStore, id: &str) {
             dialect: "bpmn".into(),
             source: "<definitions/>".into(),
             modules,
+            reusable: Default::default(),
             created_at: 0,
         })
         .await

@@ -22,6 +22,7 @@ fn new_deployment(id: &str, tenant: &str, process: &str) -> NewDeployment {
         dialect: "bpmn".to_string(),
         source: format!("<definitions id=\"{id}\"/>"),
         modules: BTreeMap::from([("charge".to_string(), "ab12".to_string())]),
+        reusable: BTreeMap::new(),
         created_at: 1_000,
     }
 }

@@ -12,8 +12,9 @@ use super::extract::{check_id, ApiMultipart};
 use super::types::{DeploymentBody, DeploymentList, ErrorBody, ScheduleList};
 use super::AppState;
 use crate::codes::Code;
+use crate::sandbox::Reuse;
 use crate::store::tenancy::TenancyStore;
-use crate::store::{DeploymentRecord, Store};
+use crate::store::{DeploymentRecord, ModuleReuse, Store};
 use axum::extract::multipart::MultipartError;
 use axum::extract::{Multipart, Path, State};
 use axum::http::StatusCode;
@@ -24,6 +25,70 @@ use std::sync::Arc;
 
 /// The multipart part that carries the definition.
 pub const DEFINITION_PART: &str = "definition";
+
+/// The optional multipart part naming the modules deployed reusable (warm
+/// instances, docs in README "Warm instances"): items `NAME`,
+/// `NAME:MAX_REUSES` or `NAME:MAX_REUSES:MEMORY_CEILING_BYTES`, separated by
+/// commas or white space.
+pub const REUSABLE_PART: &str = "reusable";
+
+/// Parse the `reusable` part.
+fn parse_reusable(text: &str) -> ApiResult<BTreeMap<String, ModuleReuse>> {
+    let mut out = BTreeMap::new();
+    for item in text
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|i| !i.is_empty())
+    {
+        let mut fields = item.split(':');
+        let name = fields.next().unwrap_or_default();
+        check_id("module", name).map_err(|_| {
+            ApiError::malformed(format!(
+                "the `reusable` part names an invalid module: {item:?}"
+            ))
+        })?;
+        let number = |what: &str, v: Option<&str>| -> ApiResult<Option<u64>> {
+            v.map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    ApiError::malformed(format!(
+                        "the `reusable` part's {what} for `{name}` is not a whole number: {v:?}"
+                    ))
+                })
+            })
+            .transpose()
+        };
+        let max_reuses = number("reuse count", fields.next())?
+            .map_or(Ok(Reuse::DEFAULT_MAX_REUSES), u32::try_from)
+            .map_err(|_| {
+                ApiError::malformed(format!(
+                    "the `reusable` part's reuse count for `{name}` is too large"
+                ))
+            })?;
+        let memory_ceiling_bytes =
+            number("memory ceiling", fields.next())?.unwrap_or(Reuse::DEFAULT_MEMORY_CEILING_BYTES);
+        if fields.next().is_some() {
+            return Err(ApiError::malformed(format!(
+                "the `reusable` part's item {item:?} has more than NAME:MAX_REUSES:MEMORY_CEILING_BYTES"
+            )));
+        }
+        let reuse = ModuleReuse {
+            max_reuses,
+            memory_ceiling_bytes,
+        };
+        if out.insert(name.to_string(), reuse).is_some() {
+            return Err(ApiError::malformed(format!(
+                "the `reusable` part names `{name}` twice"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// What a bundle holds.
+struct Bundle {
+    definition: String,
+    modules: BTreeMap<String, Vec<u8>>,
+    reusable: BTreeMap<String, ModuleReuse>,
+}
 
 fn multipart_error(e: MultipartError) -> ApiError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -39,10 +104,11 @@ fn multipart_error(e: MultipartError) -> ApiError {
     }
 }
 
-/// Read the bundle: (definition text, module name → bytes).
-async fn read_bundle(mut form: Multipart) -> ApiResult<(String, BTreeMap<String, Vec<u8>>)> {
+/// Read the bundle: the definition text, module name → bytes, the reusable ones.
+async fn read_bundle(mut form: Multipart) -> ApiResult<Bundle> {
     let mut definition = None;
     let mut modules = BTreeMap::new();
+    let mut reusable = None;
     while let Some(field) = form.next_field().await.map_err(multipart_error)? {
         let name = field.name().unwrap_or_default().to_string();
         let bytes = field.bytes().await.map_err(multipart_error)?;
@@ -53,6 +119,13 @@ async fn read_bundle(mut form: Multipart) -> ApiResult<(String, BTreeMap<String,
             let text = String::from_utf8(bytes.to_vec())
                 .map_err(|_| ApiError::malformed("the `definition` part is not UTF-8 text"))?;
             definition = Some(text);
+        } else if name == REUSABLE_PART {
+            if reusable.is_some() {
+                return Err(ApiError::malformed("the bundle has two `reusable` parts"));
+            }
+            let text = std::str::from_utf8(&bytes)
+                .map_err(|_| ApiError::malformed("the `reusable` part is not UTF-8 text"))?;
+            reusable = Some(parse_reusable(text)?);
         } else {
             check_id("module", &name).map_err(|_| {
                 ApiError::malformed("a part has no name or an invalid one: name each module part after its registered task")
@@ -67,7 +140,18 @@ async fn read_bundle(mut form: Multipart) -> ApiResult<(String, BTreeMap<String,
     let definition = definition.ok_or_else(|| {
         ApiError::malformed("the bundle has no `definition` part (the process definition)")
     })?;
-    Ok((definition, modules))
+    let reusable = reusable.unwrap_or_default();
+    if let Some(name) = reusable.keys().find(|n| !modules.contains_key(*n)) {
+        return Err(ApiError::malformed(format!(
+            "the `reusable` part names `{name}`, which is no module part of the bundle"
+        ))
+        .with_details(json!({ "module": name })));
+    }
+    Ok(Bundle {
+        definition,
+        modules,
+        reusable,
+    })
 }
 
 /// The registered tasks the definition's executable processes call (when it loads).
@@ -128,7 +212,11 @@ async fn deploy_bundle(
     tenant: &str,
     form: Multipart,
 ) -> ApiResult<(StatusCode, Json<DeploymentList>)> {
-    let (source, modules) = read_bundle(form).await?;
+    let Bundle {
+        definition: source,
+        modules,
+        reusable,
+    } = read_bundle(form).await?;
     if let Some(called) = called_tasks(&source) {
         if let Some(missing) = called.iter().find(|n| !modules.contains_key(*n)) {
             return Err(ApiError::new(
@@ -146,7 +234,7 @@ async fn deploy_bundle(
     }
     let records = state
         .runtime
-        .deploy(tenant, &source, &modules)
+        .deploy_reusable(tenant, &source, &modules, &reusable)
         .await
         .map_err(|e| {
             let module = module_named(&e.message).map(str::to_string);

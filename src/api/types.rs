@@ -36,6 +36,11 @@ pub struct DeploymentBody {
     pub dialect: String,
     /// Registered task name → module digest (sha256).
     pub modules: BTreeMap<String, String>,
+    /// The modules deployed reusable (warm instances): name →
+    /// `{"max_reuses", "memory_ceiling_bytes"}`; absent when none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schema(value_type = Object)]
+    pub reusable: BTreeMap<String, crate::store::ModuleReuse>,
     pub created_at: DateTime<Utc>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
@@ -50,6 +55,7 @@ impl DeploymentBody {
             state: d.state.as_str().to_string(),
             dialect: d.dialect.clone(),
             modules: d.modules.clone(),
+            reusable: d.reusable.clone(),
             created_at: at(d.created_at),
             source: with_source.then(|| d.source.clone()),
         }

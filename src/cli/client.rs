@@ -38,6 +38,11 @@ pub struct DeployArgs {
     /// A task module: `NAME=component.wasm` for each task the process calls (BPMN `registered:NAME`, HX `impl="NAME"`, States `"Resource": "NAME"`).
     #[arg(long = "task", value_name = "NAME=FILE")]
     pub tasks: Vec<String>,
+    /// Mark a task module reusable: its attempts may run on a warm instance that served
+    /// attempts of the same tenant and module before (globals may persist between them; see
+    /// README "Warm instances"). `NAME`, `NAME:MAX_REUSES` or `NAME:MAX_REUSES:MEMORY_CEILING_BYTES`.
+    #[arg(long = "reusable", value_name = "NAME[:MAX_REUSES[:CEILING]]")]
+    pub reusable: Vec<String>,
     #[command(flatten)]
     pub server: ServerOpts,
 }
@@ -458,6 +463,9 @@ pub fn exec_deploy(args: DeployArgs) -> ExitCode {
         Err(e) => return usage_error(format!("cannot read {}: {e}", args.definition.display())),
     };
     let mut form = reqwest::multipart::Form::new().text("definition", source);
+    if !args.reusable.is_empty() {
+        form = form.text("reusable", args.reusable.join(","));
+    }
     for (name, bytes) in modules {
         form = form.part(
             name.clone(),

@@ -10,7 +10,7 @@ use crate::codes::Code;
 use crate::engine;
 use crate::model::Process;
 use crate::sandbox::LoadedComponent;
-use crate::store::{DeploymentRecord, NewDeployment, Store};
+use crate::store::{DeploymentRecord, ModuleReuse, NewDeployment, Store};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -123,6 +123,26 @@ impl<S: Store> Runtime<S> {
         source: &str,
         modules: &BTreeMap<String, Vec<u8>>,
     ) -> RuntimeResult<Vec<DeploymentRecord>> {
+        self.deploy_reusable(tenant, source, modules, &BTreeMap::new())
+            .await
+    }
+
+    /// [`Runtime::deploy`] with some modules marked reusable: their attempts
+    /// may run on warm instances of the same tenant and module
+    /// (`sandbox::Reuse`). Each name must be one of `modules`.
+    pub async fn deploy_reusable(
+        &self,
+        tenant: &str,
+        source: &str,
+        modules: &BTreeMap<String, Vec<u8>>,
+        reusable: &BTreeMap<String, ModuleReuse>,
+    ) -> RuntimeResult<Vec<DeploymentRecord>> {
+        if let Some(name) = reusable.keys().find(|n| !modules.contains_key(*n)) {
+            return Err(RuntimeError::new(
+                Code::TaskNotRegistered,
+                format!("module `{name}`: marked reusable but the bundle has no such module"),
+            ));
+        }
         let defs = load_definition(source)?;
         let executable: Vec<&Process> = defs.processes.iter().filter(|p| p.executable).collect();
         if executable.is_empty() {
@@ -191,6 +211,11 @@ impl<S: Store> Runtime<S> {
                     dialect: p.dialect.as_str().into(),
                     source: source.to_string(),
                     modules: mods.clone(),
+                    reusable: reusable
+                        .iter()
+                        .filter(|(n, _)| mods.contains_key(*n))
+                        .map(|(n, r)| (n.clone(), *r))
+                        .collect(),
                     created_at: now,
                 })
                 .await?;

@@ -7,7 +7,7 @@ use super::output::Written;
 use super::{Deployed, Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::{self, AttemptRequest, Event, Snapshot, Step, TaskOutcome};
-use crate::sandbox::{Outcome, TaskContext};
+use crate::sandbox::{Outcome, Reuse, TaskContext};
 use crate::store::{Created, NewInstance, StepWrite, Store, StoreError};
 use serde_json::{Map, Value};
 use std::future::Future;
@@ -556,11 +556,25 @@ impl<S: Store> Runtime<S> {
         let egress = self
             .session_for(tenant, &req.task, component, &req.idempotency_key)
             .await;
+        // A module deployed reusable may run on a warm instance of this
+        // tenant (sandbox/reuse.rs).
+        let reuse = deployed.record.reusable.get(&req.task).map(|r| Reuse {
+            max_reuses: r.max_reuses,
+            memory_ceiling_bytes: r.memory_ceiling_bytes,
+        });
         let entered = self.inner.running.enter(id, req.token, req.attempt);
         let report = self
             .inner
             .sandbox
-            .attempt_with_egress(component, &ctx, &input, &limits, &entered.stop, egress)
+            .attempt_reusing(
+                component,
+                &ctx,
+                &input,
+                &limits,
+                &entered.stop,
+                egress,
+                reuse,
+            )
             .await;
         drop(entered);
         tracing::debug!(instance = %id, task = %req.node, attempt = req.attempt, outcome = ?report.outcome, "attempt ended");

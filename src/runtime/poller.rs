@@ -40,6 +40,8 @@ impl<S: Store> Runtime<S> {
     /// Claim every park due now and fire it, driving each instance until it
     /// waits again. Returns how many parks fired.
     pub async fn fire_due(&self) -> RuntimeResult<usize> {
+        // Warm instances idle past `warm_idle` are dropped (sandbox/reuse.rs).
+        self.inner.sandbox.sweep_warm();
         // Push deliveries due now go out first (outbox.rs); their failure
         // never holds the parks back.
         if let Err(e) = self.deliver_due().await {

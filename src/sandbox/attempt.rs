@@ -1,7 +1,9 @@
 //! One attempt: a fresh store with the attempt's limits, instantiate, call
 //! `run`, classify.
 //!
-//! Invariant: the store is created here and dropped here; the attempt holds a
+//! Invariant: the store is created here and dropped here (or, for an attempt
+//! allowed to [`Reuse`] whose call returned, handed to the warm pool, see
+//! `reuse.rs`); the attempt holds a
 //! pool slot (semaphore permit) for its whole life; the wall-clock deadline
 //! covers instantiation and the call, and is enforced twice: by the epoch
 //! callback (a spinning guest traps with `Interrupt`) and by a tokio timeout
@@ -11,6 +13,7 @@ use super::host::{HostState, LogCapture, TailCapture, TaskError, WitContext};
 use super::lanes::Lane;
 use super::limits::{Limits, MemoryLimiter};
 use super::outcome::{self, AttemptReport, Flags, GuestError, Outcome};
+use super::reuse::{Reuse, Warm};
 use super::{Inner, LoadedComponent, Stop, TaskContext};
 use crate::codes::Code;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use wasmtime::{CallHook, Store, Trap, UpdateDeadline};
 
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn run(
     inner: &Inner,
     component: &LoadedComponent,
@@ -26,6 +30,7 @@ pub(super) async fn run(
     limits: &Limits,
     stop: &Stop,
     egress: Option<Arc<crate::egress::Session>>,
+    reuse: Option<Reuse>,
 ) -> AttemptReport {
     let tenant: Arc<str> = Arc::from(ctx.tenant.as_str());
     // A slot of the pool, then a lane, each fairly across tenants (lanes.rs).
@@ -42,14 +47,34 @@ pub(super) async fn run(
         session.set_deadline(at);
     }
     let calls = egress.as_ref().map(|s| s.log().clone());
-    let stderr = TailCapture::new(limits.capture_bytes);
+    // An attempt with an egress session never reuses: its wasi:http
+    // resources belong to that session.
+    let reuse = reuse.filter(|_| egress.is_none());
     let logs = Arc::new(Mutex::new(LogCapture::new(limits.capture_bytes)));
-    let limiter = MemoryLimiter::new(limits.memory_bytes, inner.cfg.max_table_elements);
     let ready = component.ready();
-    let mut store = Store::new(
-        ready.pre.engine(),
-        HostState::new(limiter, stderr.clone(), logs.clone(), egress),
-    );
+    let warm = reuse.and_then(|_| {
+        inner
+            .warm
+            .checkout(&tenant, component.digest(), &ready, limits.memory_bytes)
+    });
+    let (mut store, task, uses, stderr) = match warm {
+        Some(mut w) => {
+            let stderr =
+                w.store
+                    .data_mut()
+                    .renew(limits.memory_bytes, limits.capture_bytes, logs.clone());
+            (w.store, Some(w.task), w.uses, stderr)
+        }
+        None => {
+            let stderr = TailCapture::new(limits.capture_bytes);
+            let limiter = MemoryLimiter::new(limits.memory_bytes, inner.cfg.max_table_elements);
+            let store = Store::new(
+                ready.pre.engine(),
+                HostState::new(limiter, stderr.clone(), logs.clone(), egress),
+            );
+            (store, None, 0, stderr)
+        }
+    };
     store.limiter(|s| &mut s.limiter);
     // The lane is free while the guest is in a host call (a sleep, a poll).
     let hooked = lane.clone();
@@ -100,8 +125,12 @@ pub(super) async fn run(
         idempotency_key: ctx.idempotency_key.clone(),
     };
     let call = async {
-        let task = ready.pre.instantiate_async(&mut store).await?;
-        task.call_run(&mut store, &wit_ctx, input).await
+        let task = match task {
+            Some(t) => t,
+            None => ready.pre.instantiate_async(&mut store).await?,
+        };
+        let returned = task.call_run(&mut store, &wit_ctx, input).await?;
+        wasmtime::Result::Ok((task, returned))
     };
     // A stop drops the call at once when the guest is blocked in a host
     // call; a spinning one traps at its next epoch check (above).
@@ -118,7 +147,34 @@ pub(super) async fn run(
         .get_fuel()
         .map(|left| limits.fuel.saturating_sub(left))
         .unwrap_or(0);
-    drop(store);
+    // Only a call that returned leaves an instance fit for another attempt.
+    let (task, result) = match result {
+        Some(Ok(Ok((task, returned)))) => (Some(task), Some(Ok(Ok(returned)))),
+        Some(Ok(Err(e))) => (None, Some(Ok(Err(e)))),
+        Some(Err(elapsed)) => (None, Some(Err(elapsed))),
+        None => (None, None),
+    };
+    match (reuse, task) {
+        (Some(policy), Some(task))
+            if !stop.is_stopped()
+                && !flags.memory_hit
+                && !flags.deadline_hit
+                && uses.saturating_add(1) <= policy.max_reuses
+                && store.data().limiter.held() <= policy.memory_ceiling_bytes =>
+        {
+            // Nothing of this attempt stays reachable from the idle store.
+            store.call_hook(|_, _| Ok(()));
+            store.epoch_deadline_callback(|_| Err(Trap::Interrupt.into()));
+            let warm = Warm {
+                store,
+                task,
+                ready,
+                uses: uses.saturating_add(1),
+            };
+            inner.warm.checkin(&tenant, component.digest(), warm);
+        }
+        _ => drop(store),
+    }
     drop(lane);
     let stderr_text = stderr.text();
     let outcome = match result {

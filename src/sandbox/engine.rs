@@ -88,13 +88,16 @@ pub(crate) const TABLES_PER_COMPONENT: u32 = 32;
 /// Build an engine the sandbox runs attempts on.
 pub(crate) fn build_engine(cfg: &SandboxConfig, tier: Tier) -> wasmtime::Result<Engine> {
     let pool_size = cfg.pool_size.max(1);
+    // Idle warm instances (reuse.rs) hold allocator slots beyond the live ones.
+    let warm = u32::try_from(cfg.warm_capacity).unwrap_or(u32::MAX);
+    let instances = pool_size.saturating_add(warm);
     let mut pool = PoolingAllocationConfig::new();
-    pool.total_component_instances(pool_size)
-        .total_core_instances(pool_size.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+    pool.total_component_instances(instances)
+        .total_core_instances(instances.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
         .max_core_instances_per_component(CORE_INSTANCES_PER_COMPONENT)
-        .total_memories(pool_size.saturating_mul(MEMORIES_PER_COMPONENT))
+        .total_memories(instances.saturating_mul(MEMORIES_PER_COMPONENT))
         .max_memories_per_component(MEMORIES_PER_COMPONENT)
-        .total_tables(pool_size.saturating_mul(TABLES_PER_COMPONENT))
+        .total_tables(instances.saturating_mul(TABLES_PER_COMPONENT))
         .max_tables_per_component(TABLES_PER_COMPONENT)
         .max_tables_per_module(4)
         .table_elements(cfg.max_table_elements)

@@ -63,6 +63,26 @@ impl HostState {
     }
 }
 
+impl HostState {
+    /// A new attempt on a warm instance (`reuse.rs`): its memory cap, fresh
+    /// captures (the stderr capture is emptied in place: the WASI context
+    /// and the guest's stream handles keep pointing at it), no egress, a
+    /// fresh wasi:http context. Returns the stderr capture.
+    pub(crate) fn renew(
+        &mut self,
+        memory_cap: u64,
+        capture_bytes: usize,
+        logs: Arc<Mutex<LogCapture>>,
+    ) -> TailCapture {
+        self.limiter.renew(memory_cap);
+        self.stderr.reset(capture_bytes);
+        self.logs = logs;
+        self.http = WasiHttpCtx::new();
+        self.hooks.session = None;
+        self.stderr.clone()
+    }
+}
+
 /// wasi:http's hooks: every request goes through the attempt's egress session.
 pub(crate) struct EgressHooks {
     session: Option<Arc<crate::egress::Session>>,
@@ -256,6 +276,15 @@ impl TailCapture {
                 cap,
                 dropped: 0,
             })),
+        }
+    }
+
+    /// Empty it, with a new cap (a new attempt on a warm instance).
+    pub(crate) fn reset(&self, cap: usize) {
+        if let Ok(mut t) = self.inner.lock() {
+            t.buf.clear();
+            t.cap = cap;
+            t.dropped = 0;
         }
     }
 

@@ -79,6 +79,19 @@ impl MemoryLimiter {
         }
     }
 
+    /// Bytes of linear memory the store's memories hold.
+    pub(crate) fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// A new attempt on a warm instance: its own cap, no refusal recorded;
+    /// what the instance already holds stays counted (the memory limit is
+    /// the instance's).
+    pub(crate) fn renew(&mut self, cap: u64) {
+        self.cap = cap;
+        self.hit = false;
+    }
+
     /// Whether a growth was refused because it would have gone over the cap.
     pub(crate) fn hit(&self) -> bool {
         self.hit

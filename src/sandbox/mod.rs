@@ -21,7 +21,8 @@
 //! precompiled artifacts), `compile` (compile limits, queues, the bounded
 //! worker process), `tiered` ([`Sandbox::load_for`]: uploads through the
 //! worker, quick first and optimised behind), `host` (WIT bindings, WASI
-//! context, captures), `limits`, `outcome`, `attempt`.
+//! context, captures), `limits`, `outcome`, `attempt`, `reuse` (warm
+//! instances of reusable modules, per tenant and digest).
 
 mod attempt;
 mod cache;
@@ -32,6 +33,7 @@ mod lanes;
 mod limits;
 mod loader;
 mod outcome;
+mod reuse;
 mod tiered;
 
 pub use compile::{count_functions, run_worker, CompileLimits, WorkerArgs};
@@ -39,6 +41,7 @@ pub use engine::Tier;
 pub use limits::Limits;
 pub use loader::{import_policy, needs_egress_grant, LoadError, LoadedComponent};
 pub use outcome::{AttemptReport, LogLevel, LogLine, Outcome};
+pub use reuse::{Reuse, WarmStats};
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -94,6 +97,12 @@ pub struct SandboxConfig {
     /// long-lived components); `false` keeps the quick code (`sutra task
     /// run`: one attempt, the process exits after it).
     pub optimize_behind: bool,
+    /// Idle warm instances kept for reusable modules, over all tenants
+    /// (`reuse.rs`; least recently used out first). Each holds an
+    /// instance of the pooling allocator beyond `pool_size`.
+    pub warm_capacity: usize,
+    /// How long a warm instance may stay idle before it is dropped.
+    pub warm_idle: Duration,
 }
 
 impl Default for SandboxConfig {
@@ -115,6 +124,8 @@ impl Default for SandboxConfig {
             compile_concurrency: 1,
             tiered: true,
             optimize_behind: true,
+            warm_capacity: 8,
+            warm_idle: Duration::from_secs(60),
         }
     }
 }
@@ -226,6 +237,8 @@ struct Inner {
     _ticker: engine::EpochTicker,
     /// The quick tier and the compile queues (`tiered.rs`).
     tiers: tiered::Tiers,
+    /// Idle instances of reusable modules (`reuse.rs`).
+    warm: reuse::WarmPool,
 }
 
 /// The in-memory map digest → component, with least-recently-used eviction.
@@ -273,9 +286,10 @@ impl Sandbox {
                 compiled: AtomicU64::new(0),
                 disk_hits: AtomicU64::new(0),
                 memory_hits: AtomicU64::new(0),
-                cfg,
                 _ticker: ticker,
                 tiers,
+                warm: reuse::WarmPool::new(cfg.warm_capacity, cfg.warm_idle),
+                cfg,
             }),
         })
     }
@@ -422,7 +436,7 @@ impl Sandbox {
         limits: &Limits,
         stop: &Stop,
     ) -> AttemptReport {
-        attempt::run(&self.inner, component, ctx, input, limits, stop, None).await
+        attempt::run(&self.inner, component, ctx, input, limits, stop, None, None).await
     }
 
     /// [`Sandbox::attempt_until`] with an egress session: the guest's
@@ -438,7 +452,57 @@ impl Sandbox {
         stop: &Stop,
         egress: Option<Arc<crate::egress::Session>>,
     ) -> AttemptReport {
-        attempt::run(&self.inner, component, ctx, input, limits, stop, egress).await
+        attempt::run(
+            &self.inner,
+            component,
+            ctx,
+            input,
+            limits,
+            stop,
+            egress,
+            None,
+        )
+        .await
+    }
+
+    /// [`Sandbox::attempt_with_egress`] for a module deployed reusable:
+    /// with `reuse`, the attempt may run on a warm instance that served
+    /// attempts of the same tenant and module before, and leaves its own
+    /// instance warm if its call returned (see `reuse.rs` for the rules);
+    /// `None` is exactly [`Sandbox::attempt_with_egress`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn attempt_reusing(
+        &self,
+        component: &LoadedComponent,
+        ctx: &TaskContext,
+        input: &str,
+        limits: &Limits,
+        stop: &Stop,
+        egress: Option<Arc<crate::egress::Session>>,
+        reuse: Option<Reuse>,
+    ) -> AttemptReport {
+        attempt::run(
+            &self.inner,
+            component,
+            ctx,
+            input,
+            limits,
+            stop,
+            egress,
+            reuse,
+        )
+        .await
+    }
+
+    /// What the warm pool has done so far.
+    pub fn warm_stats(&self) -> WarmStats {
+        self.inner.warm.stats()
+    }
+
+    /// Drop the warm instances idle for longer than `warm_idle` (also done
+    /// at every reusable attempt).
+    pub fn sweep_warm(&self) {
+        self.inner.warm.sweep()
     }
 
     fn remembered(&self, digest: &str) -> Option<LoadedComponent> {

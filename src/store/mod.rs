@@ -124,7 +124,20 @@ pub struct NewDeployment {
     pub source: String,
     /// registered task name → module digest (sha256 hex).
     pub modules: std::collections::BTreeMap<String, String>,
+    /// The modules deployed reusable (warm instances, `sandbox::Reuse`):
+    /// kept in the same modules JSON, as `{"digest", "reusable"}` entries.
+    #[serde(default)]
+    pub reusable: std::collections::BTreeMap<String, ModuleReuse>,
     pub created_at: i64,
+}
+
+/// How a module deployed reusable may reuse its warm instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleReuse {
+    /// Attempts one instance may serve after its first.
+    pub max_reuses: u32,
+    /// An instance holding more linear memory than this is dropped.
+    pub memory_ceiling_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,6 +150,9 @@ pub struct DeploymentRecord {
     pub dialect: String,
     pub source: String,
     pub modules: std::collections::BTreeMap<String, String>,
+    /// The modules deployed reusable (see [`NewDeployment::reusable`]).
+    #[serde(default)]
+    pub reusable: std::collections::BTreeMap<String, ModuleReuse>,
     pub state: DeploymentState,
     pub created_at: i64,
 }

@@ -235,7 +235,7 @@ where
     }
 
     async fn insert_deployment(&self, d: &NewDeployment) -> StoreResult<DeploymentRecord> {
-        let modules = encode_modules(&d.modules)?;
+        let modules = encode_modules(&d.modules, &d.reusable)?;
         let mut tx = self.begin_write().await?;
         B::lock_versions(&mut *tx, &d.tenant, &d.process_id).await?;
         let previous: i64 = sqlx::query_scalar(

@@ -9,8 +9,9 @@
 use super::tenancy::ScheduleEvent;
 use super::{
     AttemptRow, DeploymentLoad, DeploymentRecord, DeploymentState, InstanceRecord, JournalRow,
-    NewPark, ParkRecord, StoreError, StoreResult,
+    ModuleReuse, NewPark, ParkRecord, StoreError, StoreResult,
 };
+use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// Columns of `deployments`, in the order the backends select them.
@@ -58,7 +59,7 @@ impl DeploymentRow {
                 self.id, self.state
             ))
         })?;
-        let modules = decode_modules(&self.id, &self.modules)?;
+        let (modules, reusable) = decode_modules(&self.id, &self.modules)?;
         Ok(DeploymentRecord {
             id: self.id,
             tenant: self.tenant,
@@ -67,21 +68,66 @@ impl DeploymentRow {
             dialect: self.dialect,
             source: self.source,
             modules,
+            reusable,
             state,
             created_at: self.created_at,
         })
     }
 }
 
-/// The `modules` column: a JSON object of task name → digest.
-pub(super) fn encode_modules(modules: &BTreeMap<String, String>) -> StoreResult<String> {
-    serde_json::to_string(modules)
+/// The `modules` column: a JSON object of task name → digest, or, for a
+/// module deployed reusable, task name → `{"digest": ..., "reusable":
+/// {"max_reuses", "memory_ceiling_bytes"}}` (older rows hold strings only).
+pub(super) fn encode_modules(
+    modules: &BTreeMap<String, String>,
+    reusable: &BTreeMap<String, ModuleReuse>,
+) -> StoreResult<String> {
+    let entries: serde_json::Map<String, serde_json::Value> = modules
+        .iter()
+        .map(|(name, digest)| {
+            let value = match reusable.get(name) {
+                Some(r) => serde_json::json!({ "digest": digest, "reusable": r }),
+                None => serde_json::Value::String(digest.clone()),
+            };
+            (name.clone(), value)
+        })
+        .collect();
+    serde_json::to_string(&entries)
         .map_err(|e| StoreError::Other(format!("cannot encode deployment modules: {e}")))
 }
 
-fn decode_modules(id: &str, text: &str) -> StoreResult<BTreeMap<String, String>> {
-    serde_json::from_str(text)
-        .map_err(|e| StoreError::Other(format!("deployment {id}: bad modules JSON: {e}")))
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ModuleEntry {
+    Digest(String),
+    Reusable {
+        digest: String,
+        reusable: ModuleReuse,
+    },
+}
+
+type Modules = (BTreeMap<String, String>, BTreeMap<String, ModuleReuse>);
+
+fn decode_modules(id: &str, text: &str) -> StoreResult<Modules> {
+    let entries: BTreeMap<String, ModuleEntry> = serde_json::from_str(text)
+        .map_err(|e| StoreError::Other(format!("deployment {id}: bad modules JSON: {e}")))?;
+    let mut modules = BTreeMap::new();
+    let mut reusable = BTreeMap::new();
+    for (name, entry) in entries {
+        match entry {
+            ModuleEntry::Digest(d) => {
+                modules.insert(name, d);
+            }
+            ModuleEntry::Reusable {
+                digest,
+                reusable: r,
+            } => {
+                reusable.insert(name.clone(), r);
+                modules.insert(name, digest);
+            }
+        }
+    }
+    Ok((modules, reusable))
 }
 
 /// Rows decode straight into the public record.

@@ -33,6 +33,11 @@
 //! - `context`: completes with the context as JSON: `tenant`, `instanceId`,
 //!   `taskId`, `attempt`, `idempotencyKey`.
 //!
+//! - `count`: completes with `{"calls": n}`, where `n` counts the `count` calls
+//!   this instance has served (a global): 1 on a fresh instance, more only when
+//!   the host reused the instance (a module deployed reusable). The one action
+//!   whose ending depends on an earlier attempt, on purpose.
+//!
 //! Unknown actions and malformed input fail with `SUTRA.TASK.VALIDATION`.
 //!
 //! Why `no_std`: a task component pays, on every attempt, for instantiating
@@ -102,6 +107,7 @@ impl Guest for Chaos {
         let action = args.get("do").and_then(Value::as_str).unwrap_or("");
         match action {
             "echo" => Ok(input),
+            "count" => Ok(json!({ "calls": count_call() }).to_string()),
             "emit" => Ok(args.get("output").unwrap_or(&Value::Null).to_string()),
             "fail" => fail(&ctx, args),
             "business" => Err(TaskError::Business(info(
@@ -339,6 +345,13 @@ fn write_stderr(bytes: &[u8]) {
             return;
         }
     }
+}
+
+/// The `count` action: this instance's `count` calls, this one included.
+fn count_call() -> u64 {
+    use core::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    CALLS.fetch_add(1, Ordering::Relaxed) + 1
 }
 
 /// The panic handler: what std's default hook prints (`panicked at
