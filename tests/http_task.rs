@@ -771,3 +771,62 @@ async fn jsonata_arguments_build_the_request() {
         "{body}"
     );
 }
+
+/// A credential that cannot be opened — the server restarted under another
+/// `SUTRA_SECRET_KEY`, the old one not kept in `SUTRA_SECRET_PREVIOUS_KEYS`
+/// — is `Credential.Unavailable`, caught like the other names; the request
+/// is never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_that_cannot_be_opened_is_credential_unavailable() {
+    for db in backends() {
+        let Some(srv) = server(db, &[]).await else {
+            continue;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let api = HttpApi::start().await;
+        grant(&acme, api.port).await;
+        let (status, body) = acme
+            .call(
+                Method::PUT,
+                "/v1/connections/kept",
+                Some(json!({"endpoint": api.url(""), "authorization": {"type": "bearer"}, "credential": "t-1"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let machine = json!({
+            "Name": "sealed", "StartAt": "Call",
+            "States": {
+                "Call": {
+                    "Type": "Task", "Resource": "sutra:http",
+                    "Parameters": {"ApiEndpoint": "echo", "Method": "GET",
+                                   "Authentication": {"ConnectionName": "kept"}},
+                    "Catch": [{"ErrorEquals": ["Credential.Unavailable"], "ResultPath": "$.error", "Next": "Caught"}],
+                    "End": true
+                },
+                "Caught": {"Type": "Pass", "End": true}
+            }
+        });
+        let (status, body) = acme.deploy(&machine.to_string(), &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let other_key = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+        let srv = srv
+            .restart_with(&[("SUTRA_SECRET_KEY", other_key)], "2030-01-01T00:01:00Z")
+            .await;
+        let acme = server::Api {
+            base: srv.url.clone(),
+            ..acme
+        };
+        let before = api.seen().len();
+        let (status, started) = acme.start("sealed", json!({})).await;
+        assert_eq!(status, StatusCode::CREATED, "{started}");
+        let done = settled(&acme, &instance_id(&started)).await;
+        assert_eq!(done["state"], "COMPLETED", "{done}");
+        assert_eq!(
+            done["variables"]["error"]["Error"], "Credential.Unavailable",
+            "{done}"
+        );
+        let cause = done["variables"]["error"]["Cause"].as_str().unwrap();
+        assert!(!cause.contains("t-1"), "never the credential: {cause}");
+        assert_eq!(api.seen().len(), before, "nothing was sent");
+    }
+}
