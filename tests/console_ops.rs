@@ -967,3 +967,106 @@ async fn the_connections_page_shows_each_connection_but_never_its_credential() {
     b.screenshot(&screenshots().join("connections.png")).await;
     no_csp_violations(&b).await;
 }
+
+/// BPMN events in the console (issue 32): a running event sub-process is
+/// drawn running with what it waits for, and the compensation handlers
+/// that ran are listed in the order they ran (newest completion first), the
+/// compensated activities drawn compensated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_event_sub_process_and_the_compensation_that_ran_are_shown() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let nudged = format!(
+        r#"{HEADER}
+  <bpmn:message id="Nudge" name="nudge"/>
+  <bpmn:message id="Never" name="never"/>
+  <bpmn:message id="Reply" name="reply"/>
+  <bpmn:process id="nudged" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="wait"/>
+    <bpmn:intermediateCatchEvent id="wait" name="Wait for ever"><bpmn:messageEventDefinition messageRef="Never"/></bpmn:intermediateCatchEvent>
+    <bpmn:sequenceFlow id="f2" sourceRef="wait" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+    <bpmn:subProcess id="OnNudge" name="On a nudge" triggeredByEvent="true">
+      <bpmn:startEvent id="OnNudge_start" isInterrupting="false"><bpmn:messageEventDefinition messageRef="Nudge"/></bpmn:startEvent>
+      <bpmn:sequenceFlow id="n1" sourceRef="OnNudge_start" targetRef="await"/>
+      <bpmn:intermediateCatchEvent id="await" name="Await the reply"><bpmn:messageEventDefinition messageRef="Reply"/></bpmn:intermediateCatchEvent>
+      <bpmn:sequenceFlow id="n2" sourceRef="await" targetRef="OnNudge_end"/>
+      <bpmn:endEvent id="OnNudge_end"/>
+    </bpmn:subProcess>
+  </bpmn:process>
+</bpmn:definitions>"#
+    );
+    deploy(&api, &nudged, &[]).await;
+    let (_, started) = api.start("nudged", json!({})).await;
+    let nudged_id = started["instance"].as_str().unwrap().to_string();
+    let (status, answer) = api
+        .post("/v1/messages", json!({"name": "nudge", "variables": {}}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+
+    let compensating = format!(
+        r#"{HEADER}
+  <bpmn:process id="undo" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="Book"/>
+    <bpmn:serviceTask id="Book" name="Book hotel" implementation="registered:chaos"/>
+    <bpmn:boundaryEvent id="cBook" attachedToRef="Book"><bpmn:compensateEventDefinition/></bpmn:boundaryEvent>
+    <bpmn:serviceTask id="UndoBook" name="Cancel hotel" isForCompensation="true" implementation="registered:chaos"/>
+    <bpmn:association id="aBook" associationDirection="One" sourceRef="cBook" targetRef="UndoBook"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="Book" targetRef="Fly"/>
+    <bpmn:serviceTask id="Fly" name="Book flight" implementation="registered:chaos"/>
+    <bpmn:boundaryEvent id="cFly" attachedToRef="Fly"><bpmn:compensateEventDefinition/></bpmn:boundaryEvent>
+    <bpmn:serviceTask id="UndoFly" name="Cancel flight" isForCompensation="true" implementation="registered:chaos"/>
+    <bpmn:association id="aFly" associationDirection="One" sourceRef="cFly" targetRef="UndoFly"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="Fly" targetRef="end"/>
+    <bpmn:endEvent id="end"><bpmn:compensateEventDefinition/></bpmn:endEvent>
+  </bpmn:process>
+</bpmn:definitions>"#
+    );
+    deploy(&api, &compensating, &["chaos"]).await;
+    let (_, done) = api.start("undo", json!({"do": "echo"})).await;
+    let undo_id = done["instance"].as_str().unwrap().to_string();
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{nudged_id}", srv.url))
+        .await;
+    diagram_has(&b, "OnNudge", "generated").await;
+    b.wait_for(
+        "the event sub-process drawn running, its catch waiting",
+        "document.querySelector('#diagram .djs-element[data-element-id=\"OnNudge\"]')?.classList.contains('sutra-running') \
+         && [...document.querySelectorAll('.overlay.wait')].some(o => o.dataset.node === 'await' && o.textContent.includes('message reply'))",
+        json!(null),
+    )
+    .await;
+    b.screenshot(&screenshots().join("event-sub-process.png"))
+        .await;
+
+    b.goto(&format!("{}/ui/#/instances/{undo_id}", srv.url))
+        .await;
+    b.wait_css("#attempts-table").await;
+    let tasks = b
+        .js(
+            "return [...document.querySelectorAll('#attempts-table tbody tr')].map(r => r.cells[0].textContent);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        tasks,
+        json!(["Book hotel", "Book flight", "Cancel flight", "Cancel hotel"]),
+        "the handlers in the order they ran"
+    );
+    b.wait_for(
+        "the compensated activities drawn so",
+        "['Book', 'Fly'].every(id => document.querySelector(`#diagram .djs-element[data-element-id=\"${id}\"]`)?.classList.contains('sutra-compensated'))",
+        json!(null),
+    )
+    .await;
+    b.screenshot(&screenshots().join("bpmn-compensation.png"))
+        .await;
+    no_csp_violations(&b).await;
+}
