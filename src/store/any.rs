@@ -74,16 +74,6 @@ impl From<PgStore> for AnyStore {
     }
 }
 
-/// `delegate!(self, s => s.method(args).await)` on both variants.
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            AnyStore::Sqlite($s) => $call,
-            AnyStore::Postgres($s) => $call,
-        }
-    };
-}
-
 impl Store for AnyStore {
     fn backend(&self) -> &'static str {
         delegate!(self, s => s.backend())

@@ -347,15 +347,6 @@ where
     }
 }
 
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            super::AnyStore::Sqlite($s) => $call,
-            super::AnyStore::Postgres($s) => $call,
-        }
-    };
-}
-
 impl BatchStore for super::AnyStore {
     async fn create_batch(&self, b: &BatchRecord, instances: &[String]) -> StoreResult<()> {
         delegate!(self, s => s.create_batch(b, instances).await)

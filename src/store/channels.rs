@@ -344,16 +344,6 @@ pub trait ChannelStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
-/// `AnyStore` delegates to its backend.
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            super::AnyStore::Sqlite($s) => $call,
-            super::AnyStore::Postgres($s) => $call,
-        }
-    };
-}
-
 impl ChannelStore for super::AnyStore {
     async fn put_channel(&self, c: &ChannelRecord) -> StoreResult<()> {
         delegate!(self, s => s.put_channel(c).await)

@@ -101,15 +101,6 @@ where
     }
 }
 
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            super::AnyStore::Sqlite($s) => $call,
-            super::AnyStore::Postgres($s) => $call,
-        }
-    };
-}
-
 impl ConnectionStore for super::AnyStore {
     async fn put_connection(&self, c: &ConnectionRecord) -> StoreResult<()> {
         delegate!(self, s => s.put_connection(c).await)

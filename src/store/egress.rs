@@ -218,15 +218,6 @@ where
     }
 }
 
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            super::AnyStore::Sqlite($s) => $call,
-            super::AnyStore::Postgres($s) => $call,
-        }
-    };
-}
-
 impl EgressStore for super::AnyStore {
     async fn put_grant(&self, g: &GrantRecord) -> StoreResult<()> {
         delegate!(self, s => s.put_grant(g).await)

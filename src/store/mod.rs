@@ -24,6 +24,18 @@
 //! `sqlite*.rs` and `postgres.rs` (with `pg_listen.rs`) hold only what
 //! differs between the backends; `migrations.rs` the schema of each.
 
+/// `delegate!(self, s => s.method(args).await)`: the call on the backend an
+/// [`AnyStore`] holds — the one delegation of every store trait's `AnyStore`
+/// impl (defined before the modules, so each of them sees it).
+macro_rules! delegate {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            $crate::store::AnyStore::Sqlite($s) => $call,
+            $crate::store::AnyStore::Postgres($s) => $call,
+        }
+    };
+}
+
 pub mod any;
 pub mod batches;
 pub mod channels;

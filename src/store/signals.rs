@@ -267,15 +267,6 @@ where
     }
 }
 
-macro_rules! delegate {
-    ($self:ident, $s:ident => $call:expr) => {
-        match $self {
-            super::AnyStore::Sqlite($s) => $call,
-            super::AnyStore::Postgres($s) => $call,
-        }
-    };
-}
-
 impl SignalStore for super::AnyStore {
     async fn throw_signal(&self, tenant: &str, signal: &NewSignal) -> StoreResult<u64> {
         delegate!(self, s => s.throw_signal(tenant, signal).await)

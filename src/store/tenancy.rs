@@ -233,15 +233,6 @@ mod any_impl {
     use super::*;
     use crate::store::AnyStore;
 
-    macro_rules! delegate {
-        ($self:ident, $s:ident => $call:expr) => {
-            match $self {
-                AnyStore::Sqlite($s) => $call,
-                AnyStore::Postgres($s) => $call,
-            }
-        };
-    }
-
     impl TenancyStore for AnyStore {
         async fn create_tenant(&self, t: &TenantRecord) -> StoreResult<()> {
             delegate!(self, s => s.create_tenant(t).await)
