@@ -204,7 +204,14 @@ impl<S: Store> Runtime<S> {
         else {
             return Ok(false);
         };
-        let params: BatchParams = serde_json::from_str(&batch.params).unwrap_or_default();
+        // Written by `create_batch` itself: one that does not read back is a
+        // damaged row, reported each round rather than run with defaults.
+        let params: BatchParams = serde_json::from_str(&batch.params).map_err(|e| {
+            crate::store::StoreError::Other(format!(
+                "batch {}: its params do not read: {e}",
+                batch.id
+            ))
+        })?;
         let rate = i64::from(self.inner.config.batch_rate.max(1));
         for item in store.pending_items(&batch.id, rate).await? {
             let outcome = self.carry_out_item(&batch, &params, &item).await;
