@@ -36,6 +36,14 @@ pub struct Tally {
     /// Journal entries read (compensation instances).
     pub journal_entries: u64,
     pub channel_calls: u64,
+    /// Calls the counterpart's ledger recorded (`ledger.rs`), and attempts
+    /// it saw more than once (re-run after a kill: allowed).
+    pub ledger_calls: u64,
+    pub ledger_repeats: u64,
+    /// Signal deliveries checked in the journal (one per signal instance).
+    pub signals_received: u64,
+    /// Children of call activities (each one, COMPLETED).
+    pub children: u64,
     pub violations: Vec<String>,
 }
 
@@ -150,5 +158,24 @@ pub fn check_compensation_journal(r: &Record, history: &Value, tally: &mut Tally
                 r.n
             ));
         }
+    }
+}
+
+/// The journal of a signal instance: its catch received the broadcast
+/// exactly once, however many kills fell around the fan-out.
+pub fn check_signal_journal(r: &Record, history: &Value, tally: &mut Tally) {
+    let id = r.id.as_deref().unwrap_or("?");
+    let got = history["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == "signal_received" && e["node"] == "wait")
+        .count();
+    tally.signals_received += got as u64;
+    if got != 1 {
+        tally.violations.push(format!(
+            "signal #{} ({id}): journal has {got} `signal_received` at wait, expected 1",
+            r.n
+        ));
     }
 }

@@ -43,6 +43,8 @@ impl Cluster {
             ("SUTRA_OUTBOX_RETRY_MAX_DELAY", "PT1S"),
             // An attempt lost with its process is re-run after deadline + 5 s.
             ("SUTRA_SANDBOX_DEADLINE", "PT5S"),
+            // HTTP tasks call the loopback counterpart (granted to the tenant).
+            ("SUTRA_EGRESS_ALLOWED_CIDRS", "127.0.0.0/8"),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -38,8 +38,12 @@ struct Shared {
 }
 
 pub struct Counterpart {
+    /// The channel's push URL.
     pub url: String,
+    /// `http://127.0.0.1:PORT`, which HTTP tasks call (`ledger.rs`).
+    pub base: String,
     pub deliveries: Arc<Mutex<Deliveries>>,
+    pub ledger: crate::ledger::Shared,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -112,13 +116,19 @@ impl Counterpart {
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let app = Router::new().route("/hook", post(hook)).with_state(shared);
+        let ledger = crate::ledger::Shared::default();
+        let app = Router::new()
+            .route("/hook", post(hook))
+            .with_state(shared)
+            .merge(crate::ledger::routes(ledger.clone()));
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
         Ok(Counterpart {
             url: format!("http://{addr}/hook"),
+            base: format!("http://{addr}"),
             deliveries,
+            ledger,
             task,
         })
     }

@@ -160,8 +160,126 @@ const ASL: &str = r#"{
   }
 }"#;
 
+/// A parallel multi-instance task over `$.lines` (two at a time), each
+/// item retried on its own; the results collected in input order.
+const MULTI: &str = r#"<bpmn:process id="soak-mi" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="work"/>
+    <bpmn:serviceTask id="work" implementation="registered:chaos">
+      <bpmn:extensionElements>
+        <q:retry maxAttempts="3" initialDelay="PT0.1S" backoffCoefficient="1" maxDelay="PT0.1S"/>
+        <q:io inputPath="$.item"/>
+      </bpmn:extensionElements>
+      <bpmn:multiInstanceLoopCharacteristics isSequential="false">
+        <bpmn:extensionElements><q:multiInstance collection="lines" element="item" outputCollection="results" outputElement="attempt" maxConcurrency="2"/></bpmn:extensionElements>
+      </bpmn:multiInstanceLoopCharacteristics>
+    </bpmn:serviceTask>
+    <bpmn:sequenceFlow id="f2" sourceRef="work" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>"#;
+
+/// The process a call activity calls: one task, retried.
+const CHILD: &str = r#"<bpmn:process id="soak-child" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="work"/>
+    <bpmn:serviceTask id="work" implementation="registered:chaos">
+      <bpmn:extensionElements>
+        <q:retry maxAttempts="3" initialDelay="PT0.1S" backoffCoefficient="1" maxDelay="PT0.1S"/>
+        <q:io resultPath="$.out"/>
+      </bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:sequenceFlow id="f2" sourceRef="work" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>"#;
+
+/// A call activity running `soak-child` on `$.order`, then a task.
+const CALL: &str = r#"<bpmn:process id="soak-call" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="call"/>
+    <bpmn:callActivity id="call" calledElement="soak-child">
+      <bpmn:extensionElements><q:io inputPath="$.order" resultPath="$.child"/></bpmn:extensionElements>
+    </bpmn:callActivity>
+    <bpmn:sequenceFlow id="f2" sourceRef="call" targetRef="after"/>
+    <bpmn:serviceTask id="after" implementation="registered:chaos"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="after" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>"#;
+
+/// A signal catch (the pump broadcasts `soak-tick` while any instance
+/// waits for it), then a task.
+const SIGNAL: &str = r#"<bpmn:signal id="Tick" name="soak-tick"/>
+  <bpmn:process id="soak-signal" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="wait"/>
+    <bpmn:intermediateCatchEvent id="wait"><bpmn:signalEventDefinition signalRef="Tick"/></bpmn:intermediateCatchEvent>
+    <bpmn:sequenceFlow id="f2" sourceRef="wait" targetRef="work"/>
+    <bpmn:serviceTask id="work" implementation="registered:chaos">
+      <bpmn:extensionElements><q:io resultPath="$.out"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:sequenceFlow id="f3" sourceRef="work" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>"#;
+
+/// BPMN compensation: book and charge, each with a compensation handler
+/// that is an HTTP task to the counterpart's ledger (an independent witness
+/// of which handlers ran, and in what order); a `NOSHIP` business error of
+/// ship ends in a compensate end event.
+const BPMN_COMPENSATION: &str = r#"<bpmn:error id="NoShip" errorCode="NOSHIP"/>
+  <bpmn:process id="soak-bpmn-comp" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="book"/>
+    <bpmn:serviceTask id="book" implementation="registered:chaos"/>
+    <bpmn:boundaryEvent id="cbook" attachedToRef="book"><bpmn:compensateEventDefinition/></bpmn:boundaryEvent>
+    <bpmn:serviceTask id="unbook" isForCompensation="true" implementation="http">
+      <bpmn:extensionElements><q:http method="POST" url="LEDGER/ledger/unbook" body="ledger"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:association id="a1" associationDirection="One" sourceRef="cbook" targetRef="unbook"/>
+    <bpmn:sequenceFlow id="f2" sourceRef="book" targetRef="charge"/>
+    <bpmn:serviceTask id="charge" implementation="registered:chaos"/>
+    <bpmn:boundaryEvent id="ccharge" attachedToRef="charge"><bpmn:compensateEventDefinition/></bpmn:boundaryEvent>
+    <bpmn:serviceTask id="refund" isForCompensation="true" implementation="http">
+      <bpmn:extensionElements><q:http method="POST" url="LEDGER/ledger/refund" body="ledger"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:association id="a2" associationDirection="One" sourceRef="ccharge" targetRef="refund"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="charge" targetRef="ship"/>
+    <bpmn:serviceTask id="ship" implementation="registered:chaos">
+      <bpmn:extensionElements><q:io inputPath="$.ship"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:boundaryEvent id="noship" attachedToRef="ship"><bpmn:errorEventDefinition errorRef="NoShip"/></bpmn:boundaryEvent>
+    <bpmn:sequenceFlow id="f4" sourceRef="noship" targetRef="undo"/>
+    <bpmn:endEvent id="undo"><bpmn:compensateEventDefinition/></bpmn:endEvent>
+    <bpmn:sequenceFlow id="f5" sourceRef="ship" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>"#;
+
+/// States language: an HTTP task to the counterpart, which answers 503
+/// until the attempt the input names; the counterpart records every
+/// attempt number it saw (`$$.State.RetryCount`), an independent ledger of
+/// the server's attempts.
+const LEDGER_ASL: &str = r#"{
+  "Name": "soak-ledger",
+  "StartAt": "Call",
+  "States": {
+    "Call": {
+      "Type": "Task",
+      "Resource": "arn:aws:states:::http:invoke",
+      "Parameters": {
+        "ApiEndpoint": "LEDGER/attempts",
+        "Method": "POST",
+        "RequestBody": {"n.$": "$.n", "until.$": "$.until", "retry.$": "$$.State.RetryCount"}
+      },
+      "Retry": [{"ErrorEquals": ["Api.HttpServerError"], "IntervalSeconds": 1, "MaxAttempts": 2, "BackoffRate": 1.0}],
+      "ResultSelector": {"attempt.$": "$.ResponseBody.attempt"},
+      "ResultPath": "$.out",
+      "End": true
+    }
+  }
+}"#;
+
 /// Every definition the soak deploys.
-pub fn definitions() -> Vec<String> {
+/// `ledger` is the counterpart's base URL (`http://127.0.0.1:PORT`); a
+/// called process comes before its caller.
+pub fn definitions(ledger: &str) -> Vec<String> {
     vec![
         bpmn(RETRY),
         bpmn(TIMER),
@@ -171,8 +289,18 @@ pub fn definitions() -> Vec<String> {
         bpmn(CHANNEL),
         HX.to_string(),
         ASL.to_string(),
+        bpmn(MULTI),
+        bpmn(CHILD),
+        bpmn(CALL),
+        bpmn(SIGNAL),
+        bpmn(BPMN_COMPENSATION).replace("LEDGER", ledger),
+        LEDGER_ASL.replace("LEDGER", ledger),
     ]
 }
+
+/// The process a call activity of [`Kind::Call`] starts (not started by
+/// the harness: the check counts them against the calls).
+pub const CHILD_PROCESS: &str = "soak-child";
 
 /// The features, one process each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -185,9 +313,14 @@ pub enum Kind {
     Channel,
     Compensation,
     States,
+    Multi,
+    Call,
+    Signal,
+    BpmnCompensation,
+    Ledger,
 }
 
-pub const KINDS: [Kind; 8] = [
+pub const KINDS: [Kind; 13] = [
     Kind::Retry,
     Kind::Timer,
     Kind::Long,
@@ -196,6 +329,11 @@ pub const KINDS: [Kind; 8] = [
     Kind::Channel,
     Kind::Compensation,
     Kind::States,
+    Kind::Multi,
+    Kind::Call,
+    Kind::Signal,
+    Kind::BpmnCompensation,
+    Kind::Ledger,
 ];
 
 impl Kind {
@@ -209,6 +347,11 @@ impl Kind {
             Kind::Channel => "soak-channel",
             Kind::Compensation => "soak-hx",
             Kind::States => "soak-asl",
+            Kind::Multi => "soak-mi",
+            Kind::Call => "soak-call",
+            Kind::Signal => "soak-signal",
+            Kind::BpmnCompensation => "soak-bpmn-comp",
+            Kind::Ledger => "soak-ledger",
         }
     }
 
@@ -222,6 +365,11 @@ impl Kind {
             Kind::Channel => "channel call",
             Kind::Compensation => "compensation",
             Kind::States => "states map+waits",
+            Kind::Multi => "multi-instance",
+            Kind::Call => "call activity",
+            Kind::Signal => "signal",
+            Kind::BpmnCompensation => "bpmn compensation",
+            Kind::Ledger => "http attempts",
         }
     }
 }
@@ -342,5 +490,65 @@ pub fn draw(kind: Kind, n: u64, rng: &mut impl Rng) -> (Value, Expected) {
             let attempts = lines.iter().map(|&u| ("Reserve", u.min(3))).collect();
             (input, done(attempts, vars))
         }
+        Kind::Multi => {
+            // Each item succeeds at its attempt 1, 2 or 3.
+            let lines: Vec<u32> = (0..rng.random_range(1..=4))
+                .map(|_| rng.random_range(1..=3))
+                .collect();
+            let input = json!({
+                "lines": lines.iter().map(|u| json!({"do": "fail", "until": u, "class": "transient"})).collect::<Vec<_>>()
+            });
+            let results = json!(lines);
+            let attempts = lines.iter().map(|&u| ("work", u)).collect();
+            (input, done(attempts, vec![("/results", results)]))
+        }
+        Kind::Call => {
+            let until: u32 = rng.random_range(1..=3);
+            let input = json!({
+                "do": "echo",
+                "order": {"do": "fail", "until": until, "class": "transient"}
+            });
+            let vars = vec![("/child/out/attempt", json!(until))];
+            (input, done(vec![("call", 1), ("after", 1)], vars))
+        }
+        Kind::Signal => (
+            json!({"do": "echo", "n": n}),
+            done(
+                vec![("work", 1)],
+                vec![("/ticked", json!(true)), ("/out/n", json!(n))],
+            ),
+        ),
+        Kind::BpmnCompensation => {
+            let ledger = json!({"n": n});
+            if rng.random_bool(0.5) {
+                let input = json!({"do": "echo", "ledger": ledger, "ship": {"do": "business", "code": "NOSHIP"}});
+                let attempts = vec![
+                    ("book", 1),
+                    ("charge", 1),
+                    ("ship", 1),
+                    ("refund", 1),
+                    ("unbook", 1),
+                ];
+                (input, done(attempts, vec![]))
+            } else {
+                let input = json!({"do": "echo", "ledger": ledger, "ship": {"do": "echo"}});
+                (
+                    input,
+                    done(vec![("book", 1), ("charge", 1), ("ship", 1)], vec![]),
+                )
+            }
+        }
+        Kind::Ledger => {
+            let until: u32 = rng.random_range(1..=3);
+            (
+                json!({"n": n, "until": until}),
+                done(vec![("Call", until)], vec![("/out/attempt", json!(until))]),
+            )
+        }
     }
+}
+
+/// Whether a [`Kind::BpmnCompensation`] input asks for the unwind.
+pub fn compensates(input: &Value) -> bool {
+    input["ship"]["do"] == "business"
 }

@@ -28,6 +28,7 @@ mod check;
 mod cluster;
 mod counterpart;
 mod flows;
+mod ledger;
 
 use anyhow::{bail, Context, Result};
 use check::{is_terminal, Record, Tally};
@@ -160,6 +161,7 @@ struct Counts {
     server_errors: AtomicU64,
     messages: AtomicU64,
     events: AtomicU64,
+    signals: AtomicU64,
 }
 
 type Records = Arc<Mutex<Vec<Record>>>;
@@ -285,7 +287,18 @@ async fn soak(
     if !status.is_success() {
         bail!("configure the channel: {status} {body}");
     }
-    for def in flows::definitions() {
+    // HTTP tasks may call the counterpart (its ledger), and nothing else.
+    let (status, body) = api
+        .any(
+            Method::PUT,
+            "/v1/egress/sutra:http",
+            Some(&json!({"allow": [{"host": counterpart.base}]})),
+        )
+        .await?;
+    if !status.is_success() {
+        bail!("grant HTTP tasks the counterpart: {status} {body}");
+    }
+    for def in flows::definitions(&counterpart.base) {
         deploy(&api, &def, &chaos).await?;
     }
 
@@ -513,6 +526,7 @@ async fn pump(api: Api, records: Records, counts: Arc<Counts>, stop: Arc<AtomicB
             .filter(|(_, r)| r.last.is_none())
             .filter_map(|(i, r)| Some((i, r.kind, r.n, r.id.clone()?)))
             .collect();
+        let mut ticked = false;
         for (idx, kind, n, id) in open {
             turn += 1;
             let Ok((status, view)) = api
@@ -548,6 +562,18 @@ async fn pump(api: Api, records: Records, counts: Arc<Counts>, stop: Arc<AtomicB
                     counts.messages.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            if kind == Kind::Signal && waits.contains("soak-tick") && !ticked {
+                // One broadcast reaches every instance waiting now; those
+                // that arm later wait for a later one.
+                let signal = json!({"name": "soak-tick", "variables": {"ticked": true}});
+                if let Ok((StatusCode::OK, _)) = api
+                    .call(turn, Method::POST, "/v1/signals", Some(&signal), None)
+                    .await
+                {
+                    counts.signals.fetch_add(1, Ordering::Relaxed);
+                    ticked = true;
+                }
+            }
             let at_approve = view["waits"]
                 .as_array()
                 .is_some_and(|w| w.iter().any(|w| w["node"] == "Approve"));
@@ -577,6 +603,7 @@ async fn final_check(
         ..Tally::default()
     };
     let mut listed = std::collections::BTreeSet::new();
+    let mut children: Vec<(String, String)> = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let path = match &after {
@@ -588,13 +615,17 @@ async fn final_check(
             bail!("list instances: {status} {page}");
         }
         for i in page["instances"].as_array().into_iter().flatten() {
-            listed.insert(
-                i["id"]
-                    .as_str()
-                    .or(i["instance"].as_str())
-                    .unwrap_or_default()
-                    .to_string(),
-            );
+            let id = i["id"]
+                .as_str()
+                .or(i["instance"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            if i["process"] == flows::CHILD_PROCESS {
+                // Started by a call activity, not by the harness.
+                children.push((id, i["state"].as_str().unwrap_or("?").to_string()));
+            } else {
+                listed.insert(id);
+            }
         }
         match page["next"].as_str() {
             Some(next) => after = Some(next.to_string()),
@@ -630,6 +661,23 @@ async fn final_check(
             "{id}: an instance no start asked for (started twice?)"
         ));
     }
+    // One child per call activity: a child started twice would be counted.
+    let calls = recs.iter().filter(|r| r.kind == Kind::Call).count();
+    if children.len() != calls {
+        tally.violations.push(format!(
+            "{} instances of {} for {calls} call activities",
+            children.len(),
+            flows::CHILD_PROCESS
+        ));
+    }
+    for (id, state) in &children {
+        if state != "COMPLETED" {
+            tally
+                .violations
+                .push(format!("child {id} of a call activity ended {state}"));
+        }
+    }
+    tally.children = children.len() as u64;
     let deliveries = counterpart.deliveries.lock().unwrap().by_instance.clone();
     for r in &recs {
         let Some(id) = &r.id else { continue };
@@ -665,6 +713,15 @@ async fn final_check(
             }
             check::check_compensation_journal(r, &history, &mut tally);
         }
+        if r.kind == Kind::Signal {
+            let path = format!("/v1/instances/{id}/history");
+            let (status, history) = api.any(Method::GET, &path, None).await?;
+            if status != StatusCode::OK {
+                bail!("history of {id}: {status} {history}");
+            }
+            check::check_signal_journal(r, &history, &mut tally);
+        }
+        ledger::check(r, &counterpart.ledger.lock().unwrap(), &mut tally);
     }
     Ok(tally)
 }
@@ -706,9 +763,15 @@ fn report(
         counts.server_errors.load(Ordering::Relaxed)
     );
     println!(
-        "  messages sent: {}, events sent: {}",
+        "  messages sent: {}, events sent: {}, signals broadcast: {} (deliveries journaled: {})",
         counts.messages.load(Ordering::Relaxed),
-        counts.events.load(Ordering::Relaxed)
+        counts.events.load(Ordering::Relaxed),
+        counts.signals.load(Ordering::Relaxed),
+        tally.signals_received
+    );
+    println!(
+        "  call activities' children: {}; ledger calls recorded by the counterpart: {} ({} attempts seen again after a kill)",
+        tally.children, tally.ledger_calls, tally.ledger_repeats
     );
     println!(
         "  attempts checked: {}, compensator runs: {} (journal entries read: {}), channel calls: {}",
