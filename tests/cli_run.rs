@@ -212,6 +212,63 @@ fn run_prints_the_instance_shape_on_the_virtual_clock() {
     assert!(stderr.starts_with(&format!("instance {}", v["instance"].as_str().unwrap())));
 }
 
+/// A task whose attempt runs for 10 s under a PT2S interrupting timer
+/// boundary (issue 29 item 7).
+const LATE: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL"
+    xmlns:q="https://sutra.dev/bpmn/q/1.0" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="patient" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="work"/>
+    <bpmn:serviceTask id="work" implementation="registered:chaos">
+      <bpmn:extensionElements><q:timeout duration="PT60S"/></bpmn:extensionElements>
+    </bpmn:serviceTask>
+    <bpmn:boundaryEvent id="late" attachedToRef="work">
+      <bpmn:timerEventDefinition><bpmn:timeDuration>PT2S</bpmn:timeDuration></bpmn:timerEventDefinition>
+    </bpmn:boundaryEvent>
+    <bpmn:sequenceFlow id="f2" sourceRef="work" targetRef="done"/>
+    <bpmn:endEvent id="done"/>
+    <bpmn:sequenceFlow id="f3" sourceRef="late" targetRef="gaveUp"/>
+    <bpmn:endEvent id="gaveUp"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+
+#[test]
+fn a_timer_boundary_interrupts_a_running_attempt_on_the_virtual_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let def = dir.path().join("late.bpmn");
+    std::fs::write(&def, LATE).unwrap();
+    let out = sutra_run(&def)
+        .args([
+            "--input",
+            r#"{"do": "sleep", "ms": 10000}"#,
+            "--virtual-clock",
+            "--format",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"], "COMPLETED", "{v}");
+    // The boundary's path ran, not the task's: its 2 s passed on the
+    // virtual clock while the attempt ran, as on the real clock.
+    assert_eq!(v["nodes"]["gaveUp"], "SUCCEEDED", "{v}");
+    assert_eq!(v["nodes"]["work"], "CANCELLED", "{v}");
+    assert!(v["nodes"].get("done").is_none(), "{v}");
+    let attempts: Vec<(&str, &str)> = v["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["task"].as_str().unwrap(), a["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(attempts, [("work", "interrupted")], "{v}");
+}
+
 #[test]
 fn a_failed_run_exits_1_with_the_error_and_its_cause() {
     let dir = tempfile::tempdir().unwrap();

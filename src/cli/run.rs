@@ -266,6 +266,11 @@ pub fn exec_run(args: RunArgs) -> ExitCode {
                 tenant: LOCAL_TENANT.into(),
                 process_id,
                 variables: input,
+                // Watched from its first commit: a first attempt that runs
+                // long is not waited for here, so a timer boundary on it
+                // fires on the virtual clock (settle advances it while the
+                // attempt runs) and Ctrl-C is heard meanwhile.
+                answer_at_commit: true,
                 ..StartRequest::default()
             })
             .await;
