@@ -29,7 +29,8 @@ type Key = (String, u64, u32);
 /// The attempts running in this process, each with its [`Stop`].
 #[derive(Default)]
 pub(crate) struct Running {
-    stops: Mutex<HashMap<Key, Stop>>,
+    /// Each attempt's stop, and when it began (real time).
+    stops: Mutex<HashMap<Key, (Stop, std::time::Instant)>>,
 }
 
 impl Running {
@@ -39,7 +40,7 @@ impl Running {
         let key = (instance.to_string(), token, attempt);
         let stop = Stop::default();
         if let Ok(mut m) = self.stops.lock() {
-            m.insert(key.clone(), stop.clone());
+            m.insert(key.clone(), (stop.clone(), std::time::Instant::now()));
         }
         Entered {
             running: self,
@@ -48,10 +49,23 @@ impl Running {
         }
     }
 
+    /// Whether an attempt running in this process now began at least `d`
+    /// ago (real time).
+    pub(crate) fn any_older_than(&self, d: std::time::Duration) -> bool {
+        self.stops
+            .lock()
+            .map(|m| m.values().any(|(_, began)| began.elapsed() >= d))
+            .unwrap_or(false)
+    }
+
     /// Stop the attempt, if it runs here. Returns whether it did.
     pub(crate) fn stop(&self, instance: &str, token: u64, attempt: u32) -> bool {
         let key = (instance.to_string(), token, attempt);
-        let stop = self.stops.lock().ok().and_then(|m| m.get(&key).cloned());
+        let stop = self
+            .stops
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).map(|(s, _)| s.clone()));
         match stop {
             Some(s) => {
                 s.stop();

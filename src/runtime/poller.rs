@@ -5,7 +5,8 @@
 //! On a virtual clock, whenever nothing is runnable it jumps the clock to the
 //! next due park, so a PT24H timer or a long backoff passes in milliseconds.
 
-use super::{Runtime, RuntimeResult};
+use super::{Runtime, RuntimeError, RuntimeResult};
+use crate::codes::Code;
 use crate::engine::{InstanceState, ParkKind};
 use crate::store::{InstanceRecord, Store};
 use std::time::Duration;
@@ -14,6 +15,10 @@ use std::time::Duration;
 const CLAIM_BATCH: i64 = 256;
 /// How often `settle` looks at a park past due that somebody else holds.
 const HELD_PARK_POLL: Duration = Duration::from_millis(10);
+
+/// On the virtual clock, while an attempt really runs, virtual time moves
+/// with real time in steps of at most this (`settle_until`).
+const VIRTUAL_TICK: Duration = Duration::from_millis(10);
 
 /// Why `settle` returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +94,52 @@ impl<S: Store> Runtime<S> {
         }
     }
 
+    /// Whether an attempt of this process has run longer than the commit
+    /// window (the runtime made its step durable while it runs).
+    fn slow_attempt_runs(&self) -> bool {
+        let window = self.inner.config.commit_window.as_std();
+        self.inner.running.any_older_than(window)
+    }
+
+    /// [`Self::fire_due`] on the virtual clock: while an attempt it fired
+    /// runs past the commit window, virtual time runs at real speed and what
+    /// falls due meanwhile is fired beside it, as the poller and the alarms
+    /// do on the real clock. Quick work (commits, attempts within the
+    /// window) takes no virtual time, so virtual runs stay exact.
+    async fn fire_due_virtual(&self) -> RuntimeResult<usize> {
+        let Some(vc) = self.inner.virtual_clock.clone() else {
+            return self.fire_due().await;
+        };
+        let mut firing = tokio::task::JoinSet::new();
+        let rt = self.clone();
+        firing.spawn(async move { rt.fire_due().await });
+        let mut fired = 0;
+        loop {
+            let began = std::time::Instant::now();
+            tokio::select! {
+                done = firing.join_next() => match done {
+                    None => return Ok(fired),
+                    Some(Ok(n)) => fired += n?,
+                    Some(Err(e)) => {
+                        return Err(RuntimeError::new(Code::StoreFailed, format!("a firing task failed: {e}")))
+                    }
+                },
+                _ = tokio::time::sleep(VIRTUAL_TICK) => {
+                    if !self.slow_attempt_runs() {
+                        // Commits, quick attempts: no virtual time passes.
+                        continue;
+                    }
+                    vc.advance(began.elapsed());
+                    let now = self.inner.clock.now().timestamp_millis();
+                    if self.next_due_work().await.is_some_and(|due| due <= now) {
+                        let rt = self.clone();
+                        firing.spawn(async move { rt.fire_due().await });
+                    }
+                }
+            }
+        }
+    }
+
     /// Drive everything due until instance `id` is terminal or waits only for
     /// the outside world. On a virtual clock this jumps time; on the system
     /// clock it sleeps until the next due park (a wait, not a busy loop).
@@ -121,7 +172,11 @@ impl<S: Store> Runtime<S> {
                 }
                 Some(_) => {}
             }
-            self.fire_due().await?;
+            if self.inner.virtual_clock.is_some() {
+                self.fire_due_virtual().await?;
+            } else {
+                self.fire_due().await?;
+            }
             // What a step threw is delivered (a pump running elsewhere in
             // this process is waited for), so a wait it reached shows.
             if self.pump_signals().await? > 0 {
@@ -156,7 +211,23 @@ impl<S: Store> Runtime<S> {
             let Some(due) = own_due else {
                 return Ok(Settled::Waiting(rec));
             };
-            if self.inner.virtual_clock.is_some() {
+            if let Some(vc) = &self.inner.virtual_clock {
+                if self.slow_attempt_runs() {
+                    // An attempt really runs, past the commit window: virtual
+                    // time runs at real speed meanwhile, so a timer due during
+                    // it (an interrupting boundary) fires when its time
+                    // comes, as on the real clock, and one due after it ends
+                    // is not hurried.
+                    let now = self.inner.clock.now().timestamp_millis();
+                    let left = Duration::from_millis(u64::try_from(due - now).unwrap_or(0));
+                    let began = std::time::Instant::now();
+                    tokio::select! {
+                        _ = stepped => {}
+                        _ = tokio::time::sleep(left.min(VIRTUAL_TICK)) => {}
+                    }
+                    vc.advance(began.elapsed());
+                    continue;
+                }
                 self.wait_until(due).await;
                 continue;
             }
