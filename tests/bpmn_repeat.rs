@@ -416,6 +416,67 @@ backends::store_tests! {
         assert_eq!(rt.inspect(&id).await.unwrap().state, "TERMINATED");
         assert_eq!(rt.inspect(&kid).await.unwrap().state, "TERMINATED");
     }
+
+    async fn a_call_activity_timeout_cancels_the_child_and_is_caught_by_a_boundary_naming_its_code(db) {
+        // With the journal, which names the child each attempt ran.
+        let mut config = Config::default();
+        config.audit_sql = true;
+        let t0 = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap();
+        let rt = Runtime::new(db.store.clone(), RuntimeOptions::new(config).with_virtual_clock(t0)).unwrap();
+        let child = r#"<bpmn:message id="Go" name="go"/>
+  <bpmn:error id="Late" errorCode="SUTRA.RUNTIME.CHILD.TIMEOUT"/>
+  <bpmn:process id="child" isExecutable="true">
+    <bpmn:startEvent id="c0"/>
+    <bpmn:intermediateCatchEvent id="wait"><bpmn:messageEventDefinition messageRef="Go"/></bpmn:intermediateCatchEvent>
+    <bpmn:sequenceFlow id="c1" sourceRef="c0" targetRef="wait"/>
+  </bpmn:process>"#;
+        let call = |retry: &str, boundary: &str| {
+            format!(
+                r#"<bpmn:startEvent id="start"/>
+<bpmn:callActivity id="T" calledElement="child">
+  <bpmn:extensionElements><q:timeout duration="PT1M"/>{retry}</bpmn:extensionElements>
+</bpmn:callActivity>
+<bpmn:boundaryEvent id="caught" attachedToRef="T"><bpmn:errorEventDefinition{boundary}/></bpmn:boundaryEvent>
+<bpmn:serviceTask id="Handled" implementation="registered:chaos"/>
+<bpmn:endEvent id="end"/>
+{} {} {} {}"#,
+                flow("f0", "start", "T"),
+                flow("f1", "T", "end"),
+                flow("f2", "caught", "Handled"),
+                flow("f3", "Handled", "end")
+            )
+        };
+        // A boundary naming the timeout's code: the child is cancelled, the
+        // boundary's path runs.
+        let src = bpmn_with(&call("", r#" errorRef="Late""#), child);
+        let view = run(&rt, &src, json!({"do": "echo"})).await;
+        assert_eq!(view.state, "COMPLETED", "{view:?}");
+        assert_eq!(attempts_of(&view, "T"), vec!["failed"]);
+        assert_eq!(attempts_of(&view, "Handled"), vec!["completed"]);
+        let failed = view.attempts.iter().find(|a| a.task == "T").unwrap();
+        assert_eq!(failed.code.as_deref(), Some("SUTRA.RUNTIME.CHILD.TIMEOUT"));
+        let history = rt.history(&view.instance).await.unwrap();
+        let ended = history
+            .entries
+            .iter()
+            .find(|e| e["kind"] == "child_ended")
+            .unwrap_or_else(|| panic!("a child_ended entry: {:?}", history.entries));
+        let kid = ended["data"]["child"].as_str().unwrap_or_else(|| panic!("{ended}"));
+        assert_eq!(rt.inspect(kid).await.unwrap().state, "TERMINATED");
+        // Under q:retry each attempt is a fresh child; a catch-all boundary
+        // does not take the spent timeout: the instance fails with its code.
+        let src = bpmn_with(&call(r#"<q:retry maxAttempts="2" initialDelay="PT1S"/>"#, ""), child);
+        let view = run(&rt, &src, json!({"do": "echo"})).await;
+        assert_eq!(view.state, "FAILED", "{view:?}");
+        assert_eq!(attempts_of(&view, "T"), vec!["failed", "failed"]);
+        assert!(attempts_of(&view, "Handled").is_empty());
+        let error = view.error.expect("an error");
+        assert!(
+            [error.code.as_str(), error.cause.as_ref().map_or("", |c| c.code.as_str())]
+                .contains(&"SUTRA.RUNTIME.CHILD.TIMEOUT"),
+            "{error:?}"
+        );
+    }
 }
 
 /// A loop with no `loopMaximum` whose body waits every time (an attempt per

@@ -181,22 +181,49 @@ pub fn spec(q: &Element, host: &Element, diags: &mut Vec<Diagnostic>) -> TaskImp
 /// Error boundaries on HTTP tasks also catch a failure whose retries are
 /// spent (its `Api.*` code is the error code an `errorRef` names).
 pub fn route_failures(p: &mut Process) {
-    let http: Vec<bool> = p
+    #[derive(Clone, Copy, PartialEq)]
+    enum Host {
+        Http,
+        TimedCall,
+        Other,
+    }
+    let hosts: Vec<Host> = p
         .nodes
         .iter()
-        .map(|n| {
-            matches!(&n.kind, NodeKind::ServiceTask(t) if matches!(t.implementation, TaskImpl::Http(_)))
+        .map(|n| match &n.kind {
+            NodeKind::ServiceTask(t) if matches!(t.implementation, TaskImpl::Http(_)) => Host::Http,
+            NodeKind::CallProcess {
+                timeout: Some(_), ..
+            } => Host::TimedCall,
+            _ => Host::Other,
         })
         .collect();
+    let timeout = Code::ChildTimeout.as_str();
     for n in &mut p.nodes {
         if let NodeKind::Boundary(BoundaryEvent {
             attached_to,
-            trigger: BoundaryTrigger::Error { catch_failures, .. },
+            trigger:
+                BoundaryTrigger::Error {
+                    catch_failures,
+                    codes,
+                    ..
+                },
             ..
         }) = &mut n.kind
         {
-            if http.get(attached_to.0 as usize).copied().unwrap_or(false) {
-                *catch_failures = true;
+            match hosts.get(attached_to.0 as usize).copied() {
+                Some(Host::Http) => *catch_failures = true,
+                // A call activity's spent timeout is caught by a boundary
+                // that names its code, never by a catch-all (a child's other
+                // failures still fail the instance, as the seed says).
+                Some(Host::TimedCall)
+                    if codes
+                        .as_ref()
+                        .is_some_and(|c| c.iter().any(|c| c == timeout)) =>
+                {
+                    *catch_failures = true
+                }
+                _ => {}
             }
         }
     }

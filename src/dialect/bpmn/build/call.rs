@@ -3,8 +3,11 @@
 //! machinery the States language's `InvokeFlow` uses). `q:call version`
 //! pins a deployment version (else the ACTIVE one runs), `q:io` maps the
 //! variables in and out as on a service task, `q:retry` runs a fresh child
-//! after a failed one. A child that ends with an uncaught BPMN error raises
-//! it at the call activity (its error boundaries catch it).
+//! after a failed one, `q:timeout duration` bounds each child (cancelled
+//! when it elapses; the call fails with `SUTRA.RUNTIME.CHILD.TIMEOUT`, which
+//! an error boundary naming that code catches once no retry is left). A
+//! child that ends with an uncaught BPMN error raises it at the call
+//! activity (its error boundaries catch it).
 
 use super::{attr_ref, err, Builder};
 use crate::codes::Code;
@@ -46,12 +49,24 @@ impl<'d> Builder<'d> {
             }
         };
         let qs = ext::q_elements(el);
-        ext::misplaced(&qs, &["io", "retry", "call"], el, &mut self.diags);
+        ext::misplaced(
+            &qs,
+            &["io", "retry", "call", "timeout"],
+            el,
+            &mut self.diags,
+        );
         let io = ext::single(&qs, "io", el, &mut self.diags)
             .map(|q| ext::io(q, el, &mut self.diags))
             .unwrap_or_default();
         let retry = ext::single(&qs, "retry", el, &mut self.diags)
             .and_then(|q| ext::retry(q, el, &mut self.diags));
+        // `q:timeout duration` bounds each child: when it elapses the child is
+        // cancelled and the call fails with SUTRA.RUNTIME.CHILD.TIMEOUT
+        // (a fresh child under `q:retry`; once spent, an error boundary whose
+        // errorRef names that code catches it, `route_failures`).
+        let timeout = ext::single(&qs, "timeout", el, &mut self.diags)
+            .and_then(|q| ext::timeout(q, el, false, &mut self.diags))
+            .map(|t| t.duration);
         let version = ext::single(&qs, "call", el, &mut self.diags).and_then(|q| {
             for a in q
                 .attrs
@@ -91,7 +106,7 @@ impl<'d> Builder<'d> {
             NodeKind::CallProcess {
                 process,
                 retries: retry.into_iter().collect(),
-                timeout: None,
+                timeout,
                 version,
                 io,
                 business_errors: true,
