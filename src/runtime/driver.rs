@@ -415,9 +415,11 @@ impl<S: Store> Runtime<S> {
             let (mut version, snap) = rt.current(&id).await?;
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let stored = crate::store::search_vars(&snap.variables);
+            let counted = super::inline::tally(&snap);
             let step = deployed.apply(snap, event.clone(), &rt.inputs())?;
             let mut spec = rt.spec_of(step, Some(event));
             spec.search_base = Some(stored);
+            spec.stats_base = counted;
             spec.outputs.extend(written);
             rt.speculate(&id, &deployed, &mut spec).await;
             let running = std::mem::take(&mut spec.running);

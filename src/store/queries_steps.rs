@@ -225,6 +225,20 @@ where
         expected_version: i64,
         step: &StepWrite,
     ) -> StoreResult<()> {
+        Self::commit_deferring_stats(conn, id, expected_version, step).await?;
+        super::stats::write::<DB>(conn, &super::stats::collect([step])).await
+    }
+
+    /// [`Self::commit`] but for the step's count deltas, which the caller
+    /// writes ([`super::stats::collect`]) once for all the steps of its
+    /// transaction, in key order (PostgreSQL's batches: two of them never
+    /// lock count rows in opposite orders).
+    pub(super) async fn commit_deferring_stats(
+        conn: &mut DB::Connection,
+        id: &str,
+        expected_version: i64,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
         let row: Option<(String, String)> = sqlx::query_as(UPDATE_INSTANCE)
             .bind(&step.snapshot)
             .bind(&step.state)
@@ -235,7 +249,7 @@ where
             .fetch_optional(&mut *conn)
             .await?;
         if let Some((tenant, deployment_id)) = row {
-            return Self::apply(conn, id, &tenant, &deployment_id, step).await;
+            return Self::apply_rows_and_children(conn, id, &tenant, &deployment_id, step).await;
         }
         let exists = sqlx::query(INSTANCE_EXISTS)
             .bind(id)
@@ -253,7 +267,19 @@ where
     /// journal (or the deletion of the whole instance), then the parent's
     /// wake-up of a child's final step and the children the step starts
     /// (children.rs).
+    /// Its count deltas (and its children's) are written last (stats.rs).
     pub(super) async fn apply(
+        conn: &mut DB::Connection,
+        id: &str,
+        tenant: &str,
+        deployment_id: &str,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
+        Self::apply_rows_and_children(conn, id, tenant, deployment_id, step).await?;
+        super::stats::write::<DB>(conn, &super::stats::collect([step])).await
+    }
+
+    async fn apply_rows_and_children(
         conn: &mut DB::Connection,
         id: &str,
         tenant: &str,
@@ -415,6 +441,15 @@ where
                     .execute(&mut *conn)
                     .await?;
             }
+        }
+        // The error code and failed node the listing filters on (stats.rs).
+        if let Some(f) = &step.failure {
+            sqlx::query(super::stats::SET_FAILURE)
+                .bind(f.error_code.as_deref())
+                .bind(f.failed_node.as_deref())
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
         }
         // Thrown signals and messages with their deliveries (signals.rs).
         super::signals::write_signals::<DB>(conn, tenant, &step.signals).await?;
