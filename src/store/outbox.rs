@@ -444,7 +444,13 @@ where
             ("state =", &filter.state),
             ("id >", &filter.after_id),
         ];
-        let (sql, values) = paged_select(INCIDENT_COLUMNS, "incidents", &filters);
+        // Each row names its instance's process (the console groups by it):
+        // one primary-key lookup per row of the page.
+        let columns = format!(
+            "{INCIDENT_COLUMNS}, (SELECT i.process_id FROM instances i \
+             WHERE i.id = incidents.instance_id) AS process_id"
+        );
+        let (sql, values) = paged_select(&columns, "incidents", &filters);
         let mut q = sqlx::query_as::<_, IncidentRecord>(&sql);
         for value in values {
             q = q.bind(value);
