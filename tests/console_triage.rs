@@ -344,3 +344,58 @@ async fn the_instances_a_filter_selects_are_migrated_as_one_batch() {
     b.screenshot(&screenshots().join("batch-migrate.png")).await;
     no_csp_violations(&b).await;
 }
+
+/// start → "Which way?" (an exclusive gateway whose conditions all fail) → two ends.
+fn dead_end(process: &str) -> String {
+    format!(
+        r#"{HEADER}
+  <bpmn:process id="{process}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="Gateway_0x7f3a"/>
+    <bpmn:exclusiveGateway id="Gateway_0x7f3a" name="Which way?"/>
+    <bpmn:sequenceFlow id="big" sourceRef="Gateway_0x7f3a" targetRef="end1">
+      <bpmn:conditionExpression>x &gt; 5</bpmn:conditionExpression>
+    </bpmn:sequenceFlow>
+    <bpmn:sequenceFlow id="huge" sourceRef="Gateway_0x7f3a" targetRef="end2">
+      <bpmn:conditionExpression>x &gt; 10</bpmn:conditionExpression>
+    </bpmn:sequenceFlow>
+    <bpmn:endEvent id="end1"/>
+    <bpmn:endEvent id="end2"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+/// Item 6: the instance page's messages name nodes by their names (the
+/// modeler's id as a tooltip), not by ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_on_the_instance_page_name_nodes_by_their_names() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = server::Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &dead_end("route"), &[]).await;
+    let id = start(&api, "route", json!({"x": 1})).await;
+    let (_, v) = api.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(v["state"], "FAILED", "{v}");
+    let raw = v["error"]["message"].as_str().unwrap().to_string();
+    assert!(raw.contains("`Gateway_0x7f3a`"), "the API's message quotes the id: {raw}");
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#error-message .node-name").await;
+    let shown = b.text("#error-message").await;
+    assert!(shown.contains("\u{201c}Which way?\u{201d}"), "{shown}");
+    assert!(!shown.contains("Gateway_0x7f3a"), "{shown}");
+    let title = b
+        .js(
+            "return document.querySelector('#error-message .node-name').title;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(title, json!("Gateway_0x7f3a"));
+    b.screenshot(&screenshots().join("instance-named-message.png"))
+        .await;
+    no_csp_violations(&b).await;
+}

@@ -86,6 +86,18 @@ export async function instancePage(page, id) {
     return name && name !== node ? h('span', { class: 'node-name', title: node, dataset: { node } }, name) : h('span', { dataset: { node } }, node);
   }
 
+  // A message as a person reads it: every `id` quoted in it that names a
+  // node with a name shows the name (the id as its tooltip); other quoted
+  // parts stay code. Text nodes only.
+  function named(text) {
+    if (!text) return '';
+    return String(text).split(/`([^`]+)`/).map((part, i) => {
+      if (i % 2 === 0) return part;
+      const name = diagram.name(part);
+      return name && name !== part ? h('span', { class: 'node-name', title: part, dataset: { node: part } }, `“${name}”`) : h('code', {}, part);
+    });
+  }
+
   function renderHead(v) {
     fill(head,
       h('h1', {}, 'Instance ', h('code', { id: 'instance-id' }, v.instance), ' ', h('span', { id: 'instance-state' }, badge(v.state)),
@@ -103,8 +115,9 @@ export async function instancePage(page, id) {
     if (!v.error) { fill(errorSec); return; }
     const e = v.error;
     fill(errorSec, h('section', { class: 'card failure' }, h('h2', {}, 'Error'),
-      h('p', {}, h('code', { id: 'error-code' }, e.code), ' ', h('span', { id: 'error-message' }, e.message)),
-      e.cause ? h('p', { class: 'cause' }, 'Cause: ', h('code', {}, e.cause.code), ' ', e.cause.message) : null,
+      h('p', {}, h('code', { id: 'error-code' }, e.code), ' ', h('span', { id: 'error-message' }, named(e.message))),
+      e.node ? h('p', { id: 'error-node' }, 'At ', nodeLabel(e.node)) : null,
+      e.cause ? h('p', { class: 'cause' }, 'Cause: ', h('code', {}, e.cause.code), ' ', named(e.cause.message)) : null,
       (e.compensationFailures || []).length ? h('div', {}, 'Compensation failures: ', jsonTree(e.compensationFailures, undefined, 1)) : null));
   }
 
@@ -140,7 +153,7 @@ export async function instancePage(page, id) {
       { title: 'Class', cell: a => a.class || '' },
       { title: 'Started', cell: a => when(a.startedAt) },
       { title: 'Duration', cell: a => ms(a.durationMs) },
-      { title: 'Message', cell: a => [reporter(a), a.message ? h('span', { class: 'message' }, a.message) : ''] },
+      { title: 'Message', cell: a => [reporter(a), a.message ? h('span', { class: 'message' }, named(a.message)) : ''] },
       { title: 'Calls', cell: calls },
       { title: 'Output', cell: output },
     ];
@@ -192,8 +205,8 @@ export async function instancePage(page, id) {
       { title: 'Incident', cell: i => h('code', {}, i.id) },
       { title: 'Kind', cell: i => i.kind },
       { title: 'State', cell: i => badge(i.state) },
-      { title: 'Task', cell: i => i.task },
-      { title: 'Message', cell: i => i.message },
+      { title: 'Task', cell: i => nodeLabel(i.task) },
+      { title: 'Message', cell: i => named(i.message) },
       { title: '', cell: i => (i.state === 'OPEN' ? h('button', { type: 'button', class: 'resolve', onclick: () => resolve(i) }, 'Resolve') : '') },
     ];
     cols.rowAttrs = i => ({ dataset: { incident: i.id, state: i.state } });
@@ -206,7 +219,7 @@ export async function instancePage(page, id) {
       { title: '#', cell: e => String(e.seq) },
       { title: 'At', cell: e => when(e.at) },
       { title: 'Kind', cell: e => e.kind },
-      { title: 'Node', cell: e => e.node || '' },
+      { title: 'Node', cell: e => (e.node ? nodeLabel(e.node) : '') },
       { title: 'Data', cell: e => jsonTree(e.data, undefined, 0) },
     ], hist.entries, { id: 'history-table' }));
   }
