@@ -399,3 +399,44 @@ async fn messages_on_the_instance_page_name_nodes_by_their_names() {
         .await;
     no_csp_violations(&b).await;
 }
+
+/// Item 4: a Parallel's branches and a Map's iteration read as such on the
+/// diagram (never `Lines#iteration`), and a sequential BPMN multi-instance
+/// activity carries its marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn branches_and_iterations_read_as_such_on_the_diagram() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = server::Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    let asl = r#"{"Comment": "lines", "StartAt": "Both", "States": {
+      "Both": {"Type": "Parallel", "Next": "Lines", "Branches": [
+        {"StartAt": "A", "States": {"A": {"Type": "Pass", "End": true}}},
+        {"StartAt": "B", "States": {"B": {"Type": "Pass", "End": true}}}]},
+      "Lines": {"Type": "Map", "End": true, "ItemProcessor": {"StartAt": "Line",
+        "States": {"Line": {"Type": "Pass", "End": true}}}}}}"#;
+    let id = deploy(&api, asl, &[]).await;
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/deployments/{id}", srv.url)).await;
+    b.wait_for(
+        "the diagram's labels",
+        "[...document.querySelectorAll('#diagram .djs-label, #diagram text')].some(t => t.textContent.includes('each item'))",
+        json!(null),
+    )
+    .await;
+    let texts = b
+        .js(
+            "return [...document.querySelectorAll('#diagram text')].map(t => t.textContent).join(' | ');",
+            json!([]),
+        )
+        .await;
+    let texts = texts.as_str().unwrap();
+    for want in ["Both \u{b7} branch 1", "Both \u{b7} branch 2", "Lines \u{b7} each item"] {
+        assert!(texts.contains(want), "{want} in {texts}");
+    }
+    assert!(!texts.contains('#'), "no internal id is shown: {texts}");
+    b.screenshot(&screenshots().join("diagram-branches.png")).await;
+    no_csp_violations(&b).await;
+}

@@ -264,9 +264,12 @@ where
     ) -> StoreResult<i64> {
         Ok(sqlx::query_scalar(
             // From the retries (few, partial index instances_retry_of) to
-            // what they retried, never a walk of the FAILED.
-            "SELECT COUNT(*) FROM instances f WHERE f.id IN \
-             (SELECT r.retry_of FROM instances r WHERE r.retry_of IS NOT NULL) \
+            // what they retried by its key, never a walk of the FAILED:
+            // `CROSS JOIN` keeps that order on SQLite (its planner otherwise
+            // walks the tenant's instances first); PostgreSQL reads it as
+            // an inner join and plans it itself.
+            "SELECT COUNT(DISTINCT f.id) FROM instances r CROSS JOIN instances f \
+             WHERE r.retry_of IS NOT NULL AND f.id = r.retry_of \
              AND f.tenant = $1 AND f.state = 'FAILED' \
              AND (CAST($2 AS TEXT) IS NULL OR f.process_id = CAST($2 AS TEXT)) \
              AND (CAST($3 AS TEXT) IS NULL OR f.id >= CAST($3 AS TEXT)) \
