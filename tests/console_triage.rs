@@ -440,3 +440,77 @@ async fn branches_and_iterations_read_as_such_on_the_diagram() {
     b.screenshot(&screenshots().join("diagram-branches.png")).await;
     no_csp_violations(&b).await;
 }
+
+/// Item 5: each step's input and result are kept (bounded: 64 KiB each,
+/// a longer one cut with a marker) and shown; a click on a node's shape
+/// shows that node's steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_steps_input_and_result_are_shown_for_the_node_clicked() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = server::Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &two_tasks("order"), &["chaos"]).await;
+    let id = start(
+        &api,
+        "order",
+        json!({"by-task": {"A": {"do": "echo"}, "B": {"do": "fail", "code": "CARD.DECLINED"}}, "orderId": "O-17"}),
+    )
+    .await;
+    let (_, attempts) = api.get(&format!("/v1/instances/{id}/attempts")).await;
+    let rows = attempts["attempts"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{attempts}");
+    assert_eq!(rows[0]["input"]["orderId"], "O-17", "{attempts}");
+    assert!(rows[0]["output"].is_object(), "a completion's output: {attempts}");
+    // A 70 KB input is kept cut, with its marker.
+    let big = "x".repeat(70_000);
+    let long = start(&api, "order", json!({"do": "echo", "blob": big})).await;
+    let (_, la) = api.get(&format!("/v1/instances/{long}/attempts")).await;
+    let kept = la["attempts"][0]["input"].as_str().unwrap();
+    assert!(kept.len() <= 64 * 1024, "{}", kept.len());
+    assert!(kept.ends_with("bytes in all]"), "{}", &kept[kept.len() - 40..]);
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#attempts-table").await;
+    diagram_has(&b, "B", "generated").await;
+    // A pointer's click on the shape (an SVG element has no `click()`).
+    b.js(
+        "const g = document.querySelector(`#diagram .djs-element[data-element-id=\"${arguments[0]}\"]`); \
+         const hit = g.querySelector('.djs-hit') || g; const r = hit.getBoundingClientRect(); \
+         hit.dispatchEvent(new MouseEvent('click', { bubbles: true, clientX: r.x + r.width / 2, clientY: r.y + r.height / 2 })); return true;",
+        json!(["B"]),
+    )
+    .await;
+    b.wait_for(
+        "the steps of B",
+        "document.querySelector('#steps-of')?.dataset.node === 'B' && document.querySelectorAll('#attempts-table tbody tr').length === 1",
+        json!(null),
+    )
+    .await;
+    assert!(b.text("#steps-of").await.contains("Charge"), "named");
+    assert_eq!(
+        b.js("return document.querySelector('#attempts-table tbody tr').dataset.task;", json!([])).await,
+        json!("B")
+    );
+    b.click("#attempts-table details.step-input summary").await;
+    let input = b.text("#attempts-table details.step-input").await;
+    assert!(input.contains("orderId") && input.contains("O-17"), "{input}");
+    b.click("#steps-all").await;
+    b.wait_for(
+        "every step again",
+        "!document.querySelector('#steps-of') && document.querySelectorAll('#attempts-table tbody tr').length === 2",
+        json!(null),
+    )
+    .await;
+    b.screenshot(&screenshots().join("instance-steps.png")).await;
+    b.goto(&format!("{}/ui/#/instances/{long}", srv.url)).await;
+    b.wait_css("#attempts-table details.step-input").await;
+    assert_eq!(
+        b.text("#attempts-table details.step-input summary").await,
+        "input (cut at 64 KiB)"
+    );
+    no_csp_violations(&b).await;
+}

@@ -42,3 +42,10 @@ CREATE INDEX instances_error_code ON instances (tenant, error_code, id)
     WHERE error_code IS NOT NULL;
 CREATE INDEX instances_failed_node ON instances (tenant, failed_node, id)
     WHERE failed_node IS NOT NULL;
+
+-- Each attempt's input and output as the console shows them (issue 35 item
+-- 5: inspect each step): JSON text, each at most 64 KiB (a longer one is cut
+-- and ends with a marker, `runtime::output::STEP_IO_BYTES`); the output of a
+-- completed attempt, a failure's details. NULL for attempts written before.
+ALTER TABLE attempts ADD COLUMN input TEXT;
+ALTER TABLE attempts ADD COLUMN output TEXT;

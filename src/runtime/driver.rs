@@ -476,12 +476,17 @@ impl<S: Store> Runtime<S> {
         req: AttemptRequest,
         (outcome, written): (TaskOutcome, Option<Written>),
     ) {
+        // What it wrote, with its input and output (the console's step view).
+        let io = super::output::step_io(&req.input, &outcome);
         let event = Event::AttemptEnded {
             token: req.token,
             attempt: req.attempt,
             outcome,
         };
-        let written = written.map(|w| ((req.token, req.node.clone(), req.attempt), w));
+        let written = Some((
+            (req.token, req.node.clone(), req.attempt),
+            Written::with_io(written, io),
+        ));
         if let Err(e) = self.drive_written(id.clone(), event, written).await {
             tracing::error!(instance = %id, error = %e, "could not commit an attempt outcome; its lease will re-run it");
         }

@@ -328,6 +328,8 @@ impl<S: Store> Runtime<S> {
                     stderr: o.stderr.clone(),
                     logs: o.logs.clone(),
                     calls: o.calls.clone(),
+                    input: o.input.clone(),
+                    output: o.output.clone(),
                 })
             })
             .collect();
@@ -562,10 +564,12 @@ impl<S: Store> Runtime<S> {
         req: AttemptRequest,
         (outcome, written): (engine::TaskOutcome, Option<Written>),
     ) {
-        if let Some(w) = written {
-            spec.outputs
-                .insert((req.token, req.node.clone(), req.attempt), w);
-        }
+        // What it wrote, with its input and output (the console's step view).
+        let io = super::output::step_io(&req.input, &outcome);
+        spec.outputs.insert(
+            (req.token, req.node.clone(), req.attempt),
+            Written::with_io(written, io),
+        );
         let event = Event::AttemptEnded {
             token: req.token,
             attempt: req.attempt,

@@ -343,6 +343,14 @@ pub struct AttemptOutput {
     pub logs: Option<String>,
     /// Its outbound calls, a JSON `crate::egress::CallRecord` (migration 0012).
     pub calls: Option<String>,
+    /// Its input, JSON text bounded to 64 KiB (migration 0024).
+    #[sqlx(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// Its output (a completion's) or a failure's details, bounded alike.
+    #[sqlx(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]

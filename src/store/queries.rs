@@ -518,8 +518,9 @@ where
 
     async fn attempt_outputs(&self, instance_id: &str) -> StoreResult<Vec<AttemptOutput>> {
         Ok(sqlx::query_as(
-            "SELECT token, node, attempt, stderr, logs, calls FROM attempts WHERE instance_id = $1 \
-             AND (stderr IS NOT NULL OR logs IS NOT NULL OR calls IS NOT NULL) ORDER BY id",
+            "SELECT token, node, attempt, stderr, logs, calls, input, output FROM attempts \
+             WHERE instance_id = $1 AND (stderr IS NOT NULL OR logs IS NOT NULL \
+             OR calls IS NOT NULL OR input IS NOT NULL OR output IS NOT NULL) ORDER BY id",
         )
         .bind(instance_id)
         .fetch_all(self.reads())

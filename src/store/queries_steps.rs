@@ -136,10 +136,12 @@ pub(super) const INSERT_PARK: &str = "INSERT INTO parks (instance_id, seq, kind,
 /// `$1` instance id, `$2` token, `$3` node, `$4` attempt, `$5` started_at,
 /// `$6` ended_at, `$7` outcome, `$8` code, `$9` message, `$10` stderr, `$11`
 /// logs (its [`AttemptOutput`](super::AttemptOutput), if any: [`output_of`]),
-/// `$12` class (migration 0010), `$13` calls (migration 0011); a replay is a no-op.
+/// `$12` class (migration 0010), `$13` calls (migration 0011), `$14` input,
+/// `$15` output (migration 0024); a replay is a no-op.
 pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts (instance_id, token, node, \
-     attempt, started_at, ended_at, outcome, code, message, stderr, logs, class, calls) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+     attempt, started_at, ended_at, outcome, code, message, stderr, logs, class, calls, \
+     input, output) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
      ON CONFLICT (instance_id, token, node, attempt) DO NOTHING";
 
 /// The output of attempt `a` of `step`, if it wrote any.
@@ -411,6 +413,8 @@ where
                 .bind(out.and_then(|o| o.logs.as_deref()))
                 .bind(&a.class)
                 .bind(out.and_then(|o| o.calls.as_deref()))
+                .bind(out.and_then(|o| o.input.as_deref()))
+                .bind(out.and_then(|o| o.output.as_deref()))
                 .execute(&mut *conn)
                 .await?;
         }

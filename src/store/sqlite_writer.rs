@@ -557,6 +557,8 @@ fn apply_rows(
                 out.and_then(|o| o.logs.as_deref()),
                 a.class,
                 out.and_then(|o| o.calls.as_deref()),
+                out.and_then(|o| o.input.as_deref()),
+                out.and_then(|o| o.output.as_deref()),
             ])?;
         }
     }

@@ -38,6 +38,14 @@ export async function instancePage(page, id) {
   let lastVars = null;
   let lastAttempts = null;
   let versionOf = { id: null, version: null };
+  // The steps table shows one node's attempts after a click on its shape.
+  let stepsOf = null;
+  let allAttempts = [];
+  diagram.onNodeClick((node) => {
+    stepsOf = node;
+    renderAttempts(allAttempts);
+    attemptsBox.scrollIntoView({ block: 'nearest' });
+  });
 
   async function refresh(first) {
     const [v, a, hist, inc] = await Promise.all([
@@ -143,8 +151,12 @@ export async function instancePage(page, id) {
     fill(waits, runningNow, table(cols, parked, { id: 'waits-table' }));
   }
 
-  function renderAttempts(attempts) {
-    if (attempts.length === 0) { fill(attemptsBox, h('p', { class: 'muted' }, 'No attempts yet.')); return; }
+  function renderAttempts(all) {
+    allAttempts = all;
+    const attempts = stepsOf ? all.filter(a => a.task === stepsOf) : all;
+    const only = stepsOf ? h('p', { id: 'steps-of', dataset: { node: stepsOf } }, 'Steps of ', nodeLabel(stepsOf), ` (${attempts.length}) \u00b7 `,
+      h('a', { href: '#', id: 'steps-all', onclick: (e) => { e.preventDefault(); stepsOf = null; renderAttempts(allAttempts); } }, 'show every step')) : null;
+    if (attempts.length === 0) { fill(attemptsBox, only, h('p', { class: 'muted' }, stepsOf ? 'This node ran no task.' : 'No attempts yet.')); return; }
     const cols = [
       { title: 'Task', cell: a => nodeLabel(a.task) },
       { title: '#', cell: a => String(a.attempt) },
@@ -154,11 +166,22 @@ export async function instancePage(page, id) {
       { title: 'Started', cell: a => when(a.startedAt) },
       { title: 'Duration', cell: a => ms(a.durationMs) },
       { title: 'Message', cell: a => [reporter(a), a.message ? h('span', { class: 'message' }, named(a.message)) : ''] },
+      { title: 'Input', cell: a => stepJson(a.input, 'input') },
+      { title: 'Result', cell: a => stepJson(a.output, a.outcome === 'completed' ? 'output' : 'details') },
       { title: 'Calls', cell: calls },
       { title: 'Output', cell: output },
     ];
     cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome, ...(a.worker ? { worker: a.worker } : {}) } });
-    fill(attemptsBox, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
+    fill(attemptsBox, only, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
+  }
+
+  // An attempt's input or result (kept up to 64 KiB each by the server; a
+  // longer one arrives cut, as text ending in its marker), folded.
+  function stepJson(value, what) {
+    if (value === undefined || value === null) return '';
+    const cut = typeof value === 'string' && /\[cut: \d+ bytes in all\]$/.test(value);
+    return h('details', { class: `step-${what}` }, h('summary', {}, cut ? `${what} (cut at 64 KiB)` : what),
+      cut ? h('pre', { class: 'cut' }, value) : jsonTree(value, undefined, 1));
   }
 
   // Who reported a worker failure (an external task's worker) and the
