@@ -30,8 +30,8 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 use sutra::config::Config;
 use sutra::runtime::{Runtime, RuntimeOptions, StartRequest};
-use sutra::store::tenancy::TenancyStore;
 use sutra::store::stats::Tally;
+use sutra::store::tenancy::TenancyStore;
 use sutra::store::{AnyStore, InstanceFilter, PgStore, SearchVar, SqliteStore, Store};
 
 const TENANT: &str = "bench";

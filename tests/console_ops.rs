@@ -117,7 +117,10 @@ async fn incidents_are_triaged_across_instances_and_resolved_from_their_page() {
         .await;
     assert_eq!(
         groups,
-        json!([["review", "2", "scanner offline"], ["review", "1", "printer jammed"]]),
+        json!([
+            ["review", "2", "scanner offline"],
+            ["review", "1", "printer jammed"]
+        ]),
         "grouped by message, the biggest group first"
     );
     let rows = b

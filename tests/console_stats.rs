@@ -80,14 +80,20 @@ async fn assert_exact(store: &AnyStore, deployments: &[&str], when: &str) {
         let scanned = store.node_states_scanned(d).await.unwrap();
         assert_eq!(kept, scanned, "{when}: node figures of {d}");
     }
-    let kept = store.instance_counts(TENANT, None, None, None).await.unwrap();
+    let kept = store
+        .instance_counts(TENANT, None, None, None)
+        .await
+        .unwrap();
     // Bounds that hold every id make the store count the rows themselves.
     let rows = store
         .instance_counts(TENANT, None, Some("0"), Some("~"))
         .await
         .unwrap();
     assert_eq!(kept, rows, "{when}: counts by state");
-    let of_p = store.instance_counts(TENANT, Some("p"), None, None).await.unwrap();
+    let of_p = store
+        .instance_counts(TENANT, Some("p"), None, None)
+        .await
+        .unwrap();
     assert_eq!(of_p, rows, "{when}: counts of process p");
     let none = store
         .instance_counts(TENANT, Some("other"), None, None)
@@ -97,9 +103,7 @@ async fn assert_exact(store: &AnyStore, deployments: &[&str], when: &str) {
 }
 
 fn count(rows: &[(String, i64)], state: &str) -> i64 {
-    rows.iter()
-        .find(|(s, _)| s == state)
-        .map_or(0, |(_, n)| *n)
+    rows.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n)
 }
 
 backends::store_tests! {
@@ -216,7 +220,13 @@ async fn undo_0024(db: &backends::TestDb) {
         backends::Backend::Sqlite => {
             use sqlx::ConnectOptions;
             let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(db.url.trim_start_matches("sqlite://").split('?').next().unwrap())
+                .filename(
+                    db.url
+                        .trim_start_matches("sqlite://")
+                        .split('?')
+                        .next()
+                        .unwrap(),
+                )
                 .connect()
                 .await
                 .unwrap();

@@ -100,7 +100,10 @@ async fn incidents_are_grouped_by_process_the_biggest_first() {
         .map(|i| i["process"].as_str().unwrap())
         .collect();
     assert_eq!(processes.len(), 3, "{listed}");
-    assert!(processes.contains(&"billing"), "the API names the process: {listed}");
+    assert!(
+        processes.contains(&"billing"),
+        "the API names the process: {listed}"
+    );
 
     sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
     b.wait_css("#deployments").await;
@@ -117,10 +120,7 @@ async fn incidents_are_grouped_by_process_the_biggest_first() {
         json!([["review", "review", "2"], ["billing", "billing", "1"]]),
         "one group per process, the one with most incidents first"
     );
-    assert!(b
-        .text("#incident-groups-table")
-        .await
-        .contains("Process"));
+    assert!(b.text("#incident-groups-table").await.contains("Process"));
     assert!(b
         .text("#incident-groups h2")
         .await
@@ -133,7 +133,8 @@ async fn incidents_are_grouped_by_process_the_biggest_first() {
         .await;
     assert_eq!(per_row, json!(["billing", "review", "review"]));
     // The process is a link to its instances.
-    b.click("#incident-groups-table tr[data-process=\"billing\"] a").await;
+    b.click("#incident-groups-table tr[data-process=\"billing\"] a")
+        .await;
     b.wait_for(
         "the instances of billing",
         "location.hash.includes('process=billing') && document.querySelectorAll('#instances tbody tr').length === 1",
@@ -153,7 +154,12 @@ async fn the_instance_list_filters_on_the_error_code_and_the_failed_node() {
     let srv = server::Server::start().await;
     let api = srv.tenant("acme", json!({})).await;
     deploy(&api, &two_tasks("order"), &["chaos"]).await;
-    let at_a = start(&api, "order", json!({"by-task": {"A": {"do": "fail", "code": "STOCK.EMPTY"}, "B": {"do": "echo"}}})).await;
+    let at_a = start(
+        &api,
+        "order",
+        json!({"by-task": {"A": {"do": "fail", "code": "STOCK.EMPTY"}, "B": {"do": "echo"}}}),
+    )
+    .await;
     srv.advance("PT0.001S").await;
     let mut at_b = Vec::new();
     for _ in 0..2 {
@@ -172,11 +178,18 @@ async fn the_instance_list_filters_on_the_error_code_and_the_failed_node() {
         .map(|i| i["id"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(sorted(ids), sorted(at_b.clone()));
-    let code = by_node["instances"][0]["errorCode"].as_str().unwrap().to_string();
+    let code = by_node["instances"][0]["errorCode"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let (_, by_code) = api
         .get(&format!("/v1/instances?errorCode={code}&failedNode=A"))
         .await;
-    assert_eq!(by_code["instances"].as_array().unwrap().len(), 1, "{by_code}");
+    assert_eq!(
+        by_code["instances"].as_array().unwrap().len(),
+        1,
+        "{by_code}"
+    );
     assert_eq!(by_code["instances"][0]["id"], at_a.as_str());
     let (status, bad) = api.get("/v1/instances?failedNode=").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
@@ -208,8 +221,10 @@ async fn the_instance_list_filters_on_the_error_code_and_the_failed_node() {
     // A click on a row's failed node filters on it.
     b.goto(&format!("{}/ui/#/instances", srv.url)).await;
     b.wait_css("#instances").await;
-    b.click(&format!("#instances tr[data-instance=\"{at_a}\"] a.failed-node"))
-        .await;
+    b.click(&format!(
+        "#instances tr[data-instance=\"{at_a}\"] a.failed-node"
+    ))
+    .await;
     b.wait_for(
         "only the instance that failed at A",
         &format!("location.hash.includes('node=A') && document.querySelectorAll('#instances tbody tr').length === 1 && document.querySelector('#instances tbody tr').dataset.instance === '{at_a}'"),
@@ -217,8 +232,10 @@ async fn the_instance_list_filters_on_the_error_code_and_the_failed_node() {
     )
     .await;
     // And on its error code (with the node filter kept).
-    b.click(&format!("#instances tr[data-instance=\"{at_a}\"] .error-code"))
-        .await;
+    b.click(&format!(
+        "#instances tr[data-instance=\"{at_a}\"] .error-code"
+    ))
+    .await;
     b.wait_for(
         "the error code and the node",
         "location.hash.includes('code=') && location.hash.includes('node=A') && document.querySelector('#filter-code').value !== ''",
@@ -276,7 +293,11 @@ async fn ticked_instances_incidents_are_resolved_as_one_batch() {
         .iter()
         .map(|i| i["instance"].as_str().unwrap())
         .collect();
-    assert_eq!(open, vec![ids[2].as_str()], "only the unticked one's incident is left open");
+    assert_eq!(
+        open,
+        vec![ids[2].as_str()],
+        "only the unticked one's incident is left open"
+    );
     b.screenshot(&screenshots().join("batch-resolve.png")).await;
     no_csp_violations(&b).await;
 }
@@ -297,15 +318,21 @@ async fn the_instances_a_filter_selects_are_migrated_as_one_batch() {
     // Version 2: the same nodes, the wait named.
     let v2 = deploy(
         &api,
-        &waits_for_message("order").replace("<bpmn:intermediateCatchEvent id=\"wait\">", "<bpmn:intermediateCatchEvent id=\"wait\" name=\"Wait for go\">"),
+        &waits_for_message("order").replace(
+            "<bpmn:intermediateCatchEvent id=\"wait\">",
+            "<bpmn:intermediateCatchEvent id=\"wait\" name=\"Wait for go\">",
+        ),
         &[],
     )
     .await;
     assert_ne!(v1, v2);
     sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
     b.wait_css("#deployments").await;
-    b.goto(&format!("{}/ui/#/instances?process=order&state=WAITING", srv.url))
-        .await;
+    b.goto(&format!(
+        "{}/ui/#/instances?process=order&state=WAITING",
+        srv.url
+    ))
+    .await;
     b.wait_for(
         "the two waiting instances",
         "document.querySelectorAll('#instances tbody tr').length === 2",
@@ -380,7 +407,10 @@ async fn messages_on_the_instance_page_name_nodes_by_their_names() {
     let (_, v) = api.get(&format!("/v1/instances/{id}")).await;
     assert_eq!(v["state"], "FAILED", "{v}");
     let raw = v["error"]["message"].as_str().unwrap().to_string();
-    assert!(raw.contains("`Gateway_0x7f3a`"), "the API's message quotes the id: {raw}");
+    assert!(
+        raw.contains("`Gateway_0x7f3a`"),
+        "the API's message quotes the id: {raw}"
+    );
     sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
     b.wait_css("#deployments").await;
     b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
@@ -433,11 +463,16 @@ async fn branches_and_iterations_read_as_such_on_the_diagram() {
         )
         .await;
     let texts = texts.as_str().unwrap();
-    for want in ["Both \u{b7} branch 1", "Both \u{b7} branch 2", "Lines \u{b7} each item"] {
+    for want in [
+        "Both \u{b7} branch 1",
+        "Both \u{b7} branch 2",
+        "Lines \u{b7} each item",
+    ] {
         assert!(texts.contains(want), "{want} in {texts}");
     }
     assert!(!texts.contains('#'), "no internal id is shown: {texts}");
-    b.screenshot(&screenshots().join("diagram-branches.png")).await;
+    b.screenshot(&screenshots().join("diagram-branches.png"))
+        .await;
     no_csp_violations(&b).await;
 }
 
@@ -462,14 +497,21 @@ async fn each_steps_input_and_result_are_shown_for_the_node_clicked() {
     let rows = attempts["attempts"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{attempts}");
     assert_eq!(rows[0]["input"]["orderId"], "O-17", "{attempts}");
-    assert!(rows[0]["output"].is_object(), "a completion's output: {attempts}");
+    assert!(
+        rows[0]["output"].is_object(),
+        "a completion's output: {attempts}"
+    );
     // A 70 KB input is kept cut, with its marker.
     let big = "x".repeat(70_000);
     let long = start(&api, "order", json!({"do": "echo", "blob": big})).await;
     let (_, la) = api.get(&format!("/v1/instances/{long}/attempts")).await;
     let kept = la["attempts"][0]["input"].as_str().unwrap();
     assert!(kept.len() <= 64 * 1024, "{}", kept.len());
-    assert!(kept.ends_with("bytes in all]"), "{}", &kept[kept.len() - 40..]);
+    assert!(
+        kept.ends_with("bytes in all]"),
+        "{}",
+        &kept[kept.len() - 40..]
+    );
 
     sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
     b.wait_css("#deployments").await;
@@ -492,12 +534,19 @@ async fn each_steps_input_and_result_are_shown_for_the_node_clicked() {
     .await;
     assert!(b.text("#steps-of").await.contains("Charge"), "named");
     assert_eq!(
-        b.js("return document.querySelector('#attempts-table tbody tr').dataset.task;", json!([])).await,
+        b.js(
+            "return document.querySelector('#attempts-table tbody tr').dataset.task;",
+            json!([])
+        )
+        .await,
         json!("B")
     );
     b.click("#attempts-table details.step-input summary").await;
     let input = b.text("#attempts-table details.step-input").await;
-    assert!(input.contains("orderId") && input.contains("O-17"), "{input}");
+    assert!(
+        input.contains("orderId") && input.contains("O-17"),
+        "{input}"
+    );
     b.click("#steps-all").await;
     b.wait_for(
         "every step again",
@@ -505,7 +554,8 @@ async fn each_steps_input_and_result_are_shown_for_the_node_clicked() {
         json!(null),
     )
     .await;
-    b.screenshot(&screenshots().join("instance-steps.png")).await;
+    b.screenshot(&screenshots().join("instance-steps.png"))
+        .await;
     b.goto(&format!("{}/ui/#/instances/{long}", srv.url)).await;
     b.wait_css("#attempts-table details.step-input").await;
     assert_eq!(

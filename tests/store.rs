@@ -140,7 +140,10 @@ async fn waiting_instance<S: Store>(
     };
     let inst = new_instance(id, d, None);
     let first = counted(&inst, first);
-    assert_eq!(store.create_instance(&inst, &first).await.unwrap(), Created::New);
+    assert_eq!(
+        store.create_instance(&inst, &first).await.unwrap(),
+        Created::New
+    );
 }
 
 /// An instance that reached `state` at `ended_at` (with one attempt row).

@@ -232,6 +232,12 @@ fn the_containers_the_loaders_make_read_as_branches_and_iterations() {
   </bpmn:process>
 </bpmn:definitions>"#;
     let xml = export(&processes(bpmn)[0]);
-    assert!(xml.contains("name=\"Pack lines\" sutra:node=\"Activity_1x#body\""), "{xml}");
-    assert!(xml.contains("<bpmn:multiInstanceLoopCharacteristics isSequential=\"true\"/>"), "the sequential marker: {xml}");
+    assert!(
+        xml.contains("name=\"Pack lines\" sutra:node=\"Activity_1x#body\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("<bpmn:multiInstanceLoopCharacteristics isSequential=\"true\"/>"),
+        "the sequential marker: {xml}"
+    );
 }

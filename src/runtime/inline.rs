@@ -341,12 +341,14 @@ impl<S: Store> Runtime<S> {
         }
         // The console's counts: from what the store counts it for to this
         // snapshot (nothing once it is deleted).
-        let next = if w.delete { Tally::default() } else { tally(snap) };
-        w.stats = spec.stats_base.deltas(
-            &next,
-            &snap.deployment_id,
-            slot_of(&snap.instance_id),
-        );
+        let next = if w.delete {
+            Tally::default()
+        } else {
+            tally(snap)
+        };
+        w.stats = spec
+            .stats_base
+            .deltas(&next, &snap.deployment_id, slot_of(&snap.instance_id));
         if !w.delete {
             w.failure = spec.stats_base.failure_change(&next);
         }

@@ -136,11 +136,9 @@ impl Tally {
     /// The failure columns to write going from `self` to `next`, if they change.
     pub fn failure_change(&self, next: &Tally) -> Option<FailureColumns> {
         let (code, node) = (next.error_code.as_deref(), next.failed_node());
-        (self.error_code.as_deref() != code || self.failed_node() != node).then(|| {
-            FailureColumns {
-                error_code: code.map(str::to_string),
-                failed_node: node.map(str::to_string),
-            }
+        (self.error_code.as_deref() != code || self.failed_node() != node).then(|| FailureColumns {
+            error_code: code.map(str::to_string),
+            failed_node: node.map(str::to_string),
         })
     }
 }
@@ -209,7 +207,14 @@ fn upsert_sql(rows: usize) -> &'static str {
                 let values: Vec<String> = (0..k)
                     .map(|r| {
                         let b = r * 5;
-                        format!("(${}, ${}, ${}, ${}, ${})", b + 1, b + 2, b + 3, b + 4, b + 5)
+                        format!(
+                            "(${}, ${}, ${}, ${}, ${})",
+                            b + 1,
+                            b + 2,
+                            b + 3,
+                            b + 4,
+                            b + 5
+                        )
                     })
                     .collect();
                 format!(
@@ -299,7 +304,11 @@ mod tests {
 
     #[test]
     fn deltas_name_only_what_changed() {
-        let a = tally("RUNNING", &[("start", "SUCCEEDED"), ("task", "RUNNING")], None);
+        let a = tally(
+            "RUNNING",
+            &[("start", "SUCCEEDED"), ("task", "RUNNING")],
+            None,
+        );
         let b = tally(
             "FAILED",
             &[("start", "SUCCEEDED"), ("task", "FAILED")],
