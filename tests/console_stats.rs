@@ -214,6 +214,8 @@ async fn undo_0024(db: &backends::TestDb) {
         "DROP INDEX instances_failed_node",
         "ALTER TABLE instances DROP COLUMN error_code",
         "ALTER TABLE instances DROP COLUMN failed_node",
+        "ALTER TABLE attempts DROP COLUMN input",
+        "ALTER TABLE attempts DROP COLUMN output",
         "DELETE FROM _sqlx_migrations WHERE version = 24",
     ];
     match db.backend {
