@@ -3,8 +3,12 @@
 //! message, 10 % FAILED, each with a business key and five top-level
 //! variables — how long the store takes to answer what the console asks:
 //! a page of the instance list newest first, the same with a variable
-//! filter (one match; 100 matches), with a business key, the counts by
-//! state, and the per-node statistics of the deployment.
+//! filter (one match; 100 matches), with a business key, with the error
+//! code and the failed node (10,000 matches), the counts by state (from the
+//! maintained aggregate, migration 0024; bounded by start time, from the
+//! rows), the FAILED a retry took over, and the per-node statistics of the
+//! deployment (from the aggregate; and, for comparison, counted from the
+//! snapshots as before 0024 — the two must agree).
 //!
 //! Invariants: every instance is started through `Runtime::start` (the
 //! engine writes its rows, its searchable variables included); each figure
@@ -26,6 +30,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 use sutra::config::Config;
 use sutra::runtime::{Runtime, RuntimeOptions, StartRequest};
+use sutra::store::stats::Tally;
 use sutra::store::tenancy::TenancyStore;
 use sutra::store::{AnyStore, InstanceFilter, PgStore, SearchVar, SqliteStore, Store};
 
@@ -179,6 +184,19 @@ async fn run(backend: &str, store: AnyStore, n: usize, pg: Option<(&str, &str)>)
         value: value.into(),
     };
     let probe = n / 2 + 1;
+    // What a FAILED instance's error code and failed node are (the filters).
+    let one_failed = store
+        .list_instances(&InstanceFilter {
+            tenant: tenant.clone(),
+            state: Some("FAILED".into()),
+            limit: 1,
+            ..InstanceFilter::default()
+        })
+        .await?;
+    let tally = one_failed
+        .first()
+        .map(|r| Tally::of_json(&r.state, &r.snapshot))
+        .unwrap_or_default();
     let cases: Vec<(&str, InstanceFilter, usize)> = vec![
         (
             "list, newest first, a page of 50",
@@ -219,6 +237,32 @@ async fn run(backend: &str, store: AnyStore, n: usize, pg: Option<(&str, &str)>)
             1,
         ),
     ];
+    let mut cases = cases;
+    if let Some(code) = &tally.error_code {
+        cases.push((
+            "list, errorCode (10 % match), a page of 50",
+            page(InstanceFilter {
+                error_code: Some(code.clone()),
+                ..InstanceFilter::default()
+            }),
+            51.min(n / 10),
+        ));
+    }
+    if let Some(node) = tally.failed_node() {
+        cases.push((
+            "list, failedNode (10 % match), a page of 50",
+            page(InstanceFilter {
+                failed_node: Some(node.to_string()),
+                ..InstanceFilter::default()
+            }),
+            51.min(n / 10),
+        ));
+    }
+    println!(
+        "{backend}: a FAILED instance's error code {:?}, failed node {:?}",
+        tally.error_code,
+        tally.failed_node()
+    );
     for (what, filter, rows) in cases {
         let (median, max) = time(|| async {
             let got = store.list_instances(&filter).await?.len();
@@ -243,6 +287,29 @@ async fn run(backend: &str, store: AnyStore, n: usize, pg: Option<(&str, &str)>)
     .await?;
     println!("{backend}: counts by state: median {median:.2} ms, max {max:.2} ms");
     let (median, max) = time(|| async {
+        let counts = store
+            .instance_counts(TENANT, Some("orders"), Some("0"), Some("~"))
+            .await?;
+        let total: i64 = counts.iter().map(|(_, c)| c).sum();
+        if total != n as i64 {
+            bail!("bounded counts: {total}, want {n}");
+        }
+        Ok(())
+    })
+    .await?;
+    println!("{backend}: counts by state, bounded by start time (from the rows): median {median:.2} ms, max {max:.2} ms");
+    let (median, max) = time(|| async {
+        let retried = store
+            .retried_failed_count(TENANT, Some("orders"), None, None)
+            .await?;
+        if retried != 0 {
+            bail!("retried: {retried}, want 0");
+        }
+        Ok(())
+    })
+    .await?;
+    println!("{backend}: FAILED taken over by a retry: median {median:.2} ms, max {max:.2} ms");
+    let (median, max) = time(|| async {
         let rows = store.node_states(&deployment).await?;
         if rows.is_empty() {
             bail!("no node states");
@@ -251,6 +318,16 @@ async fn run(backend: &str, store: AnyStore, n: usize, pg: Option<(&str, &str)>)
     })
     .await?;
     println!("{backend}: per-node statistics: median {median:.2} ms, max {max:.2} ms");
+    let kept = store.node_states(&deployment).await?;
+    let (median, max) = time(|| async {
+        let scanned = store.node_states_scanned(&deployment).await?;
+        if scanned != kept {
+            bail!("the aggregate {kept:?} is not the snapshots' {scanned:?}");
+        }
+        Ok(())
+    })
+    .await?;
+    println!("{backend}: per-node statistics counted from the snapshots (before 0024; equal to the aggregate): median {median:.2} ms, max {max:.2} ms");
     Ok(())
 }
 

@@ -111,13 +111,16 @@ async fn incidents_are_triaged_across_instances_and_resolved_from_their_page() {
     b.wait_css("#incident-groups-table").await;
     let groups = b
         .js(
-            "return [...document.querySelectorAll('#incident-groups-table tbody tr')].map(r => [r.cells[0].textContent, r.cells[4].textContent]);",
+            "return [...document.querySelectorAll('#incident-groups-table tbody tr')].map(r => [r.cells[0].textContent, r.cells[1].textContent, r.cells[5].textContent]);",
             json!([]),
         )
         .await;
     assert_eq!(
         groups,
-        json!([["2", "scanner offline"], ["1", "printer jammed"]]),
+        json!([
+            ["review", "2", "scanner offline"],
+            ["review", "1", "printer jammed"]
+        ]),
         "grouped by message, the biggest group first"
     );
     let rows = b

@@ -8,7 +8,7 @@
 use super::auth::TenantCaller;
 use super::error::{ApiError, ApiResult};
 use super::extract::{check_id, ApiJson, ApiQuery};
-use super::instances::{check_business_key, started_within};
+use super::instances::{check_business_key, check_failure_filters, started_within};
 use super::types::ErrorBody;
 use super::AppState;
 use crate::codes::Code;
@@ -37,6 +37,10 @@ pub struct BatchFilter {
     /// RFC 3339: started at or before.
     pub until: Option<String>,
     pub business_key: Option<String>,
+    /// The error code the instance failed with (as `errorCode=`).
+    pub error_code: Option<String>,
+    /// The node whose failure ended it (as `failedNode=`).
+    pub failed_node: Option<String>,
     /// Top-level variables and the scalar each must be (as `var.NAME=`).
     #[serde(default)]
     #[schema(value_type = Object)]
@@ -147,6 +151,12 @@ async fn select(state: &AppState, tenant: &str, f: BatchFilter) -> ApiResult<Vec
     if let Some(k) = &f.business_key {
         check_business_key(k)?;
     }
+    check_failure_filters(
+        "filter.errorCode",
+        f.error_code.as_deref(),
+        "filter.failedNode",
+        f.failed_node.as_deref(),
+    )?;
     let vars = f
         .variables
         .iter()
@@ -180,6 +190,8 @@ async fn select(state: &AppState, tenant: &str, f: BatchFilter) -> ApiResult<Vec
             newest_first: false,
             business_key: f.business_key,
             vars,
+            error_code: f.error_code,
+            failed_node: f.failed_node,
             limit: MAX_BATCH_ITEMS as i64 + 1,
         })
         .await?;

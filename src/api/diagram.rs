@@ -25,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use utoipa::ToSchema;
@@ -170,6 +171,21 @@ pub struct AttemptBody {
     /// it made none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calls: Option<crate::egress::CallRecord>,
+    /// The attempt's input (JSON; a string ending in a `[cut: N bytes in
+    /// all]` marker when it was over 64 KiB); absent for attempts recorded
+    /// before inputs were kept, and for a worker's failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    /// Its output (a completion's) or its failure's details, bounded alike.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+}
+
+/// Stored step JSON as a value; text that is no JSON (cut) as a string.
+fn step_json(text: Option<String>) -> Option<Value> {
+    text.map(|t| serde_json::from_str(&t).unwrap_or(Value::String(t)))
 }
 
 /// One line a guest logged.
@@ -210,11 +226,14 @@ pub async fn attempts(
         .into_iter()
         .map(|a| {
             let out = outputs.remove(&(a.token, a.node.clone(), a.attempt));
-            let (stderr, logs, calls) =
-                out.map_or((None, None, None), |o| (o.stderr, o.logs, o.calls));
-            (a, stderr, logs, calls)
+            let (stderr, logs, calls, io) = out.map_or((None, None, None, (None, None)), |o| {
+                (o.stderr, o.logs, o.calls, (o.input, o.output))
+            });
+            (a, stderr, logs, calls, io)
         })
-        .map(|(a, stderr, logs, calls)| AttemptBody {
+        .map(|(a, stderr, logs, calls, (input, output))| AttemptBody {
+            input: step_json(input),
+            output: step_json(output),
             calls: calls.and_then(|c| serde_json::from_str(&c).ok()),
             class: a.shown_class(),
             task: a.node,
@@ -280,6 +299,8 @@ fn with_worker_failures(
                 stderr: None,
                 calls: None,
                 logs: Vec::new(),
+                input: None,
+                output: None,
             },
         );
     }
@@ -393,6 +414,8 @@ mod tests {
             stderr: None,
             calls: None,
             logs: Vec::new(),
+            input: None,
+            output: None,
         }
     }
 

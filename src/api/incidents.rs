@@ -27,6 +27,9 @@ pub struct IncidentBody {
     /// OPEN or RESOLVED.
     pub state: String,
     pub instance: String,
+    /// The process of its instance (absent once the instance is gone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
     /// The request (push delivery or external task) it stopped.
     pub request: String,
     pub channel: String,
@@ -44,6 +47,7 @@ impl From<&IncidentRecord> for IncidentBody {
             kind: i.kind.clone(),
             state: i.state.clone(),
             instance: i.instance_id.clone(),
+            process: i.process_id.clone(),
             request: i.request_id.clone(),
             channel: i.channel.clone(),
             task: i.node.clone(),

@@ -216,6 +216,8 @@ async fn replay(
         ("until" = Option<String>, Query, description = "only instances started at or before this RFC 3339 instant (ms precision)"), ("limit" = Option<i64>, Query),
         ("order" = Option<String>, Query, description = "`oldest` (default) or `newest` first; `after` continues in that order"),
         ("businessKey" = Option<String>, Query, description = "only instances started with this business key"),
+        ("errorCode" = Option<String>, Query, description = "only instances whose error has this code (the list's `errorCode`); an index lookup"),
+        ("failedNode" = Option<String>, Query, description = "only instances whose failed node (the list's `failedNode`: the first node, by id, in state FAILED) is this node id; an index lookup"),
         ("var.NAME" = Option<String>, Query, description = "only instances whose top-level variable NAME is this scalar (a string as itself, a number or boolean as its JSON: `var.orderId=A-17`, `var.total=12.5`, `var.vip=true`); several must all hold; an index lookup (values up to 256 bytes, the first 32 variables by name)")),
     responses((status = 200, body = InstanceList), (status = 400, body = ErrorBody)))]
 pub async fn list(
@@ -227,6 +229,12 @@ pub async fn list(
     if let Some(k) = &q.business_key {
         check_business_key(k)?;
     }
+    check_failure_filters(
+        "errorCode",
+        q.error_code.as_deref(),
+        "failedNode",
+        q.failed_node.as_deref(),
+    )?;
     if let Some(s) = &q.state {
         if InstanceState::parse(s).is_none() {
             return Err(ApiError::malformed(format!(
@@ -286,6 +294,8 @@ pub async fn list(
             newest_first: newest,
             business_key: q.business_key,
             vars,
+            error_code: q.error_code,
+            failed_node: q.failed_node,
             limit: limit + 1,
         })
         .await?;
@@ -343,6 +353,29 @@ pub(super) fn check_business_key(key: &str) -> ApiResult<()> {
             "businessKey must be 1 to {} bytes without control characters",
             crate::store::SEARCH_VALUE_MAX
         )));
+    }
+    Ok(())
+}
+
+/// The longest error code or node id a filter takes (bytes).
+const FAILURE_FILTER_MAX: usize = 256;
+
+/// `errorCode` and `failedNode` filters (each named as the caller wrote
+/// it): 1 to 256 bytes without control characters, else a 400.
+pub(super) fn check_failure_filters(
+    code_name: &str,
+    code: Option<&str>,
+    node_name: &str,
+    node: Option<&str>,
+) -> ApiResult<()> {
+    for (name, value) in [(code_name, code), (node_name, node)] {
+        if let Some(v) = value {
+            if v.is_empty() || v.len() > FAILURE_FILTER_MAX || v.chars().any(char::is_control) {
+                return Err(ApiError::malformed(format!(
+                    "{name} must be 1 to {FAILURE_FILTER_MAX} bytes without control characters"
+                )));
+            }
+        }
     }
     Ok(())
 }

@@ -255,6 +255,12 @@ pub struct ListQuery {
     /// Only instances started with this business key.
     #[serde(rename = "businessKey")]
     pub business_key: Option<String>,
+    /// Only instances whose error has this code.
+    #[serde(rename = "errorCode")]
+    pub error_code: Option<String>,
+    /// Only instances whose failed node is this one.
+    #[serde(rename = "failedNode")]
+    pub failed_node: Option<String>,
 }
 
 /// `POST /v1/instances/{id}/cancel`.

@@ -291,11 +291,44 @@ fn throw_definitions(t: &[crate::model::Throw]) -> &'static str {
     }
 }
 
+/// What a person reads for a container the loaders made (its id has a
+/// `#` part): a States-language Parallel branch `X#branch2` is "X ·
+/// branch 2", a Map's iteration `X#iteration` "X · each item", a BPMN
+/// repeated activity's body `A#body` A itself (its marker says it repeats)
+/// and one iteration `A#instance` "A · each iteration" — X and A by their
+/// names when they have one. Anything else: no label of its own.
+fn internal_label(p: &Process, id: &str) -> Option<String> {
+    let (base, part) = id.rsplit_once('#')?;
+    let named = p
+        .nodes
+        .iter()
+        .find(|m| m.id == base)
+        .and_then(|m| m.name.clone())
+        .unwrap_or_else(|| base.to_string());
+    if let Some(k) = part.strip_prefix("branch").filter(|k| !k.is_empty()) {
+        return k
+            .chars()
+            .all(|c| c.is_ascii_digit())
+            .then(|| format!("{named} \u{b7} branch {k}"));
+    }
+    match part {
+        "iteration" => Some(format!("{named} \u{b7} each item")),
+        "body" => Some(named),
+        "instance" => Some(format!("{named} \u{b7} each iteration")),
+        _ => None,
+    }
+}
+
 /// One node as a BPMN element (containers with their members inside).
 fn element(p: &Process, ids: &Ids, n: &Node, depth: usize, x: &mut String) {
     let pad = "  ".repeat(depth);
     let id = &ids.nodes[n.ix.0 as usize];
-    let task_label = || n.name.clone().unwrap_or_else(|| n.id.clone());
+    let task_label = || {
+        n.name
+            .clone()
+            .or_else(|| internal_label(p, &n.id))
+            .unwrap_or_else(|| n.id.clone())
+    };
     let (tag, label, attrs, inner): (&str, Option<String>, String, String) = match &n.kind {
         NodeKind::Start(t) => {
             let def = match t {

@@ -202,3 +202,42 @@ fn flows_say_when_they_are_taken_and_states_show_their_names() {
     assert!(xml.contains(r#"name="amount &gt; 100""#), "{xml}");
     assert!(xml.contains(r#"name="tier == &apos;gold&apos;""#), "{xml}");
 }
+
+#[test]
+fn the_containers_the_loaders_make_read_as_branches_and_iterations() {
+    let asl = r#"{"StartAt": "Both", "States": {
+      "Both": {"Type": "Parallel", "Next": "Lines", "Branches": [
+        {"StartAt": "A", "States": {"A": {"Type": "Pass", "End": true}}},
+        {"StartAt": "B", "States": {"B": {"Type": "Pass", "End": true}}}]},
+      "Lines": {"Type": "Map", "End": true, "ItemProcessor": {"StartAt": "Line",
+        "States": {"Line": {"Type": "Pass", "End": true}}}}}}"#;
+    let xml = export(&processes(asl)[0]);
+    assert!(xml.contains("name=\"Both \u{b7} branch 1\""), "{xml}");
+    assert!(xml.contains("name=\"Both \u{b7} branch 2\""), "{xml}");
+    assert!(xml.contains("name=\"Lines \u{b7} each item\""), "{xml}");
+    assert!(!xml.contains("name=\"Lines#iteration\""), "{xml}");
+    let bpmn = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="x">
+  <bpmn:process id="p" isExecutable="true">
+    <bpmn:startEvent id="s"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="s" targetRef="Activity_1x"/>
+    <bpmn:subProcess id="Activity_1x" name="Pack lines">
+      <bpmn:multiInstanceLoopCharacteristics isSequential="true"><bpmn:loopCardinality>3</bpmn:loopCardinality></bpmn:multiInstanceLoopCharacteristics>
+      <bpmn:startEvent id="ss"/>
+      <bpmn:sequenceFlow id="f2" sourceRef="ss" targetRef="ee"/>
+      <bpmn:endEvent id="ee"/>
+    </bpmn:subProcess>
+    <bpmn:sequenceFlow id="f3" sourceRef="Activity_1x" targetRef="e"/>
+    <bpmn:endEvent id="e"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+    let xml = export(&processes(bpmn)[0]);
+    assert!(
+        xml.contains("name=\"Pack lines\" sutra:node=\"Activity_1x#body\""),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("<bpmn:multiInstanceLoopCharacteristics isSequential=\"true\"/>"),
+        "the sequential marker: {xml}"
+    );
+}

@@ -415,9 +415,11 @@ impl<S: Store> Runtime<S> {
             let (mut version, snap) = rt.current(&id).await?;
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let stored = crate::store::search_vars(&snap.variables);
+            let counted = super::inline::tally(&snap);
             let step = deployed.apply(snap, event.clone(), &rt.inputs())?;
             let mut spec = rt.spec_of(step, Some(event));
             spec.search_base = Some(stored);
+            spec.stats_base = counted;
             spec.outputs.extend(written);
             rt.speculate(&id, &deployed, &mut spec).await;
             let running = std::mem::take(&mut spec.running);
@@ -474,12 +476,17 @@ impl<S: Store> Runtime<S> {
         req: AttemptRequest,
         (outcome, written): (TaskOutcome, Option<Written>),
     ) {
+        // What it wrote, with its input and output (the console's step view).
+        let io = super::output::step_io(&req.input, &outcome);
         let event = Event::AttemptEnded {
             token: req.token,
             attempt: req.attempt,
             outcome,
         };
-        let written = written.map(|w| ((req.token, req.node.clone(), req.attempt), w));
+        let written = Some((
+            (req.token, req.node.clone(), req.attempt),
+            Written::with_io(written, io),
+        ));
         if let Err(e) = self.drive_written(id.clone(), event, written).await {
             tracing::error!(instance = %id, error = %e, "could not commit an attempt outcome; its lease will re-run it");
         }

@@ -28,6 +28,7 @@ use super::output::Written;
 use super::{Deployed, Runtime};
 use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step};
 use crate::store::channels::NewRequest;
+use crate::store::stats::{slot_of, Tally};
 use crate::store::{
     AttemptOutput, AttemptRow, JournalRow, NewPark, ParkClaim, SearchVar, StepWrite, Store,
 };
@@ -102,6 +103,23 @@ pub(crate) struct Spec {
     /// not known, so the commit writes them): a commit rewrites them only
     /// when the snapshot's differ (migration 0020).
     pub(crate) search_base: Option<Vec<SearchVar>>,
+    /// What the store counts the instance for (its last committed snapshot's
+    /// tally; empty for an instance not written yet): a commit writes the
+    /// difference to the new snapshot's (migration 0024, `store::stats`).
+    pub(crate) stats_base: Tally,
+}
+
+/// What `snap` counts for in the console's aggregates.
+pub(crate) fn tally(snap: &Snapshot) -> Tally {
+    Tally {
+        state: Some(snap.state.as_str().to_string()),
+        nodes: snap
+            .node_states
+            .iter()
+            .map(|(n, s)| (n.clone(), s.as_str().to_string()))
+            .collect(),
+        error_code: snap.error.as_ref().map(|e| e.code.clone()),
+    }
 }
 
 /// `a` then `b`, as one write.
@@ -152,6 +170,7 @@ impl Spec {
             abandoned: Vec::new(),
             delivery: None,
             search_base: None,
+            stats_base: Tally::default(),
         }
     }
 }
@@ -309,6 +328,8 @@ impl<S: Store> Runtime<S> {
                     stderr: o.stderr.clone(),
                     logs: o.logs.clone(),
                     calls: o.calls.clone(),
+                    input: o.input.clone(),
+                    output: o.output.clone(),
                 })
             })
             .collect();
@@ -318,6 +339,20 @@ impl<S: Store> Runtime<S> {
             spec.search_base = Some(search.clone());
             w.search = Some(search);
         }
+        // The console's counts: from what the store counts it for to this
+        // snapshot (nothing once it is deleted).
+        let next = if w.delete {
+            Tally::default()
+        } else {
+            tally(snap)
+        };
+        w.stats = spec
+            .stats_base
+            .deltas(&next, &snap.deployment_id, slot_of(&snap.instance_id));
+        if !w.delete {
+            w.failure = spec.stats_base.failure_change(&next);
+        }
+        spec.stats_base = next;
         w.children = super::children::child_rows(spec);
         w.abandoned = spec.abandoned.clone();
         self.child_end(spec, &mut w);
@@ -531,10 +566,12 @@ impl<S: Store> Runtime<S> {
         req: AttemptRequest,
         (outcome, written): (engine::TaskOutcome, Option<Written>),
     ) {
-        if let Some(w) = written {
-            spec.outputs
-                .insert((req.token, req.node.clone(), req.attempt), w);
-        }
+        // What it wrote, with its input and output (the console's step view).
+        let io = super::output::step_io(&req.input, &outcome);
+        spec.outputs.insert(
+            (req.token, req.node.clone(), req.attempt),
+            Written::with_io(written, io),
+        );
         let event = Event::AttemptEnded {
             token: req.token,
             attempt: req.attempt,
@@ -560,8 +597,10 @@ impl<S: Store> Runtime<S> {
         inflight: &HashSet<(u64, u32)>,
     ) -> Spec {
         let stored = crate::store::search_vars(&base.variables);
+        let counted = tally(&base);
         let mut spec = Spec::new(base);
         spec.search_base = Some(stored);
+        spec.stats_base = counted;
         for event in events {
             match deployed.apply(spec.snapshot.clone(), event.clone(), &self.inputs()) {
                 Ok(step) => self.absorb(&mut spec, step, Some(event.clone())),

@@ -29,6 +29,54 @@ pub(crate) struct Written {
     pub logs: Option<String>,
     /// Its outbound calls, a JSON `CallRecord` (bounded by `egress::calls`).
     pub calls: Option<String>,
+    /// Its input and output as JSON text, each bounded ([`step_io`]).
+    pub input: Option<String>,
+    pub output: Option<String>,
+}
+
+/// The most bytes of an attempt's input, and of its output, kept.
+pub const STEP_IO_BYTES: usize = 64 * 1024;
+
+/// What the store keeps of an attempt's input and of what it answered (a
+/// completion's output, a failure's or business error's details, if any):
+/// JSON text, each cut to [`STEP_IO_BYTES`] with a marker naming its whole
+/// length (so no longer JSON then).
+pub(crate) fn step_io(
+    input: &serde_json::Value,
+    outcome: &crate::engine::TaskOutcome,
+) -> (Option<String>, Option<String>) {
+    use crate::engine::TaskOutcome as O;
+    let answered = match outcome {
+        O::Completed { output } => Some(output),
+        O::BusinessError { details, .. } | O::Failed { details, .. } => details.as_ref(),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
+    (Some(cut_json(input)), answered.map(cut_json))
+}
+
+fn cut_json(v: &serde_json::Value) -> String {
+    let s = v.to_string();
+    if s.len() <= STEP_IO_BYTES {
+        return s;
+    }
+    let marker = format!("\u{2026} [cut: {} bytes in all]", s.len());
+    let end = floor_boundary(&s, STEP_IO_BYTES - marker.len());
+    format!("{}{marker}", &s[..end])
+}
+
+impl Written {
+    /// `self` (or nothing written) with the attempt's input and output.
+    pub(crate) fn with_io(
+        written: Option<Written>,
+        (input, output): (Option<String>, Option<String>),
+    ) -> Written {
+        Written {
+            input,
+            output,
+            ..written.unwrap_or_default()
+        }
+    }
 }
 
 impl Written {
@@ -56,7 +104,7 @@ pub(crate) fn bound(stderr: &str, logs: &[LogLine]) -> Option<Written> {
     let w = Written {
         stderr: (!stderr.is_empty()).then(|| stderr_tail(stderr)),
         logs: (!logs.is_empty()).then(|| log_tail(logs)),
-        calls: None,
+        ..Written::default()
     };
     (w.stderr.is_some() || w.logs.is_some()).then_some(w)
 }

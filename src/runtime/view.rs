@@ -20,6 +20,9 @@ pub struct CauseView {
 pub struct ErrorView {
     pub code: String,
     pub message: String,
+    /// The node where it failed (the console names it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub cause: Option<CauseView>,
     /// Compensators that failed during the unwind this error began.
     #[serde(rename = "compensationFailures", skip_serializing_if = "Vec::is_empty")]
@@ -31,6 +34,7 @@ impl From<crate::engine::snapshot::InstanceError> for ErrorView {
         ErrorView {
             code: e.code,
             message: e.message,
+            node: e.node,
             cause: e.cause.map(|c| CauseView {
                 code: c.code,
                 message: c.message,

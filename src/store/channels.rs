@@ -154,6 +154,11 @@ pub struct IncidentRecord {
     pub state: String,
     pub created_at: i64,
     pub resolved_at: Option<i64>,
+    /// The process of its instance (a listing joins it; `None` elsewhere
+    /// or once the instance is gone).
+    #[sqlx(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_id: Option<String>,
 }
 
 /// What one POST of a push delivery came to.

@@ -82,6 +82,10 @@ const SHARED: &[(&str, &str)] = &[
         "0021_batches.sql",
         include_str!("../../migrations/shared/0021_batches.sql"),
     ),
+    (
+        "0024_console_aggregates.sql",
+        include_str!("../../migrations/shared/0024_console_aggregates.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.
@@ -94,7 +98,7 @@ pub(super) enum Dialect {
 /// The placeholders of a shared migration: (placeholder, SQLite, PostgreSQL).
 /// Everything else is written as both backends read it (integers `BIGINT`,
 /// which SQLite stores with INTEGER affinity, strings `TEXT`).
-pub(super) const PLACEHOLDERS: [(&str, &str, &str); 3] = [
+pub(super) const PLACEHOLDERS: [(&str, &str, &str); 6] = [
     // A generated 64-bit row id, the table's primary key.
     (
         "{{id}}",
@@ -107,6 +111,23 @@ pub(super) const PLACEHOLDERS: [(&str, &str, &str); 3] = [
     // own b-tree (one b-tree less to maintain per insert); PostgreSQL has no
     // such option (its heap and key index are what it has).
     ("{{without_rowid}}", "WITHOUT ROWID", ""),
+    // A FROM item: the (key, value) text pairs of the `node_states` object
+    // of the snapshot of the instance aliased `i`, aliased `j` (a backfill
+    // from snapshots: the JSON functions differ, as in `SqlBackend::NODE_STATES`).
+    (
+        "{{node_states}}",
+        "json_each(i.snapshot, '$.node_states') j",
+        "jsonb_each_text(i.snapshot::jsonb -> 'node_states') j",
+    ),
+    // The code of the error of the snapshot of the instance aliased `i`.
+    (
+        "{{error_code}}",
+        "json_extract(i.snapshot, '$.error.code')",
+        "(i.snapshot::jsonb #>> '{error,code}')",
+    ),
+    // After a text expression: compare it byte by byte (SQLite's default
+    // BINARY collation; PostgreSQL's default follows the database's locale).
+    ("{{bytewise}}", "", "COLLATE \"C\""),
 ];
 
 /// The migrator of `dialect`: its frozen migrations, then the shared ones.

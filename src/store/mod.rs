@@ -56,6 +56,7 @@ pub mod signals;
 pub mod sqlite;
 mod sqlite_group;
 mod sqlite_writer;
+pub mod stats;
 pub mod tenancy;
 
 use serde::{Deserialize, Serialize};
@@ -342,6 +343,14 @@ pub struct AttemptOutput {
     pub logs: Option<String>,
     /// Its outbound calls, a JSON `crate::egress::CallRecord` (migration 0012).
     pub calls: Option<String>,
+    /// Its input, JSON text bounded to 64 KiB (migration 0024).
+    #[sqlx(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// Its output (a completion's) or a failure's details, bounded alike.
+    #[sqlx(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, sqlx::FromRow)]
@@ -417,6 +426,14 @@ pub struct StepWrite {
     /// `false` for a new instance or one the runtime knows has none.
     #[serde(default)]
     pub search_replaces: bool,
+    /// The changes of the console's counts this step makes (migration
+    /// 0024, `stats.rs`): the runtime's tally of the last committed
+    /// snapshot against this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stats: Vec<stats::StatDelta>,
+    /// The instance's error code and failed node, when this step changes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<stats::FailureColumns>,
 }
 
 /// A top-level scalar variable as the search index keeps it (migration
@@ -488,6 +505,12 @@ pub struct InstanceFilter {
     /// ([`SearchVar`]); all must hold.
     #[serde(default)]
     pub vars: Vec<SearchVar>,
+    /// Only instances with this error code (migration 0024's column).
+    #[serde(default)]
+    pub error_code: Option<String>,
+    /// Only instances whose failed node is this one (migration 0024's column).
+    #[serde(default)]
+    pub failed_node: Option<String>,
     pub limit: i64,
 }
 

@@ -444,7 +444,13 @@ where
             ("state =", &filter.state),
             ("id >", &filter.after_id),
         ];
-        let (sql, values) = paged_select(INCIDENT_COLUMNS, "incidents", &filters);
+        // Each row names its instance's process (the console groups by it):
+        // one primary-key lookup per row of the page.
+        let columns = format!(
+            "{INCIDENT_COLUMNS}, (SELECT i.process_id FROM instances i \
+             WHERE i.id = incidents.instance_id) AS process_id"
+        );
+        let (sql, values) = paged_select(&columns, "incidents", &filters);
         let mut q = sqlx::query_as::<_, IncidentRecord>(&sql);
         for value in values {
             q = q.bind(value);
@@ -510,6 +516,15 @@ where
         now: i64,
     ) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
+        // What it counted for before the move (stats.rs); the version check
+        // below makes this the row it replaces.
+        let before: Option<(String, String, String)> = sqlx::query_as(
+            "SELECT deployment_id, state, snapshot FROM instances WHERE id = $1 AND version = $2",
+        )
+        .bind(id)
+        .bind(expected_version)
+        .fetch_optional(&mut *tx)
+        .await?;
         let done = sqlx::query(
             "UPDATE instances SET deployment_id = $1, snapshot = $2, state = $3, \
                  version = version + 1, updated_at = $4, ended_at = NULL \
@@ -533,6 +548,28 @@ where
                 Some(_) => StoreError::Conflict(id.to_string()),
                 None => StoreError::NotFound(format!("instance {id}")),
             });
+        }
+        if let Some((was_deployment, was_state, was_snapshot)) = &before {
+            use super::stats::{collect, moved, write, Tally, SET_FAILURE};
+            let was = Tally::of_json(was_state, was_snapshot);
+            let now = Tally::of_json(state, snapshot);
+            let step = StepWrite {
+                stats: moved(
+                    id,
+                    Some((was_deployment, &was)),
+                    Some((deployment_id, &now)),
+                ),
+                ..StepWrite::default()
+            };
+            write::<B::Db>(&mut *tx, &collect([&step])).await?;
+            if let Some(f) = was.failure_change(&now) {
+                sqlx::query(SET_FAILURE)
+                    .bind(f.error_code.as_deref())
+                    .bind(f.failed_node.as_deref())
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         sqlx::query("UPDATE parks SET deployment_id = $1 WHERE instance_id = $2")
             .bind(deployment_id)

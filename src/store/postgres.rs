@@ -280,10 +280,13 @@ impl SqlBackend for PgStore {
         ordered.sort_by(|a, b| a.0.cmp(&b.0));
         super::failpoint::refuse_write()?;
         let mut tx = self.pool.begin().await?;
-        for (id, expected_version, step) in ordered {
-            Steps::commit(&mut tx, id, *expected_version, step).await?;
+        for (id, expected_version, step) in &ordered {
+            Steps::commit_deferring_stats(&mut tx, id, *expected_version, step).await?;
             pg_listen::notify_abandoned(&mut tx, id, step).await?;
         }
+        // The console's counts, once for the batch in key order (stats.rs).
+        let deltas = super::stats::collect(ordered.iter().map(|s| &s.2));
+        super::stats::write::<Postgres>(&mut *tx, &deltas).await?;
         pg_listen::notify_armed(&mut tx, steps.iter().map(|s| &s.2)).await?;
         tx.commit().await?;
         Ok(())

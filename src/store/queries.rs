@@ -46,6 +46,11 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
+/// What a sweep's delete answers of each instance: what it counted for.
+const SWEPT_RETURNING: &str = "RETURNING id, deployment_id, state, snapshot";
+/// A row of [`SWEPT_RETURNING`].
+type SweptRow = (String, String, String, String);
+
 /// Live instance states (as [`super::LIVE_STATES`]), as an SQL list.
 pub(super) const LIVE: &str = "'RUNNING', 'WAITING'";
 
@@ -379,6 +384,8 @@ where
             ("id >", &filter.after_id),
             ("id <", &filter.before_id),
             ("business_key =", &filter.business_key),
+            ("error_code =", &filter.error_code),
+            ("failed_node =", &filter.failed_node),
         ];
         // Each variable is an index lookup (instance_vars_lookup, migration 0020).
         let more: Vec<(&str, Vec<&String>)> = filter
@@ -511,8 +518,9 @@ where
 
     async fn attempt_outputs(&self, instance_id: &str) -> StoreResult<Vec<AttemptOutput>> {
         Ok(sqlx::query_as(
-            "SELECT token, node, attempt, stderr, logs, calls FROM attempts WHERE instance_id = $1 \
-             AND (stderr IS NOT NULL OR logs IS NOT NULL OR calls IS NOT NULL) ORDER BY id",
+            "SELECT token, node, attempt, stderr, logs, calls, input, output FROM attempts \
+             WHERE instance_id = $1 AND (stderr IS NOT NULL OR logs IS NOT NULL \
+             OR calls IS NOT NULL OR input IS NOT NULL OR output IS NOT NULL) ORDER BY id",
         )
         .bind(instance_id)
         .fetch_all(self.reads())
@@ -534,27 +542,27 @@ where
             return Ok(0);
         }
         let mut tx = self.begin_write().await?;
-        // attempts and journal go with the instance (ON DELETE CASCADE).
-        let done = sqlx::query(&format!(
+        // attempts and journal go with the instance (ON DELETE CASCADE);
+        // what each deleted instance counted for goes with it (stats.rs).
+        let mut gone: Vec<SweptRow> = sqlx::query_as(&format!(
             "DELETE FROM instances WHERE id IN ( \
                SELECT i.id FROM instances i \
                WHERE i.state IN ({SWEPT}) AND i.ended_at IS NOT NULL AND i.ended_at <= $1 \
                  AND NOT EXISTS (SELECT 1 FROM parks p WHERE p.instance_id = i.id) \
-               ORDER BY i.ended_at, i.id LIMIT $2 {})",
+               ORDER BY i.ended_at, i.id LIMIT $2 {}) {SWEPT_RETURNING}",
             B::SKIP_LOCKED
         ))
         .bind(ended_before)
         .bind(limit)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await?;
-        let mut deleted = done.rows_affected();
-        let left = limit.saturating_sub(i64::try_from(deleted).unwrap_or(i64::MAX));
+        let left = limit.saturating_sub(i64::try_from(gone.len()).unwrap_or(i64::MAX));
         if left > 0 {
             // FAILED ones that no longer wait for an operator (issue 28), in
             // their own statement so the common one keeps its plan: closed
             // top-level instances by their closing time; child flows (closed
             // or not: their parent handled the failure) once their parent is gone.
-            let released = sqlx::query(&format!(
+            let released: Vec<SweptRow> = sqlx::query_as(&format!(
                 "DELETE FROM instances WHERE id IN ( \
                    SELECT i.id FROM instances i \
                    WHERE i.state = 'FAILED' AND ( \
@@ -562,17 +570,27 @@ where
                     OR (i.parent_id IS NOT NULL AND i.ended_at IS NOT NULL AND i.ended_at <= $1 \
                         AND NOT EXISTS (SELECT 1 FROM instances pa WHERE pa.id = i.parent_id))) \
                      AND NOT EXISTS (SELECT 1 FROM parks p WHERE p.instance_id = i.id) \
-                   ORDER BY i.id LIMIT $2 {})",
+                   ORDER BY i.id LIMIT $2 {}) {SWEPT_RETURNING}",
                 B::SKIP_LOCKED
             ))
             .bind(ended_before)
             .bind(left)
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
-            deleted += released.rows_affected();
+            gone.extend(released);
         }
+        let mut deltas = Vec::new();
+        for (id, deployment_id, state, snapshot) in &gone {
+            let was = super::stats::Tally::of_json(state, snapshot);
+            deltas.extend(super::stats::moved(id, Some((deployment_id, &was)), None));
+        }
+        let step = StepWrite {
+            stats: deltas,
+            ..StepWrite::default()
+        };
+        super::stats::write::<B::Db>(&mut *tx, &super::stats::collect([&step])).await?;
         tx.commit().await?;
-        Ok(deleted)
+        Ok(gone.len() as u64)
     }
 
     async fn close_instance(

@@ -136,10 +136,12 @@ pub(super) const INSERT_PARK: &str = "INSERT INTO parks (instance_id, seq, kind,
 /// `$1` instance id, `$2` token, `$3` node, `$4` attempt, `$5` started_at,
 /// `$6` ended_at, `$7` outcome, `$8` code, `$9` message, `$10` stderr, `$11`
 /// logs (its [`AttemptOutput`](super::AttemptOutput), if any: [`output_of`]),
-/// `$12` class (migration 0010), `$13` calls (migration 0011); a replay is a no-op.
+/// `$12` class (migration 0010), `$13` calls (migration 0011), `$14` input,
+/// `$15` output (migration 0024); a replay is a no-op.
 pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts (instance_id, token, node, \
-     attempt, started_at, ended_at, outcome, code, message, stderr, logs, class, calls) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+     attempt, started_at, ended_at, outcome, code, message, stderr, logs, class, calls, \
+     input, output) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
      ON CONFLICT (instance_id, token, node, attempt) DO NOTHING";
 
 /// The output of attempt `a` of `step`, if it wrote any.
@@ -225,6 +227,20 @@ where
         expected_version: i64,
         step: &StepWrite,
     ) -> StoreResult<()> {
+        Self::commit_deferring_stats(conn, id, expected_version, step).await?;
+        super::stats::write::<DB>(conn, &super::stats::collect([step])).await
+    }
+
+    /// [`Self::commit`] but for the step's count deltas, which the caller
+    /// writes ([`super::stats::collect`]) once for all the steps of its
+    /// transaction, in key order (PostgreSQL's batches: two of them never
+    /// lock count rows in opposite orders).
+    pub(super) async fn commit_deferring_stats(
+        conn: &mut DB::Connection,
+        id: &str,
+        expected_version: i64,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
         let row: Option<(String, String)> = sqlx::query_as(UPDATE_INSTANCE)
             .bind(&step.snapshot)
             .bind(&step.state)
@@ -235,7 +251,7 @@ where
             .fetch_optional(&mut *conn)
             .await?;
         if let Some((tenant, deployment_id)) = row {
-            return Self::apply(conn, id, &tenant, &deployment_id, step).await;
+            return Self::apply_rows_and_children(conn, id, &tenant, &deployment_id, step).await;
         }
         let exists = sqlx::query(INSTANCE_EXISTS)
             .bind(id)
@@ -253,7 +269,19 @@ where
     /// journal (or the deletion of the whole instance), then the parent's
     /// wake-up of a child's final step and the children the step starts
     /// (children.rs).
+    /// Its count deltas (and its children's) are written last (stats.rs).
     pub(super) async fn apply(
+        conn: &mut DB::Connection,
+        id: &str,
+        tenant: &str,
+        deployment_id: &str,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
+        Self::apply_rows_and_children(conn, id, tenant, deployment_id, step).await?;
+        super::stats::write::<DB>(conn, &super::stats::collect([step])).await
+    }
+
+    async fn apply_rows_and_children(
         conn: &mut DB::Connection,
         id: &str,
         tenant: &str,
@@ -385,6 +413,8 @@ where
                 .bind(out.and_then(|o| o.logs.as_deref()))
                 .bind(&a.class)
                 .bind(out.and_then(|o| o.calls.as_deref()))
+                .bind(out.and_then(|o| o.input.as_deref()))
+                .bind(out.and_then(|o| o.output.as_deref()))
                 .execute(&mut *conn)
                 .await?;
         }
@@ -415,6 +445,15 @@ where
                     .execute(&mut *conn)
                     .await?;
             }
+        }
+        // The error code and failed node the listing filters on (stats.rs).
+        if let Some(f) = &step.failure {
+            sqlx::query(super::stats::SET_FAILURE)
+                .bind(f.error_code.as_deref())
+                .bind(f.failed_node.as_deref())
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
         }
         // Thrown signals and messages with their deliveries (signals.rs).
         super::signals::write_signals::<DB>(conn, tenant, &step.signals).await?;

@@ -193,6 +193,16 @@ where
         from: Option<&str>,
         before: Option<&str>,
     ) -> StoreResult<Vec<(String, i64)>> {
+        if from.is_none() && before.is_none() {
+            // Unbounded: the maintained counts (migration 0024, stats.rs).
+            return Ok(sqlx::query_as(super::stats::STATE_COUNTS)
+                .bind(tenant)
+                .bind(process.map(str::to_string))
+                .fetch_all(self.reads())
+                .await?);
+        }
+        // Bounded by start time: counted from the rows (the aggregate has no
+        // start times); the tenant's index bounds the walk.
         Ok(sqlx::query_as(
             "SELECT state, COUNT(*) FROM instances WHERE tenant = $1 \
              AND (CAST($2 AS TEXT) IS NULL OR process_id = CAST($2 AS TEXT)) \
@@ -209,6 +219,17 @@ where
     }
 
     async fn node_states(&self, deployment: &str) -> StoreResult<Vec<(String, String, i64)>> {
+        // The maintained counts (migration 0024, stats.rs), not the snapshots.
+        Ok(sqlx::query_as(super::stats::NODE_COUNTS)
+            .bind(deployment)
+            .fetch_all(self.reads())
+            .await?)
+    }
+
+    async fn node_states_scanned(
+        &self,
+        deployment: &str,
+    ) -> StoreResult<Vec<(String, String, i64)>> {
         Ok(sqlx::query_as(B::NODE_STATES)
             .bind(deployment)
             .fetch_all(self.reads())
@@ -242,11 +263,17 @@ where
         before: Option<&str>,
     ) -> StoreResult<i64> {
         Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM instances f WHERE f.tenant = $1 AND f.state = 'FAILED' \
+            // From the retries (few, partial index instances_retry_of) to
+            // what they retried by its key, never a walk of the FAILED:
+            // `CROSS JOIN` keeps that order on SQLite (its planner otherwise
+            // walks the tenant's instances first); PostgreSQL reads it as
+            // an inner join and plans it itself.
+            "SELECT COUNT(DISTINCT f.id) FROM instances r CROSS JOIN instances f \
+             WHERE r.retry_of IS NOT NULL AND f.id = r.retry_of \
+             AND f.tenant = $1 AND f.state = 'FAILED' \
              AND (CAST($2 AS TEXT) IS NULL OR f.process_id = CAST($2 AS TEXT)) \
              AND (CAST($3 AS TEXT) IS NULL OR f.id >= CAST($3 AS TEXT)) \
-             AND (CAST($4 AS TEXT) IS NULL OR f.id < CAST($4 AS TEXT)) \
-             AND EXISTS (SELECT 1 FROM instances r WHERE r.retry_of = f.id)",
+             AND (CAST($4 AS TEXT) IS NULL OR f.id < CAST($4 AS TEXT))",
         )
         .bind(tenant)
         .bind(process.map(str::to_string))

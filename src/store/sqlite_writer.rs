@@ -471,7 +471,8 @@ fn apply_step(
             wake_parent(conn, w)?;
         }
     }
-    Ok(())
+    // The count deltas of the step and its children, last (stats.rs).
+    super::stats::write_rusqlite(conn, &super::stats::collect([step]))
 }
 
 /// A child's end on its parent's child park (if the park still exists).
@@ -556,6 +557,8 @@ fn apply_rows(
                 out.and_then(|o| o.logs.as_deref()),
                 a.class,
                 out.and_then(|o| o.calls.as_deref()),
+                out.and_then(|o| o.input.as_deref()),
+                out.and_then(|o| o.output.as_deref()),
             ])?;
         }
     }
@@ -574,6 +577,11 @@ fn apply_rows(
         for v in vars {
             insert.execute(params![id, tenant, v.name, v.value])?;
         }
+    }
+    // The error code and failed node the listing filters on (stats.rs).
+    if let Some(f) = &step.failure {
+        conn.prepare_cached(super::stats::SET_FAILURE)?
+            .execute(params![f.error_code, f.failed_node, id])?;
     }
     // Thrown signals and messages with their deliveries (signals.rs).
     super::signals::write_signals_rusqlite(conn, tenant, &step.signals)?;
@@ -611,7 +619,7 @@ mod tests {
     use rusqlite::Connection;
 
     /// Every statement this thread binds by position.
-    const STATEMENTS: [&str; 18] = [
+    const STATEMENTS: [&str; 19] = [
         sql::KEEP_KEY,
         super::children::SET_PARENT,
         super::children::WAKE_PARENT,
@@ -628,6 +636,7 @@ mod tests {
         sql::DELETE_SEARCH_VARS,
         sql::INSERT_SEARCH_VAR,
         sql::RELEASE_CLAIM,
+        super::super::stats::SET_FAILURE,
         DELETE_PARK,
         CLAIM_DUE,
     ];

@@ -163,6 +163,13 @@ pub trait TenancyStore: Send + Sync {
         &self,
         deployment: &str,
     ) -> impl Future<Output = StoreResult<Vec<(String, String, i64)>>> + Send;
+    /// [`Self::node_states`] counted from the instances' snapshots instead
+    /// of the maintained counts (`SqlBackend::NODE_STATES`; a walk of every
+    /// snapshot of the deployment, for checking the aggregate).
+    fn node_states_scanned(
+        &self,
+        deployment: &str,
+    ) -> impl Future<Output = StoreResult<Vec<(String, String, i64)>>> + Send;
     /// Per node of deployment `deployment`: its open incidents.
     fn open_incidents_by_node(
         &self,
@@ -275,6 +282,12 @@ mod any_impl {
         }
         async fn node_states(&self, deployment: &str) -> StoreResult<Vec<(String, String, i64)>> {
             delegate!(self, s => s.node_states(deployment).await)
+        }
+        async fn node_states_scanned(
+            &self,
+            deployment: &str,
+        ) -> StoreResult<Vec<(String, String, i64)>> {
+            delegate!(self, s => s.node_states_scanned(deployment).await)
         }
         async fn open_incidents_by_node(
             &self,

@@ -96,6 +96,15 @@ export class Diagram {
     }
   }
 
+  /** Call `fn(node)` with the IR node id of every shape clicked. */
+  onNodeClick(fn) {
+    this.viewer.get('eventBus').on('element.click', (e) => {
+      const bo = e.element && e.element.businessObject;
+      if (!bo || e.element.type === 'label' || e.element.type === 'bpmn:Process') return;
+      fn((bo.$attrs && bo.$attrs['sutra:node']) || bo.id);
+    });
+  }
+
   /** The name drawn for IR node `node` (its BPMN `name`), if any. */
   name(node) {
     const id = this.element(node);

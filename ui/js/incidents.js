@@ -1,5 +1,7 @@
 // Incidents across every instance of the tenant: the open ones grouped by
-// kind, task, channel and message (how many of each), then each incident
+// process, kind, task, channel and message (how many of each; the groups of
+// one process together, the process with most incidents first, its name a
+// link to its instances), then each incident
 // with its instance and a Resolve action (asks first). The state filter and
 // the page are in the URL (#/incidents?state=OPEN&after=...), so Back and
 // reload keep them; the page refreshes itself every 5 s.
@@ -35,28 +37,36 @@ export async function incidentsPage(page, params) {
     const incidents = r.incidents.slice().reverse();
     const byGroup = new Map();
     for (const i of incidents) {
-      const key = JSON.stringify([i.kind, i.task, i.channel, i.message]);
-      const g = byGroup.get(key) || { kind: i.kind, task: i.task, channel: i.channel, message: i.message, n: 0, open: 0, latest: i.createdAt };
+      const key = JSON.stringify([i.process || '', i.kind, i.task, i.channel, i.message]);
+      const g = byGroup.get(key) || { process: i.process || '', kind: i.kind, task: i.task, channel: i.channel, message: i.message, n: 0, open: 0, latest: i.createdAt };
       g.n += 1;
       if (i.state === 'OPEN') g.open += 1;
       if (i.createdAt > g.latest) g.latest = i.createdAt;
       byGroup.set(key, g);
     }
-    const rows = [...byGroup.values()].sort((a, b) => b.n - a.n || (a.latest < b.latest ? 1 : -1));
+    const perProcess = new Map();
+    for (const g of byGroup.values()) perProcess.set(g.process, (perProcess.get(g.process) || 0) + g.n);
+    const rows = [...byGroup.values()].sort((a, b) => (perProcess.get(b.process) - perProcess.get(a.process))
+      || (a.process < b.process ? -1 : a.process > b.process ? 1 : 0)
+      || b.n - a.n || (a.latest < b.latest ? 1 : -1));
+    rows.rowAttrs = g => ({ dataset: { process: g.process } });
+    const processCell = p => (p ? link(`/instances${query({ process: p })}`, h('code', {}, p)) : h('span', { class: 'muted' }, '(instance gone)'));
     fill(groups, rows.length === 0 ? h('p', { class: 'muted', id: 'no-incidents' }, state === 'OPEN' ? 'No open incident.' : 'No incident matches.')
-      : h('section', { class: 'card' }, h('h2', {}, `${incidents.length} incident(s) in ${rows.length} group(s)${r.next ? ' on this page' : ''}`),
-        table([
+      : h('section', { class: 'card' }, h('h2', {}, `${incidents.length} incident(s) of ${perProcess.size} process(es) in ${rows.length} group(s)${r.next ? ' on this page' : ''}`),
+        table(Object.assign([
+          { title: 'Process', cell: g => processCell(g.process) },
           { title: 'Count', cell: g => h('span', { class: 'n' }, String(g.n)) },
           { title: 'Kind', cell: g => g.kind.replace(/_/g, ' ') },
           { title: 'Task', cell: g => g.task },
           { title: 'Channel', cell: g => h('code', {}, g.channel) },
           { title: 'Message', cell: g => h('span', { class: 'message' }, g.message) },
           { title: 'Latest', cell: g => when(g.latest) },
-        ], rows, { id: 'incident-groups-table' })));
+        ], { rowAttrs: rows.rowAttrs }), rows, { id: 'incident-groups-table' })));
     const cols = [
       { title: 'Incident', cell: i => h('code', {}, i.id) },
       { title: 'State', cell: i => badge(i.state) },
       { title: 'Instance', cell: i => link(`/instances/${encodeURIComponent(i.instance)}`, h('code', {}, i.instance)) },
+      { title: 'Process', cell: i => processCell(i.process) },
       { title: 'Task', cell: i => i.task },
       { title: 'Kind', cell: i => i.kind.replace(/_/g, ' ') },
       { title: 'Message', cell: i => h('span', { class: 'message' }, i.message) },

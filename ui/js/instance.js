@@ -38,6 +38,14 @@ export async function instancePage(page, id) {
   let lastVars = null;
   let lastAttempts = null;
   let versionOf = { id: null, version: null };
+  // The steps table shows one node's attempts after a click on its shape.
+  let stepsOf = null;
+  let allAttempts = [];
+  diagram.onNodeClick((node) => {
+    stepsOf = node;
+    renderAttempts(allAttempts);
+    attemptsBox.scrollIntoView({ block: 'nearest' });
+  });
 
   async function refresh(first) {
     const [v, a, hist, inc] = await Promise.all([
@@ -86,6 +94,18 @@ export async function instancePage(page, id) {
     return name && name !== node ? h('span', { class: 'node-name', title: node, dataset: { node } }, name) : h('span', { dataset: { node } }, node);
   }
 
+  // A message as a person reads it: every `id` quoted in it that names a
+  // node with a name shows the name (the id as its tooltip); other quoted
+  // parts stay code. Text nodes only.
+  function named(text) {
+    if (!text) return '';
+    return String(text).split(/`([^`]+)`/).map((part, i) => {
+      if (i % 2 === 0) return part;
+      const name = diagram.name(part);
+      return name && name !== part ? h('span', { class: 'node-name', title: part, dataset: { node: part } }, `“${name}”`) : h('code', {}, part);
+    });
+  }
+
   function renderHead(v) {
     fill(head,
       h('h1', {}, 'Instance ', h('code', { id: 'instance-id' }, v.instance), ' ', h('span', { id: 'instance-state' }, badge(v.state)),
@@ -103,8 +123,9 @@ export async function instancePage(page, id) {
     if (!v.error) { fill(errorSec); return; }
     const e = v.error;
     fill(errorSec, h('section', { class: 'card failure' }, h('h2', {}, 'Error'),
-      h('p', {}, h('code', { id: 'error-code' }, e.code), ' ', h('span', { id: 'error-message' }, e.message)),
-      e.cause ? h('p', { class: 'cause' }, 'Cause: ', h('code', {}, e.cause.code), ' ', e.cause.message) : null,
+      h('p', {}, h('code', { id: 'error-code' }, e.code), ' ', h('span', { id: 'error-message' }, named(e.message))),
+      e.node ? h('p', { id: 'error-node' }, 'At ', nodeLabel(e.node)) : null,
+      e.cause ? h('p', { class: 'cause' }, 'Cause: ', h('code', {}, e.cause.code), ' ', named(e.cause.message)) : null,
       (e.compensationFailures || []).length ? h('div', {}, 'Compensation failures: ', jsonTree(e.compensationFailures, undefined, 1)) : null));
   }
 
@@ -130,8 +151,12 @@ export async function instancePage(page, id) {
     fill(waits, runningNow, table(cols, parked, { id: 'waits-table' }));
   }
 
-  function renderAttempts(attempts) {
-    if (attempts.length === 0) { fill(attemptsBox, h('p', { class: 'muted' }, 'No attempts yet.')); return; }
+  function renderAttempts(all) {
+    allAttempts = all;
+    const attempts = stepsOf ? all.filter(a => a.task === stepsOf) : all;
+    const only = stepsOf ? h('p', { id: 'steps-of', dataset: { node: stepsOf } }, 'Steps of ', nodeLabel(stepsOf), ` (${attempts.length}) \u00b7 `,
+      h('a', { href: '#', id: 'steps-all', onclick: (e) => { e.preventDefault(); stepsOf = null; renderAttempts(allAttempts); } }, 'show every step')) : null;
+    if (attempts.length === 0) { fill(attemptsBox, only, h('p', { class: 'muted' }, stepsOf ? 'This node ran no task.' : 'No attempts yet.')); return; }
     const cols = [
       { title: 'Task', cell: a => nodeLabel(a.task) },
       { title: '#', cell: a => String(a.attempt) },
@@ -140,12 +165,23 @@ export async function instancePage(page, id) {
       { title: 'Class', cell: a => a.class || '' },
       { title: 'Started', cell: a => when(a.startedAt) },
       { title: 'Duration', cell: a => ms(a.durationMs) },
-      { title: 'Message', cell: a => [reporter(a), a.message ? h('span', { class: 'message' }, a.message) : ''] },
+      { title: 'Message', cell: a => [reporter(a), a.message ? h('span', { class: 'message' }, named(a.message)) : ''] },
+      { title: 'Input', cell: a => stepJson(a.input, 'input') },
+      { title: 'Result', cell: a => stepJson(a.output, a.outcome === 'completed' ? 'output' : 'details') },
       { title: 'Calls', cell: calls },
       { title: 'Output', cell: output },
     ];
     cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome, ...(a.worker ? { worker: a.worker } : {}) } });
-    fill(attemptsBox, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
+    fill(attemptsBox, only, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
+  }
+
+  // An attempt's input or result (kept up to 64 KiB each by the server; a
+  // longer one arrives cut, as text ending in its marker), folded.
+  function stepJson(value, what) {
+    if (value === undefined || value === null) return '';
+    const cut = typeof value === 'string' && /\[cut: \d+ bytes in all\]$/.test(value);
+    return h('details', { class: `step-${what}` }, h('summary', {}, cut ? `${what} (cut at 64 KiB)` : what),
+      cut ? h('pre', { class: 'cut' }, value) : jsonTree(value, undefined, 1));
   }
 
   // Who reported a worker failure (an external task's worker) and the
@@ -192,8 +228,8 @@ export async function instancePage(page, id) {
       { title: 'Incident', cell: i => h('code', {}, i.id) },
       { title: 'Kind', cell: i => i.kind },
       { title: 'State', cell: i => badge(i.state) },
-      { title: 'Task', cell: i => i.task },
-      { title: 'Message', cell: i => i.message },
+      { title: 'Task', cell: i => nodeLabel(i.task) },
+      { title: 'Message', cell: i => named(i.message) },
       { title: '', cell: i => (i.state === 'OPEN' ? h('button', { type: 'button', class: 'resolve', onclick: () => resolve(i) }, 'Resolve') : '') },
     ];
     cols.rowAttrs = i => ({ dataset: { incident: i.id, state: i.state } });
@@ -206,7 +242,7 @@ export async function instancePage(page, id) {
       { title: '#', cell: e => String(e.seq) },
       { title: 'At', cell: e => when(e.at) },
       { title: 'Kind', cell: e => e.kind },
-      { title: 'Node', cell: e => e.node || '' },
+      { title: 'Node', cell: e => (e.node ? nodeLabel(e.node) : '') },
       { title: 'Data', cell: e => jsonTree(e.data, undefined, 0) },
     ], hist.entries, { id: 'history-table' }));
   }

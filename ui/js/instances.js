@@ -1,12 +1,15 @@
 // Instances: counts per state, filters (state, process, started since /
-// until, business key, one variable as NAME=VALUE), newest or oldest first,
-// a page size, keyset paging ("Next page" follows the API's `next`). Every
-// choice and the page are in the URL
-// (#/instances?state=&process=&since=&until=&key=&var=&order=&limit=&after=),
+// until, business key, one variable as NAME=VALUE, the error code, the
+// failed node), newest or oldest first, a page size, keyset paging ("Next
+// page" follows the API's `next`). Every choice and the page are in the URL
+// (#/instances?state=&process=&since=&until=&key=&var=&code=&node=&order=&limit=&after=),
 // so Back and reload keep them. Instances ticked in the list, or every
-// instance the filters select, are retried or cancelled as one batch
-// operation on the server (POST /v1/batches; its page shows the progress). Each row says what failed (its code and node) and
-// its open incidents. The counts and the page refresh themselves every 5 s.
+// instance the filters select, are retried, cancelled, have their open
+// incidents resolved or are migrated to another deployment of their process
+// as one batch operation on the server (POST /v1/batches; its page shows the
+// progress). Each row says what failed (its code and node: a click filters
+// on it) and its open incidents. The counts and the page refresh themselves
+// every 5 s.
 
 import { get, post, query } from './api.js';
 import { h, fill, badge, when, link, table, errorBox } from './dom.js';
@@ -29,10 +32,12 @@ export async function instancesPage(page, params) {
   const after = params.get('after') || '';
   const key = params.get('key') || '';
   const variable = params.get('var') || '';
-  const here = (changes) => `#/instances${query({ state, process, since, until, key, var: variable, order, limit, ...changes })}`;
+  const code = params.get('code') || '';
+  const node = params.get('node') || '';
+  const here = (changes) => `#/instances${query({ state, process, since, until, key, var: variable, code, node, order, limit, ...changes })}`;
   // The API's own spelling of the search: businessKey= and var.NAME=VALUE.
   const eq = variable.indexOf('=');
-  const search = `${key ? `&businessKey=${encodeURIComponent(key)}` : ''}${eq > 0
+  const search = `${key ? `&businessKey=${encodeURIComponent(key)}` : ''}${code ? `&errorCode=${encodeURIComponent(code)}` : ''}${node ? `&failedNode=${encodeURIComponent(node)}` : ''}${eq > 0
     ? `&var.${encodeURIComponent(variable.slice(0, eq))}=${encodeURIComponent(variable.slice(eq + 1))}` : ''}`;
 
   const counts = h('div', { id: 'counts', class: 'counts' });
@@ -42,6 +47,8 @@ export async function instancesPage(page, params) {
   const processIn = h('input', { id: 'filter-process', value: process, placeholder: 'process id' });
   const keyIn = h('input', { id: 'filter-key', value: key, placeholder: 'business key' });
   const varIn = h('input', { id: 'filter-var', value: variable, placeholder: 'name=value', title: 'a top-level variable: a string as itself, a number or true/false' });
+  const codeIn = h('input', { id: 'filter-code', value: code, placeholder: 'error code' });
+  const nodeIn = h('input', { id: 'filter-node', value: node, placeholder: 'node id', title: 'the node whose failure ended the instance' });
   const local = v => (v ? v.replace(/Z$/, '').slice(0, 19) : '');
   const utc = v => (v ? `${v.length === 16 ? `${v}:00` : v}Z` : '');
   const sinceIn = h('input', { id: 'filter-since', type: 'datetime-local', step: '1', value: local(since) });
@@ -52,10 +59,11 @@ export async function instancesPage(page, params) {
   const form = h('form', { class: 'filters', id: 'filters' },
     h('label', {}, 'State ', stateSel), h('label', {}, 'Process ', processIn),
     h('label', {}, 'Business key ', keyIn), h('label', {}, 'Variable ', varIn),
+    h('label', {}, 'Error code ', codeIn), h('label', {}, 'Failed at ', nodeIn),
     h('label', {}, 'Started since ', sinceIn), h('label', {}, 'until (UTC) ', untilIn),
     h('label', {}, 'Sort ', orderSel), h('label', {}, 'Show ', sizeSel), h('button', { type: 'submit' }, 'Filter'));
   const apply = () => {
-    location.hash = `#/instances${query({ state: stateSel.value, process: processIn.value.trim(), since: utc(sinceIn.value), until: utc(untilIn.value), key: keyIn.value.trim(), var: varIn.value.trim(), order: orderSel.value, limit: sizeSel.value })}`;
+    location.hash = `#/instances${query({ state: stateSel.value, process: processIn.value.trim(), since: utc(sinceIn.value), until: utc(untilIn.value), key: keyIn.value.trim(), var: varIn.value.trim(), code: codeIn.value.trim(), node: nodeIn.value.trim(), order: orderSel.value, limit: sizeSel.value })}`;
   };
   form.addEventListener('submit', (e) => { e.preventDefault(); apply(); });
   orderSel.addEventListener('change', apply);
@@ -66,18 +74,35 @@ export async function instancesPage(page, params) {
   const feedback = h('div', { id: 'batch-feedback' });
   const filter = {
     state: state || undefined, process: process || undefined, since: since || undefined, until: until || undefined,
-    businessKey: key || undefined,
+    businessKey: key || undefined, errorCode: code || undefined, failedNode: node || undefined,
     // As text, as the listing's var. filter compares it (a number's text matches the number).
     variables: eq > 0 ? { [variable.slice(0, eq)]: variable.slice(eq + 1) } : {},
   };
+  const TITLES = { retry: 'Retry', cancel: 'Cancel', resolve: 'Resolve the open incidents of', migrate: 'Migrate' };
   const bulk = async (action, selection) => {
     const what = selection.instances ? `${selection.instances.length} ticked instance(s)` : 'every instance the filters select';
     const mode = h('select', { id: 'batch-mode' }, h('option', { value: 'full' }, 'from the start'), h('option', { value: 'from-failure' }, 'from the failure'));
-    const extra = action === 'retry' ? [h('label', {}, 'Retry ', mode)] : [];
-    if (!(await confirmAction(`${action === 'retry' ? 'Retry' : 'Cancel'} ${what}?`,
+    const target = h('select', { id: 'batch-target' });
+    const extra = [];
+    if (action === 'retry') extra.push(h('label', {}, 'Retry ', mode));
+    if (action === 'migrate') {
+      // The deployments the instances may move to: those of the process
+      // (the filter's, else every process of the ticked instances), not RETIRED.
+      const { deployments } = await get('/v1/deployments');
+      const procs = process ? [process] : [...new Set(shown.filter(i => !selection.instances || selection.instances.includes(i.id)).map(i => i.process))];
+      const targets = deployments.filter(d => d.state !== 'RETIRED' && (procs.length === 0 || procs.includes(d.process)))
+        .sort((a, b) => (a.process < b.process ? -1 : a.process > b.process ? 1 : b.version - a.version));
+      if (targets.length === 0) { fill(feedback, errorBox({ message: 'no deployment to migrate to' })); return; }
+      fill(target, targets.map(d => h('option', { value: d.id }, `${d.process} v${d.version} (${d.state.toLowerCase()})`)));
+      extra.push(h('label', {}, 'To ', target),
+        h('p', { class: 'muted' }, 'Each instance moves node by node to the deployment of the same process; one whose nodes have no counterpart is refused (its outcome says why), a FAILED one resumes there.'));
+    }
+    if (action === 'resolve') extra.push(h('p', { class: 'muted' }, 'Each instance\u2019s stopped deliveries and external tasks are tried again.'));
+    if (!(await confirmAction(`${TITLES[action]} ${what}?`,
       h('p', {}, 'The server carries this out as one batch, a few instances a second; its page shows each instance\u2019s outcome.'), ...extra))) return;
     try {
-      const b = await post('/v1/batches', { action, ...selection, ...(action === 'retry' ? { mode: mode.value } : {}) });
+      const b = await post('/v1/batches', { action, ...selection, ...(action === 'retry' ? { mode: mode.value } : {}),
+        ...(action === 'migrate' ? { deployment: target.value } : {}) });
       location.hash = `#/batches/${encodeURIComponent(b.id)}`;
     } catch (e) {
       fill(feedback, errorBox(e));
@@ -87,15 +112,20 @@ export async function instancesPage(page, params) {
   const bar = h('div', { class: 'bulk', id: 'bulk' }, pickedN,
     h('button', { id: 'retry-picked', type: 'button', onclick: needPick(() => bulk('retry', { instances: [...picked] })) }, 'Retry ticked'),
     h('button', { id: 'cancel-picked', type: 'button', onclick: needPick(() => bulk('cancel', { instances: [...picked] })) }, 'Cancel ticked'),
+    h('button', { id: 'resolve-picked', type: 'button', onclick: needPick(() => bulk('resolve', { instances: [...picked] })) }, 'Resolve incidents of ticked'),
+    h('button', { id: 'migrate-picked', type: 'button', onclick: needPick(() => bulk('migrate', { instances: [...picked] })) }, 'Migrate ticked'),
     h('span', { class: 'muted' }, ' · '),
     h('button', { id: 'retry-matching', type: 'button', onclick: () => bulk('retry', { filter }) }, 'Retry all matching'),
     h('button', { id: 'cancel-matching', type: 'button', onclick: () => bulk('cancel', { filter }) }, 'Cancel all matching'),
+    h('button', { id: 'resolve-matching', type: 'button', onclick: () => bulk('resolve', { filter }) }, 'Resolve incidents of all matching'),
+    h('button', { id: 'migrate-matching', type: 'button', onclick: () => bulk('migrate', { filter }) }, 'Migrate all matching'),
     h('a', { href: '#/batches', class: 'batches-link' }, 'Batches'));
   const showPicked = () => fill(pickedN, picked.size ? `${picked.size} ticked` : 'none ticked');
   fill(page, h('h1', {}, 'Instances'), counts, form, bar, feedback, list);
 
   let timer = null;
   let stopped = false;
+  let shown = [];
 
   async function refresh() {
     const [c, r, inc] = await Promise.all([
@@ -104,6 +134,7 @@ export async function instancesPage(page, params) {
       get(`/v1/incidents${query({ state: 'OPEN', limit: 500 })}`).catch(() => ({ incidents: [] })),
     ]);
     if (stopped) return;
+    shown = r.instances;
     const span = [since ? ` since ${when(since)}` : '', until ? ` until ${when(until)}` : ''].join('');
     fill(counts, h('span', { class: 'muted', id: 'counts-total' }, `${c.total} instance(s)${process ? ` of ${process}` : ''}${span}: `),
       STATES.map(s => h('a', {
@@ -120,9 +151,9 @@ export async function instancesPage(page, params) {
       { title: 'Process', cell: i => i.process },
       { title: 'Business key', cell: i => i.businessKey || '' },
       { title: 'State', cell: i => badge(i.state) },
-      { title: 'Error', cell: i => (i.errorCode ? [h('code', { class: 'error-code' }, i.errorCode),
+      { title: 'Error', cell: i => (i.errorCode ? [h('a', { href: here({ code: i.errorCode, after: '' }), title: 'only instances with this error code' }, h('code', { class: 'error-code' }, i.errorCode)),
         i.causeCode ? h('div', { class: 'cause-code muted' }, 'cause ', h('code', {}, i.causeCode)) : null] : '') },
-      { title: 'Failed at', cell: i => i.failedNode || '' },
+      { title: 'Failed at', cell: i => (i.failedNode ? h('a', { class: 'failed-node', href: here({ node: i.failedNode, after: '' }), title: 'only instances that failed at this node' }, i.failedNode) : '') },
       { title: 'Incidents', cell: i => (open.get(i.id) ? h('span', { class: 'badge state-open incidents' }, `${open.get(i.id)} open`) : '') },
       { title: 'Started', cell: i => when(i.startedAt) },
       { title: 'Ended', cell: i => when(i.endedAt) },
