@@ -18,6 +18,10 @@
 //! - each run has its own schema (dropped after) and its own replicas
 //!   (killed after); replicas run the release binary (`CARGO_BIN_EXE_sutra`);
 //! - `SUTRA_BENCH_SCALE` (default 1) multiplies the instance count;
+//!   `SUTRA_BENCH_SUTRA_BIN` runs another `sutra` binary as the replicas (a
+//!   saved build, to compare two builds in one sitting);
+//!   `SUTRA_BENCH_REPLICA_PG_OPTIONS` adds `-c name=value` settings to the
+//!   replicas' connections (`log_min_duration_statement=0` to profile);
 //!   `SUTRA_BENCH_POSTGRES_URL` (else `SUTRA_TEST_POSTGRES_URL`, else the
 //!   local `postgres://postgres@127.0.0.1:5432/test`) names the server.
 //!
@@ -150,7 +154,9 @@ struct Replica {
 
 impl Replica {
     fn spawn(db_url: &str) -> Result<Replica> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        let bin = std::env::var("SUTRA_BENCH_SUTRA_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sutra").to_string());
+        let mut child = Command::new(bin)
             .args(["serve", "--no-listen", "--db", db_url])
             .env_remove("SUTRA_DATASOURCE_URL")
             .env("SUTRA_LOG", "warn")
@@ -323,7 +329,12 @@ async fn run_in(url: &str, schema: &str, replicas: usize, n: usize, chaos: &[u8]
     }
     // Boot the replicas and warm them up.
     let sep = if url.contains('?') { '&' } else { '?' };
-    let db_url = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+    // `SUTRA_BENCH_REPLICA_PG_OPTIONS` (e.g. `-c log_min_duration_statement=0`)
+    // adds server settings to the replicas' connections (profiling).
+    let extra = std::env::var("SUTRA_BENCH_REPLICA_PG_OPTIONS")
+        .map(|o| format!(" {o}").replace(' ', "%20").replace('=', "%3D"))
+        .unwrap_or_default();
+    let db_url = format!("{url}{sep}options=-c%20search_path%3D{schema}{extra}");
     let mut procs = (0..replicas)
         .map(|_| Replica::spawn(&db_url))
         .collect::<Result<Vec<_>>>()?;
