@@ -26,11 +26,13 @@ pub(super) async fn echo_postgres(b: &Bench, url: &str) -> Result<Echo> {
     rt.deploy(TENANT, &one_task(""), &b.modules()).await?;
     let result = echo_on(rt).await;
     use sqlx::{ConnectOptions, Connection};
-    let mut conn = url.parse::<sqlx::postgres::PgConnectOptions>()?.connect().await?;
+    let mut conn = url
+        .parse::<sqlx::postgres::PgConnectOptions>()?
+        .connect()
+        .await?;
     sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
         .execute(&mut conn)
         .await?;
     conn.close().await?;
     result
 }
-

@@ -355,14 +355,6 @@ impl<S: Store> Runtime<S> {
         }
     }
 
-    /// The last committed snapshot of an instance and its version.
-    async fn current(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
-        match self.recall(id) {
-            Some(kept) => Ok(kept),
-            None => self.load(id).await,
-        }
-    }
-
     /// The committed snapshot of an instance and its version, from the store.
     pub(super) async fn load(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
         let rec = self.inner.store.load_instance(id).await?.ok_or_else(|| {

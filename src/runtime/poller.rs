@@ -109,7 +109,11 @@ impl<S: Store> Runtime<S> {
         }
         let mut ids: Vec<String> = parks.iter().map(|p| p.instance_id.clone()).collect();
         ids.sort_unstable();
-        let twice: HashSet<String> = ids.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0].clone()).collect();
+        let twice: HashSet<String> = ids
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0].clone())
+            .collect();
         ids.dedup();
         ids.retain(|id| !twice.contains(id));
         let Ok(records) = self.inner.store.load_instances(&ids).await else {

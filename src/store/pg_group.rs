@@ -154,9 +154,9 @@ async fn run(store: &PgPool, batch: &[Req]) -> Vec<StoreResult<Created>> {
         return vec![alone(store, &batch[0].op).await];
     }
     let mut results: Vec<Option<StoreResult<Created>>> = batch.iter().map(|_| None).collect();
-    let (keyed, shared): (Vec<usize>, Vec<usize>) = (0..batch.len()).partition(|i| {
-        matches!(&batch[*i].op, Op::Create(inst, _) if inst.idempotency_key.is_some())
-    });
+    let (keyed, shared): (Vec<usize>, Vec<usize>) = (0..batch.len()).partition(
+        |i| matches!(&batch[*i].op, Op::Create(inst, _) if inst.idempotency_key.is_some()),
+    );
     if !shared.is_empty() {
         let ops: Vec<&Op> = shared.iter().map(|i| &batch[*i].op).collect();
         match together(store, &ops).await {

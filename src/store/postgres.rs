@@ -306,8 +306,7 @@ async fn create_alone(pool: &PgPool, inst: &NewInstance, step: &StepWrite) -> St
     if inserted.is_none() {
         // The key is taken; the SELECT (a new snapshot) sees the winner.
         let key = inst.idempotency_key.as_deref().unwrap_or_default();
-        return match Steps::instance_by_key(&mut tx, &inst.tenant, key, inst.started_at).await?
-        {
+        return match Steps::instance_by_key(&mut tx, &inst.tenant, key, inst.started_at).await? {
             Some(holder) => Ok(Created::Existing(holder.id)),
             // The holder of the key was deleted between the two statements.
             None => Err(StoreError::Conflict(inst.id.clone())),
@@ -336,10 +335,10 @@ async fn create_alone(pool: &PgPool, inst: &NewInstance, step: &StepWrite) -> St
 
 /// A commit in its own transaction (a batch of one, or after a batch failed).
 async fn commit_alone(
-pool: &PgPool,
-id: &str,
-expected_version: i64,
-step: &StepWrite,
+    pool: &PgPool,
+    id: &str,
+    expected_version: i64,
+    step: &StepWrite,
 ) -> StoreResult<()> {
     super::failpoint::refuse_write()?;
     let mut tx = pool.begin().await?;
