@@ -71,7 +71,9 @@ impl<S: Store> Runtime<S> {
                 return Ok(fired);
             }
             fired += parks.len();
-            let mut known = self.read_claimed(&parks).await;
+            let mut known = self
+                .read_ahead(parks.iter().map(|p| p.instance_id.clone()).collect())
+                .await;
             let mut set = tokio::task::JoinSet::new();
             for p in parks {
                 let rt = self.clone();
@@ -95,19 +97,19 @@ impl<S: Store> Runtime<S> {
         }
     }
 
-    /// On PostgreSQL, the instances of a claimed batch of parks read in one
-    /// statement (each read is a round trip there, and this one replaces one
-    /// per instance); an instance with two parks in the batch is left to be
-    /// read by its drives. SQLite reads in process: nothing is read ahead.
-    /// A failed read only leaves the reads to the drives.
-    async fn read_claimed(
+    /// On PostgreSQL, the instances about to be driven at once (a claimed
+    /// batch of parks, a page of signal deliveries) read in one statement
+    /// (each read is a round trip there, and this one replaces one per
+    /// instance); an instance named twice is left to be read by its drives.
+    /// SQLite reads in process: nothing is read ahead. A failed read only
+    /// leaves the reads to the drives.
+    pub(super) async fn read_ahead(
         &self,
-        parks: &[crate::store::ParkRecord],
+        mut ids: Vec<String>,
     ) -> HashMap<String, (i64, crate::engine::Snapshot)> {
         if self.inner.store.backend() != "postgres" {
             return HashMap::new();
         }
-        let mut ids: Vec<String> = parks.iter().map(|p| p.instance_id.clone()).collect();
         ids.sort_unstable();
         let twice: HashSet<String> = ids
             .windows(2)
