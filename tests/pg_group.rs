@@ -268,7 +268,7 @@ async fn a_replica_never_waits_on_the_locks_of_anothers_open_claim() {
         assert_eq!(mine.len(), 10, "B claims the ten parks A does not hold");
         assert!(mine.is_disjoint(&theirs), "no park is claimed twice");
         let mut set = tokio::task::JoinSet::new();
-        for id in mine.iter().cloned() {
+        for id in mine.clone() {
             let b = b.clone();
             set.spawn(async move { b.commit_step(&id, 1, &fired(1, 2)).await });
         }
