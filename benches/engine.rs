@@ -13,7 +13,9 @@
 //! - `SUTRA_BENCH_SCALE` (default 1) multiplies every instance count, so a
 //!   smaller run prints the same tables over fewer instances.
 //!
-//! Run: `cargo bench --bench engine [-- a b c park profile]` (default: all);
+//! Run: `cargo bench --bench engine [-- a a-pg b c park profile]` (default: all);
+//! (a) also runs on PostgreSQL when `SUTRA_BENCH_POSTGRES_URL` (else
+//! `SUTRA_TEST_POSTGRES_URL`) names a server (`a-pg`: that part alone);
 //! `-- burst` (opt-in) repeats (a)'s at-once part in rounds.
 //! The profile workload lives in `engine/profile.rs`; figures and their
 //! reading are in `benches/README.md` ("Engine").
@@ -32,6 +34,11 @@ use sutra::store::{
 
 #[path = "engine/profile.rs"]
 mod profile;
+
+// Workload (a) on PostgreSQL.
+#[path = "engine/postgres.rs"]
+mod postgres;
+use postgres::{echo_postgres, postgres_url};
 
 const TENANT: &str = "bench";
 
@@ -406,6 +413,10 @@ struct Echo {
 
 async fn echo(b: &Bench, sync: Synchronous, name: &str) -> Result<Echo> {
     let rt = b.runtime(name, sync, &one_task("")).await?;
+    echo_on(rt).await
+}
+
+async fn echo_on(rt: Runtime<AnyStore>) -> Result<Echo> {
     let input = vars(json!({"do": "echo"}));
     // Warm-up: the first attempts instantiate the pool and fill caches.
     for _ in 0..20 {
@@ -468,6 +479,17 @@ async fn workload_a(b: &Bench) -> Result<()> {
     let normal = echo(b, Synchronous::Normal, "a-normal").await?;
     print_echo("NORMAL (not default)", &normal);
     println!("  targets: ≤ 0.5 ms one at a time, ≥ 5,000/s at once");
+    match postgres_url() {
+        Some(url) => {
+            let pg = echo_postgres(b, &url).await?;
+            print_echo("PostgreSQL", &pg);
+            println!("  targets (PostgreSQL): ≤ 1.5 ms one at a time, ≥ 3,000/s at once");
+        }
+        None => row(
+            "PostgreSQL",
+            "skipped (no SUTRA_BENCH_POSTGRES_URL / SUTRA_TEST_POSTGRES_URL)".into(),
+        ),
+    }
     println!("  peers:   DBOS/SQLite 4.8 ms, 143/s; Restate 5.7 ms, 690–760/s; Temporal dev 100 ms, 24/s");
     Ok(())
 }
@@ -918,6 +940,10 @@ async fn run(selected: &[String]) -> Result<()> {
     let t0 = Instant::now();
     if want("a") {
         workload_a(&b).await?;
+    } else if selected.iter().any(|s| s == "a-pg") {
+        let url = postgres_url().ok_or_else(|| anyhow!("a-pg needs SUTRA_BENCH_POSTGRES_URL"))?;
+        header("(a) on PostgreSQL: start → one chaos echo task → end");
+        print_echo("PostgreSQL", &echo_postgres(&b, &url).await?);
     }
     if want("b") {
         workload_b(&b).await?;

@@ -18,6 +18,10 @@
 //! - each run has its own schema (dropped after) and its own replicas
 //!   (killed after); replicas run the release binary (`CARGO_BIN_EXE_sutra`);
 //! - `SUTRA_BENCH_SCALE` (default 1) multiplies the instance count;
+//!   `SUTRA_BENCH_SUTRA_BIN` runs another `sutra` binary as the replicas (a
+//!   saved build, to compare two builds in one sitting);
+//!   `SUTRA_BENCH_REPLICA_PG_OPTIONS` adds `-c name=value` settings to the
+//!   replicas' connections (`log_min_duration_statement=0` to profile);
 //!   `SUTRA_BENCH_POSTGRES_URL` (else `SUTRA_TEST_POSTGRES_URL`, else the
 //!   local `postgres://postgres@127.0.0.1:5432/test`) names the server.
 //!
@@ -150,7 +154,9 @@ struct Replica {
 
 impl Replica {
     fn spawn(db_url: &str) -> Result<Replica> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sutra"))
+        let bin = std::env::var("SUTRA_BENCH_SUTRA_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_sutra").to_string());
+        let mut child = Command::new(bin)
             .args(["serve", "--no-listen", "--db", db_url])
             .env_remove("SUTRA_DATASOURCE_URL")
             .env("SUTRA_LOG", "warn")
@@ -217,6 +223,19 @@ where
     }
 }
 
+/// CPU jiffies of each server process whose client named itself `app`.
+async fn backend_jiffies(sql: &PgPool, app: &str) -> Result<BTreeMap<i32, u64>> {
+    let pids: Vec<i32> =
+        sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+            .bind(app)
+            .fetch_all(sql)
+            .await?;
+    Ok(pids
+        .into_iter()
+        .filter_map(|pid| Some((pid, process_jiffies(u32::try_from(pid).ok()?)?)))
+        .collect())
+}
+
 async fn completed(sql: &PgPool) -> Result<i64> {
     Ok(
         sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE state = 'COMPLETED'")
@@ -258,8 +277,13 @@ struct Run {
     per_sec: f64,
     machine_busy: f64,
     replica_cpu_s: Vec<f64>,
-    /// CPU seconds of the PostgreSQL server's processes (0 if not local).
+    /// CPU seconds of the PostgreSQL server's processes (0 if not local):
+    /// every client's, other users' of the server included.
     postgres_cpu_s: f64,
+    /// CPU seconds of the server processes serving the replicas' own
+    /// connections (their `application_name` is the run's schema); the
+    /// server's shared processes (WAL writer, checkpointer) are not in it.
+    replica_backends_cpu_s: f64,
 }
 
 async fn run_once(url: &str, replicas: usize, n: usize, chaos: &[u8]) -> Result<Run> {
@@ -323,7 +347,16 @@ async fn run_in(url: &str, schema: &str, replicas: usize, n: usize, chaos: &[u8]
     }
     // Boot the replicas and warm them up.
     let sep = if url.contains('?') { '&' } else { '?' };
-    let db_url = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+    // `SUTRA_BENCH_REPLICA_PG_OPTIONS` (e.g. `-c log_min_duration_statement=0`)
+    // adds server settings to the replicas' connections (profiling).
+    let extra = std::env::var("SUTRA_BENCH_REPLICA_PG_OPTIONS")
+        .map(|o| format!(" {o}").replace(' ', "%20").replace('=', "%3D"))
+        .unwrap_or_default();
+    // The replicas' backends carry the schema as their application_name, so
+    // their CPU is told apart from other clients' of the same server.
+    let db_url = format!(
+        "{url}{sep}options=-c%20search_path%3D{schema}%20-c%20application_name%3D{schema}{extra}"
+    );
     let mut procs = (0..replicas)
         .map(|_| Replica::spawn(&db_url))
         .collect::<Result<Vec<_>>>()?;
@@ -354,6 +387,7 @@ async fn run_in(url: &str, schema: &str, replicas: usize, n: usize, chaos: &[u8]
         .collect();
     let m0 = machine_jiffies();
     let pg0 = postgres_jiffies();
+    let backends0 = backend_jiffies(&sql, schema).await?;
     let t0 = Instant::now();
     make_due(&sql, None).await?;
     let total = (n + WARM) as i64;
@@ -367,6 +401,12 @@ async fn run_in(url: &str, schema: &str, replicas: usize, n: usize, chaos: &[u8]
     let secs = t0.elapsed().as_secs_f64();
     let m1 = machine_jiffies();
     let pg1 = postgres_jiffies();
+    let backends1 = backend_jiffies(&sql, schema).await?;
+    let replica_backends_cpu_s = backends1
+        .iter()
+        .map(|(pid, j)| j.saturating_sub(backends0.get(pid).copied().unwrap_or(0)))
+        .sum::<u64>() as f64
+        / 100.0;
     let hz = 100.0; // USER_HZ on Linux
     let replica_cpu_s: Vec<f64> = pids
         .iter()
@@ -402,6 +442,7 @@ async fn run_in(url: &str, schema: &str, replicas: usize, n: usize, chaos: &[u8]
         machine_busy,
         replica_cpu_s,
         postgres_cpu_s,
+        replica_backends_cpu_s,
     })
 }
 
@@ -412,6 +453,8 @@ async fn run() -> Result<()> {
     let cores = std::thread::available_parallelism()
         .map(|c| c.get())
         .unwrap_or(1);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("\n== load average at start: {}", load.trim());
     println!("\n== replicas: {n} instances drained by N `sutra serve` on one PostgreSQL ({cores} cores, {RUNS} runs each)");
     let mut medians = BTreeMap::new();
     for replicas in [1usize, 2] {
@@ -420,12 +463,14 @@ async fn run() -> Result<()> {
             let r = run_once(&url, replicas, n, &chaos).await?;
             let cpu: Vec<String> = r.replica_cpu_s.iter().map(|c| format!("{c:.2}")).collect();
             println!(
-                "  N={replicas}  {:>7.0} instances/s  ({:.2} s)  machine CPU busy {:>5.1}%  CPU s: replicas [{}] postgres {:.2}",
+                "  N={replicas}  {:>7.0} instances/s  ({:.2} s)  machine CPU busy {:>5.1}%  CPU s: replicas [{}] postgres {:.2} (the replicas' backends {:.2}: {:.0} µs/instance)",
                 r.per_sec,
                 r.secs,
                 r.machine_busy * 100.0,
                 cpu.join(", "),
-                r.postgres_cpu_s
+                r.postgres_cpu_s,
+                r.replica_backends_cpu_s,
+                r.replica_backends_cpu_s * 1e6 / n as f64
             );
             runs.push(r.per_sec);
         }

@@ -355,14 +355,6 @@ impl<S: Store> Runtime<S> {
         }
     }
 
-    /// The last committed snapshot of an instance and its version.
-    async fn current(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
-        match self.recall(id) {
-            Some(kept) => Ok(kept),
-            None => self.load(id).await,
-        }
-    }
-
     /// The committed snapshot of an instance and its version, from the store.
     pub(super) async fn load(&self, id: &str) -> RuntimeResult<(i64, Snapshot)> {
         let rec = self.inner.store.load_instance(id).await?.ok_or_else(|| {
@@ -377,6 +369,19 @@ impl<S: Store> Runtime<S> {
     /// the commit window), commit, and run what is left.
     pub(crate) fn drive(&self, id: String, event: Event) -> BoxFut<RuntimeResult<Snapshot>> {
         self.drive_with(id, event, None, Finishing::default())
+    }
+
+    /// [`Self::drive`] from a snapshot read beforehand (`known`: its version
+    /// and snapshot, e.g. read with the other instances of a claimed batch);
+    /// a step committed since is met by the version check (the step is
+    /// replayed on the stored state), one kept here is used instead.
+    pub(crate) fn drive_from(
+        &self,
+        id: String,
+        event: Event,
+        known: Option<(i64, Snapshot)>,
+    ) -> BoxFut<RuntimeResult<Snapshot>> {
+        self.drive_known(id, event, None, Finishing::default(), known)
     }
 
     /// [`Self::drive`] an attempt's end, with what its guest wrote (kept on
@@ -408,11 +413,25 @@ impl<S: Store> Runtime<S> {
         written: Option<((u64, String, u32), Written)>,
         finishing: Finishing,
     ) -> BoxFut<RuntimeResult<Snapshot>> {
+        self.drive_known(id, event, written, finishing, None)
+    }
+
+    fn drive_known(
+        &self,
+        id: String,
+        event: Event,
+        written: Option<((u64, String, u32), Written)>,
+        finishing: Finishing,
+        known: Option<(i64, Snapshot)>,
+    ) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
         Box::pin(async move {
             let lock = rt.lock_for(&id);
             let guard = lock.lock().await;
-            let (mut version, snap) = rt.current(&id).await?;
+            let (mut version, snap) = match (rt.recall(&id), known) {
+                (Some(kept), _) | (None, Some(kept)) => kept,
+                (None, None) => rt.load(&id).await?,
+            };
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let stored = crate::store::search_vars(&snap.variables);
             let counted = super::inline::tally(&snap);

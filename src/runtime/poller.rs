@@ -9,6 +9,7 @@ use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::{InstanceState, ParkKind};
 use crate::store::{InstanceRecord, Store};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// Parks claimed per poll.
@@ -75,13 +76,20 @@ impl<S: Store> Runtime<S> {
                 return Ok(fired);
             }
             fired += parks.len();
+            let mut known = self
+                .read_ahead(parks.iter().map(|p| p.instance_id.clone()).collect())
+                .await;
             let mut set = tokio::task::JoinSet::new();
             for p in parks {
                 let rt = self.clone();
+                let known = known.remove(&p.instance_id);
                 set.spawn(async move {
                     // A child park may carry its child's end (children.rs).
                     let fired = match rt.park_event(&p.instance_id, p.seq, &p.kind).await {
-                        Ok(event) => rt.drive(p.instance_id.clone(), event).await.map(|_| ()),
+                        Ok(event) => rt
+                            .drive_from(p.instance_id.clone(), event, known)
+                            .await
+                            .map(|_| ()),
                         Err(e) => Err(e),
                     };
                     if let Err(e) = fired {
@@ -138,6 +146,39 @@ impl<S: Store> Runtime<S> {
                 }
             }
         }
+    }
+
+    /// On PostgreSQL, the instances about to be driven at once (a claimed
+    /// batch of parks, a page of signal deliveries) read in one statement
+    /// (each read is a round trip there, and this one replaces one per
+    /// instance); an instance named twice is left to be read by its drives.
+    /// SQLite reads in process: nothing is read ahead. A failed read only
+    /// leaves the reads to the drives.
+    pub(super) async fn read_ahead(
+        &self,
+        mut ids: Vec<String>,
+    ) -> HashMap<String, (i64, crate::engine::Snapshot)> {
+        if self.inner.store.backend() != "postgres" {
+            return HashMap::new();
+        }
+        ids.sort_unstable();
+        let twice: HashSet<String> = ids
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0].clone())
+            .collect();
+        ids.dedup();
+        ids.retain(|id| !twice.contains(id));
+        let Ok(records) = self.inner.store.load_instances(&ids).await else {
+            return HashMap::new();
+        };
+        records
+            .into_iter()
+            .filter_map(|r| {
+                let snap = crate::engine::Snapshot::from_json(&r.snapshot).ok()?;
+                Some((r.id, (r.version, snap)))
+            })
+            .collect()
     }
 
     /// Drive everything due until instance `id` is terminal or waits only for

@@ -158,6 +158,10 @@ impl<S: Store> Runtime<S> {
             if page.is_empty() {
                 break;
             }
+            // Read in one statement on PostgreSQL (poller.rs).
+            let mut known = self
+                .read_ahead(page.iter().map(|(i, _)| i.clone()).collect())
+                .await;
             let mut set = tokio::task::JoinSet::new();
             let mut failed = None;
             for (instance, seq) in page.iter().cloned() {
@@ -169,7 +173,11 @@ impl<S: Store> Runtime<S> {
                 let rt = self.clone();
                 let variables = variables.clone();
                 let kind = rec.kind.clone();
-                set.spawn(async move { rt.deliver_signal(&instance, seq, &kind, variables).await });
+                let known = known.remove(&instance);
+                set.spawn(async move {
+                    rt.deliver_known(&instance, seq, &kind, variables, known)
+                        .await
+                });
             }
             while let Some(r) = set.join_next().await {
                 if let Ok(Err(e)) = r {
@@ -196,13 +204,27 @@ impl<S: Store> Runtime<S> {
         kind: &str,
         variables: Map<String, Value>,
     ) -> RuntimeResult<()> {
+        self.deliver_known(instance, seq, kind, variables, None)
+            .await
+    }
+
+    /// [`Self::deliver_signal`] from the instance's snapshot read with its
+    /// page (`known`), if it was.
+    async fn deliver_known(
+        &self,
+        instance: &str,
+        seq: i64,
+        kind: &str,
+        variables: Map<String, Value>,
+        known: Option<(i64, crate::engine::Snapshot)>,
+    ) -> RuntimeResult<()> {
         let park = u64::try_from(seq).unwrap_or_default();
         let event = if kind == "signal" {
             Event::SignalArrived { park, variables }
         } else {
             Event::MessageArrived { park, variables }
         };
-        match self.drive(instance.to_string(), event).await {
+        match self.drive_from(instance.to_string(), event, known).await {
             Ok(_) => Ok(()),
             // The instance went (deleted, ended): nothing waits any more.
             Err(e) if matches!(e.code, Code::InstanceNotFound | Code::InstanceState) => Ok(()),

@@ -133,6 +133,10 @@ impl Store for AnyStore {
         delegate!(self, s => s.load_instance(id).await)
     }
 
+    async fn load_instances(&self, ids: &[String]) -> StoreResult<Vec<InstanceRecord>> {
+        delegate!(self, s => s.load_instances(ids).await)
+    }
+
     async fn commit_step(
         &self,
         id: &str,

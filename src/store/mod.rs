@@ -598,6 +598,13 @@ pub trait Store:
         &self,
         id: &str,
     ) -> impl Future<Output = StoreResult<Option<InstanceRecord>>> + Send;
+    /// The instances of `ids` that exist, in one read (any order). The
+    /// runtime reads the instances of a claimed batch of parks so on
+    /// PostgreSQL, where each read is a round trip (poller.rs).
+    fn load_instances(
+        &self,
+        ids: &[String],
+    ) -> impl Future<Output = StoreResult<Vec<InstanceRecord>>> + Send;
     /// Applies a step if the stored version is `expected_version` (then it is
     /// `expected_version + 1`); otherwise `StoreError::Conflict`.
     fn commit_step(

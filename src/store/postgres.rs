@@ -41,6 +41,10 @@ use tokio::sync::Notify;
 #[path = "pg_listen.rs"]
 mod pg_listen;
 
+// Group commit of a replica's concurrent instance writes (`src/store/pg_group.rs`).
+#[path = "pg_group.rs"]
+mod pg_group;
+
 /// Options of [`PgStore::open_with`].
 #[derive(Debug, Clone)]
 pub struct PgOptions {
@@ -67,6 +71,8 @@ impl Default for PgOptions {
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pub(super) pool: PgPool,
+    /// The committer tasks of `create_instance` and `commit_step` (pg_group.rs).
+    group: pg_group::Group,
 }
 
 /// A schema name safe to splice into DDL: an SQL identifier of letters,
@@ -129,7 +135,8 @@ impl PgStore {
             .connect_with(connect)
             .await?;
         migrator(Dialect::Postgres).await?.run(&pool).await?;
-        Ok(PgStore { pool })
+        let group = pg_group::Group::start(pool.clone());
+        Ok(PgStore { pool, group })
     }
 
     /// Closes the pool (waits for connections in use to be returned).
@@ -225,52 +232,24 @@ impl SqlBackend for PgStore {
         Ok(())
     }
 
+    /// Queued to the group commit (pg_group.rs): written together with
+    /// the other replica's writes queued meanwhile.
     async fn create(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
-        super::failpoint::refuse_write()?;
-        let mut tx = self.pool.begin().await?;
-        let inserted = Steps::insert_instance(&INSERT_INSTANCE_UNLESS_KEY_USED, inst, step)
-            .fetch_optional(&mut *tx)
+        self.group
+            .submit(pg_group::Op::Create(inst.clone(), step.clone()))
             .await
-            .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
-        if inserted.is_none() {
-            // The key is taken; the SELECT (a new snapshot) sees the winner.
-            let key = inst.idempotency_key.as_deref().unwrap_or_default();
-            return match Steps::instance_by_key(&mut tx, &inst.tenant, key, inst.started_at).await?
-            {
-                Some(holder) => Ok(Created::Existing(holder.id)),
-                // The holder of the key was deleted between the two statements.
-                None => Err(StoreError::Conflict(inst.id.clone())),
-            };
-        }
-        if let Some(key) = &inst.idempotency_key {
-            // A key kept for an instance deleted at its end (migration 0013):
-            // that deletion committed before our insert could take the key,
-            // so this statement (a new snapshot) sees it. Nothing is written.
-            let kept: Option<(String,)> = sqlx::query_as(super::queries_steps::KEY_KEPT)
-                .bind(&inst.tenant)
-                .bind(key)
-                .bind(inst.started_at)
-                .fetch_optional(&mut *tx)
-                .await?;
-            if let Some((id,)) = kept {
-                return Ok(Created::Existing(id));
-            }
-        }
-        Steps::apply(&mut tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
-        pg_listen::notify_armed(&mut tx, [step]).await?;
-        pg_listen::notify_abandoned(&mut tx, &inst.id, step).await?;
-        tx.commit().await?;
-        Ok(Created::New)
     }
 
+    /// Queued to the group commit (pg_group.rs), as `create`.
     async fn commit(&self, id: &str, expected_version: i64, step: &StepWrite) -> StoreResult<()> {
-        super::failpoint::refuse_write()?;
-        let mut tx = self.pool.begin().await?;
-        Steps::commit(&mut tx, id, expected_version, step).await?;
-        pg_listen::notify_armed(&mut tx, [step]).await?;
-        pg_listen::notify_abandoned(&mut tx, id, step).await?;
-        tx.commit().await?;
-        Ok(())
+        self.group
+            .submit(pg_group::Op::Commit {
+                id: id.to_string(),
+                version: expected_version,
+                step: step.clone(),
+            })
+            .await
+            .map(|_| ())
     }
 
     /// Locks the instances in one global order (id; steps of one instance
@@ -317,6 +296,60 @@ impl SqlBackend for PgStore {
     async fn watch_stops(&self, sink: Arc<dyn super::StopSink>) -> StoreResult<()> {
         pg_listen::watch_stops(&self.pool, sink).await
     }
+}
+
+/// A create in its own transaction (a batch of one, or after a batch failed).
+async fn create_alone(pool: &PgPool, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
+    super::failpoint::refuse_write()?;
+    let mut tx = pool.begin().await?;
+    let inserted = Steps::insert_instance(&INSERT_INSTANCE_UNLESS_KEY_USED, inst, step)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
+    if inserted.is_none() {
+        // The key is taken; the SELECT (a new snapshot) sees the winner.
+        let key = inst.idempotency_key.as_deref().unwrap_or_default();
+        return match Steps::instance_by_key(&mut tx, &inst.tenant, key, inst.started_at).await? {
+            Some(holder) => Ok(Created::Existing(holder.id)),
+            // The holder of the key was deleted between the two statements.
+            None => Err(StoreError::Conflict(inst.id.clone())),
+        };
+    }
+    if let Some(key) = &inst.idempotency_key {
+        // A key kept for an instance deleted at its end (migration 0013):
+        // that deletion committed before our insert could take the key,
+        // so this statement (a new snapshot) sees it. Nothing is written.
+        let kept: Option<(String,)> = sqlx::query_as(super::queries_steps::KEY_KEPT)
+            .bind(&inst.tenant)
+            .bind(key)
+            .bind(inst.started_at)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some((id,)) = kept {
+            return Ok(Created::Existing(id));
+        }
+    }
+    Steps::apply(&mut tx, &inst.id, &inst.tenant, &inst.deployment_id, step).await?;
+    pg_listen::notify_armed(&mut tx, [step]).await?;
+    pg_listen::notify_abandoned(&mut tx, &inst.id, step).await?;
+    tx.commit().await?;
+    Ok(Created::New)
+}
+
+/// A commit in its own transaction (a batch of one, or after a batch failed).
+async fn commit_alone(
+    pool: &PgPool,
+    id: &str,
+    expected_version: i64,
+    step: &StepWrite,
+) -> StoreResult<()> {
+    super::failpoint::refuse_write()?;
+    let mut tx = pool.begin().await?;
+    Steps::commit(&mut tx, id, expected_version, step).await?;
+    pg_listen::notify_armed(&mut tx, [step]).await?;
+    pg_listen::notify_abandoned(&mut tx, id, step).await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -359,6 +359,26 @@ where
         Ok(row)
     }
 
+    async fn load_instances(&self, ids: &[String]) -> StoreResult<Vec<InstanceRecord>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One parameter per id: the same text on both backends (no arrays in
+        // SQLite), the count rounded up to a power of two (the last id
+        // repeated) so a connection caches a few statements, not one per count.
+        let width = ids.len().next_power_of_two();
+        let marks: Vec<String> = (1..=width).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "SELECT {INSTANCE_READ_COLUMNS} FROM instances WHERE id IN ({})",
+            marks.join(", ")
+        );
+        let mut q = sqlx::query_as::<_, InstanceRow>(&sql);
+        for n in 0..width {
+            q = q.bind(&ids[n.min(ids.len() - 1)]);
+        }
+        Ok(q.fetch_all(self.reads()).await?)
+    }
+
     async fn commit_step(
         &self,
         id: &str,

@@ -281,6 +281,18 @@ where
         super::stats::write::<DB>(conn, &super::stats::collect([step])).await
     }
 
+    /// [`Self::apply`] but for the step's count deltas, which the caller
+    /// writes once for its transaction (as [`Self::commit_deferring_stats`]).
+    pub(super) async fn apply_deferring_stats(
+        conn: &mut DB::Connection,
+        id: &str,
+        tenant: &str,
+        deployment_id: &str,
+        step: &StepWrite,
+    ) -> StoreResult<()> {
+        Self::apply_rows_and_children(conn, id, tenant, deployment_id, step).await
+    }
+
     async fn apply_rows_and_children(
         conn: &mut DB::Connection,
         id: &str,
