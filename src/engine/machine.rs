@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 
 /// Node entries allowed in one step: a loop with no wait state fails the
 /// instance with `SUTRA.RUNTIME.STEP_LIMIT` instead of spinning forever.
-const STEP_BUDGET: u32 = 10_000;
+pub(super) const STEP_BUDGET: u32 = 10_000;
 
 pub(super) struct Machine<'a> {
     pub(super) process: &'a Process,
@@ -32,6 +32,12 @@ pub(super) struct Machine<'a> {
     /// Signals thrown in this step, for the instance's own waits armed
     /// later in it (engine/signal.rs).
     pub(super) thrown: Vec<super::signal::OwnThrow>,
+    /// Fan-out iterations started in this step (engine/fanout.rs: past
+    /// `FANOUT_STARTS_PER_STEP` the rest wait for the next step).
+    pub(super) fanout_starts: u32,
+    /// Which nodes may read the execution input through the context
+    /// (engine/context_reads.rs), by node index, found once per step.
+    pub(super) input_readers: std::cell::RefCell<std::collections::HashMap<NodeIx, bool>>,
 }
 
 /// A raised error travelling up the scopes to an error boundary.
@@ -55,6 +61,8 @@ impl<'a> Machine<'a> {
             queue: VecDeque::new(),
             budget: STEP_BUDGET,
             thrown: Vec::new(),
+            fanout_starts: 0,
+            input_readers: Default::default(),
         }
     }
 
@@ -409,6 +417,11 @@ impl<'a> Machine<'a> {
                 self.withdraw(p);
             }
         }
+    }
+
+    /// Node entries left in this step before `SUTRA.RUNTIME.STEP_LIMIT`.
+    pub(super) fn budget_left(&self) -> u32 {
+        self.budget
     }
 
     pub(super) fn clear_queue(&mut self) {

@@ -19,6 +19,7 @@ mod channel;
 mod child;
 mod choice;
 mod condition;
+mod context_reads;
 mod docflow;
 pub mod document;
 mod edit;
@@ -320,3 +321,5 @@ pub fn apply(
 mod tests;
 #[cfg(test)]
 mod tests_documents;
+#[cfg(test)]
+mod tests_fanout;

@@ -324,7 +324,7 @@ impl<S: Store> Runtime<S> {
         if self.inner.clock.is_wall_clock() && self.inner.alarms.is_some() {
             let now = self.inner.clock.now();
             for p in &mut w.arm {
-                let short = matches!(p.kind.as_str(), "retry" | "timer" | "channel")
+                let short = matches!(p.kind.as_str(), "retry" | "timer" | "channel" | "continue")
                     && spec.dues.get(&p.seq).is_some_and(|due| {
                         (*due - now)
                             .to_std()
