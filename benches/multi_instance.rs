@@ -196,7 +196,7 @@ async fn run_over(
     if !status.is_success() {
         bail!("start answered {status}: {body}");
     }
-    let id = body["id"]
+    let id = body["instance"]
         .as_str()
         .ok_or_else(|| anyhow!("no id in {body}"))?
         .to_string();

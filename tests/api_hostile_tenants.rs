@@ -654,7 +654,7 @@ on_both! {
         for (i, bomb) in bombs.into_iter().enumerate() {
             let (status, inst) = bomb.await.unwrap();
             assert_eq!(status, StatusCode::CREATED, "{inst}");
-            let id = inst["id"].as_str().unwrap().to_string();
+            let id = inst["instance"].as_str().unwrap().to_string();
             let view = ended(&acme, &id, std::time::Duration::from_secs(600)).await;
             assert_eq!(view["state"], "COMPLETED", "{}", view["error"]);
             if i < 4 {
