@@ -606,7 +606,11 @@ async fn ended(api: &Api, id: &str, within: std::time::Duration) -> Value {
         if !matches!(view["state"].as_str(), Some("RUNNING" | "WAITING")) {
             return view;
         }
-        assert!(std::time::Instant::now() < until, "{id} still {} after {within:?}", view["state"]);
+        assert!(
+            std::time::Instant::now() < until,
+            "{id} still {} after {within:?}",
+            view["state"]
+        );
         // Polling an observable state, not waiting for a time to pass.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

@@ -242,29 +242,77 @@ impl<'a> Machine<'a> {
                     json!({ "reason": "instance is terminal" }),
                 );
             }
-            Event::AttemptEnded {
-                token,
-                attempt,
-                outcome,
-            } => m.attempt_ended(token, attempt, outcome),
+            e @ (Event::AttemptEnded { .. }
+            | Event::DeliveryFailed { .. }
+            | Event::ParkFired { .. }
+            | Event::MessageArrived { .. }
+            | Event::SignalArrived { .. }) => m.unrefused(e),
             Event::ChannelAnswered {
                 token,
                 channel,
                 sent,
                 outcome,
             } => m.channel_answered(token, &channel, sent, outcome)?,
+            Event::ChildEnded { park, outcome } => m.child_ended(park, outcome)?,
+        }
+        m.run();
+        Ok(m.finish())
+    }
+
+    /// [`Machine::apply`] of an event it never refuses once the process
+    /// matches (engine::apply_keeping); any other event, or another
+    /// process's snapshot, is handed back untouched.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn apply_unrefused(
+        process: &'a Process,
+        snap: Snapshot,
+        event: Event,
+        inputs: &'a Inputs,
+    ) -> Result<Step, (Snapshot, Event)> {
+        let unrefused = matches!(
+            event,
+            Event::AttemptEnded { .. }
+                | Event::DeliveryFailed { .. }
+                | Event::ParkFired { .. }
+                | Event::MessageArrived { .. }
+                | Event::SignalArrived { .. }
+        );
+        if !unrefused || snap.process_id != process.id {
+            return Err((snap, event));
+        }
+        let terminal = snap.state.is_terminal();
+        let mut m = Machine::new(process, snap, inputs);
+        if terminal {
+            m.journal(
+                "event_ignored",
+                None,
+                json!({ "reason": "instance is terminal" }),
+            );
+        } else {
+            m.unrefused(event);
+        }
+        m.run();
+        Ok(m.finish())
+    }
+
+    /// The events [`Machine::apply`] never refuses, applied.
+    fn unrefused(&mut self, event: Event) {
+        match event {
+            Event::AttemptEnded {
+                token,
+                attempt,
+                outcome,
+            } => self.attempt_ended(token, attempt, outcome),
             Event::DeliveryFailed {
                 token,
                 request,
                 message,
-            } => m.delivery_failed(token, &request, message),
-            Event::ChildEnded { park, outcome } => m.child_ended(park, outcome)?,
-            Event::ParkFired { park } => m.park_fired(park, Map::new()),
-            Event::MessageArrived { park, variables } => m.park_fired(park, variables),
-            Event::SignalArrived { park, variables } => m.signal_arrived(park, variables),
+            } => self.delivery_failed(token, &request, message),
+            Event::ParkFired { park } => self.park_fired(park, Map::new()),
+            Event::MessageArrived { park, variables } => self.park_fired(park, variables),
+            Event::SignalArrived { park, variables } => self.signal_arrived(park, variables),
+            _ => {}
         }
-        m.run();
-        Ok(m.finish())
     }
 
     /// Settle the instance state and hand back the step.

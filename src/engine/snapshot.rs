@@ -460,6 +460,38 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// An empty snapshot of no instance: what a holder keeps for the
+    /// moment its snapshot is being stepped (moved into `engine::apply_keeping`).
+    pub fn placeholder() -> Snapshot {
+        Snapshot {
+            format: SNAPSHOT_FORMAT,
+            instance_id: String::new(),
+            tenant: String::new(),
+            deployment_id: String::new(),
+            process_id: String::new(),
+            state: InstanceState::Waiting,
+            variables: Map::new(),
+            input: Map::new(),
+            tokens: Vec::new(),
+            parks: BTreeMap::new(),
+            next_token: 1,
+            next_park: 1,
+            next_journal: 1,
+            completed: Vec::new(),
+            node_states: BTreeMap::new(),
+            outputs: BTreeMap::new(),
+            joins: Vec::new(),
+            unwind: None,
+            error: None,
+            started_at: DateTime::<Utc>::UNIX_EPOCH,
+            ended_at: None,
+            parent: None,
+            assigned: BTreeMap::new(),
+            escalations: Vec::new(),
+            held: Default::default(),
+        }
+    }
+
     /// The token `id`. Tokens are minted in increasing order and appended,
     /// so the list is sorted by id and a binary search finds one (a fan-out
     /// holds hundreds); a list that is not sorted (never written so, but a

@@ -303,8 +303,8 @@ impl<S: Store> Runtime<S> {
         }
         self.await_sends(&mut spec).await;
         let pending = std::mem::take(&mut spec.pending);
-        self.run_attempts(id, deployed, spec.snapshot, pending)
-            .await;
+        let tenant = spec.snapshot.tenant.clone();
+        self.run_attempts(id, deployed, tenant, pending).await;
     }
 
     /// What follows every commit: wake the poller for new parks, set alarms,
@@ -460,7 +460,8 @@ impl<S: Store> Runtime<S> {
             }
             rt.await_sends(&mut spec).await;
             let pending = std::mem::take(&mut spec.pending);
-            rt.run_attempts(id, deployed, spec.snapshot.clone(), pending)
+            // Only its tenant: the snapshot may hold a fan-out's every item.
+            rt.run_attempts(id, deployed, spec.snapshot.tenant.clone(), pending)
                 .await;
             Ok(spec.snapshot)
         })
@@ -491,7 +492,7 @@ impl<S: Store> Runtime<S> {
         &self,
         id: String,
         deployed: Arc<Deployed>,
-        snap: Snapshot,
+        tenant: String,
         attempts: Vec<AttemptRequest>,
     ) -> BoxFut<()> {
         let rt = self.clone();
@@ -504,7 +505,7 @@ impl<S: Store> Runtime<S> {
                 let rt = rt.clone();
                 let id = id.clone();
                 let deployed = deployed.clone();
-                let tenant = snap.tenant.clone();
+                let tenant = tenant.clone();
                 set.spawn(async move {
                     let outcome = rt.run_attempt(&deployed, &tenant, &id, &req).await;
                     rt.attempt_ended(id, req, outcome).await;

@@ -540,9 +540,12 @@ impl<S: Store> Runtime<S> {
             attempt: req.attempt,
             outcome,
         };
-        match deployed.apply(spec.snapshot.clone(), event.clone(), &self.inputs()) {
+        // The snapshot itself, not a copy (it may hold a fan-out's every item).
+        let snap = std::mem::replace(&mut spec.snapshot, engine::Snapshot::placeholder());
+        match deployed.apply_keeping(snap, event.clone(), &self.inputs()) {
             Ok(step) => self.absorb(spec, step, Some(event)),
-            Err(e) => {
+            Err((e, snap)) => {
+                spec.snapshot = snap;
                 // Not applied: its attempt park stays and re-runs it at its lease.
                 spec.inflight.remove(&(req.token, req.attempt));
                 tracing::error!(instance = %spec.snapshot.instance_id, error = %e, "could not apply an attempt outcome; its lease will re-run it");
