@@ -19,6 +19,18 @@ type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// How many times a step is re-applied after losing an optimistic race.
 const CONFLICT_RETRIES: usize = 8;
 
+/// An attempt's outcome waiting in its instance's inbox: the request, the
+/// outcome, what its guest wrote.
+pub(crate) type Arrived = (AttemptRequest, TaskOutcome, Option<Written>);
+
+/// Where a drive's first event comes from.
+enum First {
+    Given(Event, Option<((u64, String, u32), Written)>),
+    /// The instance's inbox (the outcomes queued while another step held
+    /// its lock); nothing to do when another drive took them.
+    Inbox,
+}
+
 /// What a start asks for.
 #[derive(Debug, Clone, Default)]
 pub struct StartRequest {
@@ -379,17 +391,6 @@ impl<S: Store> Runtime<S> {
         self.drive_with(id, event, None, Finishing::default())
     }
 
-    /// [`Self::drive`] an attempt's end, with what its guest wrote (kept on
-    /// the attempt's row).
-    fn drive_written(
-        &self,
-        id: String,
-        event: Event,
-        written: Option<((u64, String, u32), Written)>,
-    ) -> BoxFut<RuntimeResult<Snapshot>> {
-        self.drive_with(id, event, written, Finishing::default())
-    }
-
     /// [`Self::drive`], the step also ending the requests it answers (one
     /// commit for the answer and its request).
     pub(crate) fn drive_finishing(
@@ -410,8 +411,56 @@ impl<S: Store> Runtime<S> {
     ) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
         Box::pin(async move {
+            let driven = rt
+                .drive_from(id.clone(), First::Given(event, written), finishing)
+                .await?;
+            driven.ok_or_else(|| {
+                RuntimeError::new(
+                    Code::StoreFailed,
+                    format!("instance {id}: no step was applied"),
+                )
+            })
+        })
+    }
+
+    /// The outcomes queued for instance `id`, taken.
+    fn take_inbox(&self, id: &str) -> Vec<Arrived> {
+        match self.inner.inbox.lock() {
+            Ok(mut m) => m.remove(id).unwrap_or_default(),
+            Err(p) => p.into_inner().remove(id).unwrap_or_default(),
+        }
+    }
+
+    /// One drive: the first event (given, or the first queued outcome), the
+    /// outcomes queued meanwhile, the attempts they make runnable within the
+    /// commit window, one commit. `None`: an inbox drive found nothing left.
+    fn drive_from(
+        &self,
+        id: String,
+        first: First,
+        finishing: Finishing,
+    ) -> BoxFut<RuntimeResult<Option<Snapshot>>> {
+        let rt = self.clone();
+        Box::pin(async move {
             let lock = rt.lock_for(&id);
             let guard = lock.lock().await;
+            let mut queued = rt.take_inbox(&id).into_iter();
+            let (event, written) = match first {
+                First::Given(event, written) => (event, written),
+                First::Inbox => match queued.next() {
+                    None => return Ok(None),
+                    Some((req, outcome, written)) => {
+                        let written =
+                            written.map(|w| ((req.token, req.node.clone(), req.attempt), w));
+                        let event = Event::AttemptEnded {
+                            token: req.token,
+                            attempt: req.attempt,
+                            outcome,
+                        };
+                        (event, written)
+                    }
+                },
+            };
             let (mut version, snap) = rt.current(&id).await?;
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let stored = crate::store::search_vars(&snap.variables);
@@ -419,6 +468,11 @@ impl<S: Store> Runtime<S> {
             let mut spec = rt.spec_of(step, Some(event));
             spec.search_base = Some(stored);
             spec.outputs.extend(written);
+            // Every outcome that arrived while the lock was held: one commit
+            // for all of them (a wide fan-out's iterations end together).
+            for (req, outcome, written) in queued {
+                rt.apply_outcome(&deployed, &mut spec, req, (outcome, written));
+            }
             rt.speculate(&id, &deployed, &mut spec).await;
             let running = std::mem::take(&mut spec.running);
             let mut tries = 0;
@@ -463,7 +517,7 @@ impl<S: Store> Runtime<S> {
             // Only its tenant: the snapshot may hold a fan-out's every item.
             rt.run_attempts(id, deployed, spec.snapshot.tenant.clone(), pending)
                 .await;
-            Ok(spec.snapshot)
+            Ok(Some(spec.snapshot))
         })
     }
 
@@ -475,14 +529,24 @@ impl<S: Store> Runtime<S> {
         req: AttemptRequest,
         (outcome, written): (TaskOutcome, Option<Written>),
     ) {
-        let event = Event::AttemptEnded {
-            token: req.token,
-            attempt: req.attempt,
-            outcome,
-        };
-        let written = written.map(|w| ((req.token, req.node.clone(), req.attempt), w));
-        if let Err(e) = self.drive_written(id.clone(), event, written).await {
-            tracing::error!(instance = %id, error = %e, "could not commit an attempt outcome; its lease will re-run it");
+        // Queued, then driven: whoever takes the instance's lock first
+        // applies every queued outcome in one step and commit.
+        match self.inner.inbox.lock() {
+            Ok(mut m) => m
+                .entry(id.clone())
+                .or_default()
+                .push((req, outcome, written)),
+            Err(p) => p
+                .into_inner()
+                .entry(id.clone())
+                .or_default()
+                .push((req, outcome, written)),
+        }
+        if let Err(e) = self
+            .drive_from(id.clone(), First::Inbox, Finishing::default())
+            .await
+        {
+            tracing::error!(instance = %id, error = %e, "could not commit attempt outcomes; their leases will re-run them");
         }
     }
 

@@ -524,7 +524,7 @@ impl<S: Store> Runtime<S> {
         Some(tokio::time::Instant::now() + (due - now).to_std().unwrap_or_default())
     }
 
-    fn apply_outcome(
+    pub(crate) fn apply_outcome(
         &self,
         deployed: &Deployed,
         spec: &mut Spec,
