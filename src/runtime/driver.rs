@@ -23,9 +23,12 @@ const CONFLICT_RETRIES: usize = 8;
 /// outcome, what its guest wrote.
 pub(crate) type Arrived = (AttemptRequest, TaskOutcome, Option<Written>);
 
+/// What a guest wrote, by its attempt (token, node, attempt).
+type Keyed = ((u64, String, u32), Written);
+
 /// Where a drive's first event comes from.
 enum First {
-    Given(Event, Option<((u64, String, u32), Written)>),
+    Given(Box<(Event, Option<Keyed>)>),
     /// The instance's inbox (the outcomes queued while another step held
     /// its lock); nothing to do when another drive took them.
     Inbox,
@@ -412,7 +415,11 @@ impl<S: Store> Runtime<S> {
         let rt = self.clone();
         Box::pin(async move {
             let driven = rt
-                .drive_from(id.clone(), First::Given(event, written), finishing)
+                .drive_from(
+                    id.clone(),
+                    First::Given(Box::new((event, written))),
+                    finishing,
+                )
                 .await?;
             driven.ok_or_else(|| {
                 RuntimeError::new(
@@ -448,7 +455,7 @@ impl<S: Store> Runtime<S> {
             let mut queued = rt.take_inbox(&id).into_iter();
             let given = matches!(first, First::Given(..));
             let (event, written) = match first {
-                First::Given(event, written) => (event, written),
+                First::Given(given) => *given,
                 First::Inbox => match queued.next() {
                     None => return Ok(None),
                     Some((req, outcome, written)) => {
