@@ -199,6 +199,11 @@ impl<'a> Machine<'a> {
             Some(&node.id),
             json!({ "branches": count, "attempt": attempt }),
         );
+        // Only a Parallel's branches and a Map's item selector read the
+        // effective input again: a Map without one does not keep a copy (of
+        // every item, most often) in its state.
+        let keep_input = fan.items.as_ref().is_none_or(|it| it.selector.is_some());
+        let input = if keep_input { input } else { Value::Null };
         self.set_fanout_state(
             token,
             FanoutState {
