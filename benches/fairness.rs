@@ -10,7 +10,11 @@
 //! tick). A third load (issue 16, item 1): two streams of `hog` starts whose
 //! gateway condition nests two comprehensions, each evaluation about ¾ of
 //! the condition budget (~10–20 ms of CPU on the host, not in a guest). A
-//! sleep here only lets the load build up; nothing is asserted on time.
+//! fourth (issue 33 item 1): four streams of another tenant's Map bombs
+//! (issue 33's shape over 100,000 items, a 0.6 MB start), each started again
+//! as soon as the last one completed; the target there is a victim start's
+//! p99 under 50 ms. A sleep here only lets the load build up; nothing is
+//! asserted on time.
 //!
 //! `cargo bench --bench fairness`
 
@@ -49,6 +53,13 @@ const COSTLY: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
     <bpmn:endEvent id="end"/>
   </bpmn:process>
 </bpmn:definitions>"#;
+
+/// Issue 33 item 1's Map bomb: a Map over the list it is started with.
+const MAP_BOMB: &str = r#"{"Name":"map-bomb","StartAt":"M","States":{"M":{"Type":"Map","ItemsPath":"$.xs","ItemProcessor":{"StartAt":"P","States":{"P":{"Type":"Pass","End":true}}},"End":true}}}"#;
+
+/// Concurrent streams of Map bombs, and the items of each.
+const BOMB_STREAMS: usize = 4;
+const BOMB_ITEMS: u32 = 100_000;
 
 const HOGS: usize = 50;
 /// Concurrent streams of `costly` starts (one per core of this machine).
@@ -144,6 +155,7 @@ fn main() -> Result<()> {
             rt.deploy(tenant, ECHO, &modules).await?;
         }
         rt.deploy("hog", COSTLY, &BTreeMap::new()).await?;
+        rt.deploy("hog", MAP_BOMB, &BTreeMap::new()).await?;
         // Warm up, then the unloaded figure.
         probe(&rt).await?;
         let quiet = probe(&rt).await?;
@@ -214,6 +226,51 @@ fn main() -> Result<()> {
         row(
             &format!("{COSTLY_STREAMS} streams of another tenant's starts whose condition costs ¾ of the budget ({costly} starts)"),
             &loaded,
+        );
+        // Streams of Map bombs: each started again once the last completed.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let xs: Vec<u32> = (0..BOMB_ITEMS).collect();
+        let mut streams = Vec::new();
+        for _ in 0..BOMB_STREAMS {
+            let (rt, stop, v) = (rt.clone(), stop.clone(), json!({ "xs": xs }));
+            streams.push(tokio::spawn(async move {
+                let mut took = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let t = Instant::now();
+                    let id = start_of(&rt, "hog", "map-bomb", v.clone()).await?;
+                    rt.settle(&id).await?;
+                    let state = rt.inspect(&id).await?.state;
+                    if state != "COMPLETED" {
+                        bail!("map bomb {id} is {state}");
+                    }
+                    took.push(t.elapsed());
+                }
+                Ok::<Vec<Duration>, anyhow::Error>(took)
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let loaded = probe(&rt).await?;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut took = Vec::new();
+        for s in streams {
+            took.extend(s.await??);
+        }
+        took.sort();
+        row(
+            &format!(
+                "{BOMB_STREAMS} streams of another tenant's Map bombs over {BOMB_ITEMS} items ({} completed, median {:.2} s each)",
+                took.len(),
+                took.get(took.len() / 2).map_or(0.0, Duration::as_secs_f64)
+            ),
+            &loaded,
+        );
+        println!(
+            "|   target p99 < 50 ms: {} |||",
+            if loaded[loaded.len() * 99 / 100] < Duration::from_millis(50) {
+                "met"
+            } else {
+                "missed"
+            }
         );
         Ok(())
     })

@@ -573,3 +573,97 @@ on_both! {
         assert_eq!(sutra(&rotated, &["tenant", "keys", "acme"]).status.code(), Some(1));
     }
 }
+
+/// Issue 33 item 1's Map bomb as reported (a Name added to deploy it): a Map
+/// over the list it is started with, each item passed through.
+const MAP_BOMB: &str = r#"{"Name":"map-bomb","StartAt":"M","States":{"M":{"Type":"Map","ItemsPath":"$.xs","ItemProcessor":{"StartAt":"P","States":{"P":{"Type":"Pass","End":true}}},"End":true}}}"#;
+
+/// The BPMN shape of the same bomb: a parallel multi-instance sub-process
+/// that never waits, `n` times.
+const MI_BOMB: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="d" targetNamespace="https://example.com">
+  <bpmn:process id="mi-bomb" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="start" targetRef="T"/>
+    <bpmn:subProcess id="T">
+      <bpmn:multiInstanceLoopCharacteristics><bpmn:loopCardinality>n</bpmn:loopCardinality></bpmn:multiInstanceLoopCharacteristics>
+      <bpmn:startEvent id="s0"/>
+      <bpmn:sequenceFlow id="s1" sourceRef="s0" targetRef="s9"/>
+      <bpmn:endEvent id="s9"/>
+    </bpmn:subProcess>
+    <bpmn:sequenceFlow id="f2" sourceRef="T" targetRef="end"/>
+    <bpmn:endEvent id="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#;
+
+/// GET an instance until it is terminal (bounded so a regression fails
+/// rather than hangs): its view.
+async fn ended(api: &Api, id: &str, within: std::time::Duration) -> Value {
+    let until = std::time::Instant::now() + within;
+    loop {
+        let (status, view) = api.get(&format!("/v1/instances/{id}")).await;
+        assert_eq!(status, StatusCode::OK, "{view}");
+        if !matches!(view["state"].as_str(), Some("RUNNING" | "WAITING")) {
+            return view;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{id} still {} after {within:?}",
+            view["state"]
+        );
+        // Polling an observable state, not waiting for a time to pass.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+on_both! {
+    /// Issue 33 item 1: four Map bombs of 10,000 items and a multi-instance
+    /// bomb of 20,000 iterations (HX has no fan-out) start at once; each
+    /// start answers, and each goes on a bounded number of iterations per
+    /// step (a continue park between steps: `engine::tests_fanout` counts
+    /// them) until it completes with its results in order. Meanwhile the other tenant's instances complete
+    /// promptly: no step holds an executor thread for the bomb's whole work.
+    async fn fan_out_bombs_continue_step_after_step_beside_another_tenant(db) {
+        let Some(srv) = Server::start_on(db, &[(server::SYSTEM_CLOCK, "1")]).await else {
+            return;
+        };
+        let acme = srv.tenant("acme", json!({})).await;
+        let globex = srv.tenant("globex", json!({})).await;
+        for def in [MAP_BOMB, MI_BOMB] {
+            let (status, body) = acme.deploy(def, &[]).await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+        }
+        let (status, body) = globex.deploy(SIMPLE, &[]).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+
+        let xs: Vec<u32> = (0..10_000).collect();
+        let mut bombs = Vec::new();
+        for i in 0..5 {
+            let (acme, xs) = (acme.clone(), xs.clone());
+            bombs.push(tokio::spawn(async move {
+                if i < 4 {
+                    acme.start("map-bomb", json!({ "xs": xs })).await
+                } else {
+                    acme.start("mi-bomb", json!({ "n": 20_000 })).await
+                }
+            }));
+        }
+        for _ in 0..20 {
+            let began = std::time::Instant::now();
+            let (status, other) = globex.start("simple", json!({})).await;
+            assert_eq!(status, StatusCode::CREATED, "{other}");
+            assert_eq!(other["state"], "COMPLETED", "{other}");
+            assert!(began.elapsed() < std::time::Duration::from_secs(10), "a start took {:?}", began.elapsed());
+        }
+        for (i, bomb) in bombs.into_iter().enumerate() {
+            let (status, inst) = bomb.await.unwrap();
+            assert_eq!(status, StatusCode::CREATED, "{inst}");
+            let id = inst["instance"].as_str().unwrap().to_string();
+            let view = ended(&acme, &id, std::time::Duration::from_secs(600)).await;
+            assert_eq!(view["state"], "COMPLETED", "{}", view["error"]);
+            if i < 4 {
+                assert_eq!(view["variables"]["output"], json!(xs));
+            }
+        }
+    }
+}

@@ -160,6 +160,8 @@ pub(crate) fn wait_text(w: &Value) -> String {
             format!("waits at {node} for event `{}`{how}", s(&w["event"]))
         }
         "timer" => format!("waits at {node} for a timer due {due}"),
+        // A fan-out that spent its step's budget (engine::fanout).
+        "continue" => format!("goes on at {node}: its next iterations start in the next step"),
         "retry" => format!(
             "waits at {node} for a retry: attempt {} due {due}",
             s(&w["attempt"])

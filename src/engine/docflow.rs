@@ -37,7 +37,6 @@ impl Machine<'_> {
                 "Id": self.snap.instance_id,
                 "Name": self.snap.instance_id,
                 "StartTime": self.snap.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-                "Input": doc::input_document(&self.snap.input),
             },
             "StateMachine": {
                 "Id": self.snap.process_id,
@@ -49,6 +48,11 @@ impl Machine<'_> {
                 "RetryCount": retry_count,
             },
         });
+        // A copy of the whole start document: only for a node that may
+        // read it (context_reads.rs).
+        if self.reads_execution_input(node) {
+            context["Execution"]["Input"] = doc::input_document(&self.snap.input);
+        }
         if let Some(m) = item {
             context["Map"] = m;
         }

@@ -13,13 +13,40 @@
 //!   park, then the whole fan-out runs again) before its catchers.
 //!
 //! Waits inside a branch are ordinary parks of the branch's tokens.
+//!
+//! Cost (issue 33 item 1): a fan-out's state is read and written in place
+//! (never copied per iteration); at most [`window`] iterations run at once
+//! (a `Map` without `MaxConcurrency` runs `model::DEFAULT_MAX_CONCURRENCY`,
+//! no fan-out more than [`WINDOW_MAX`]); and one step starts at most
+//! [`FANOUT_STARTS_PER_STEP`] iterations (fewer once half the step's node
+//! budget is spent): then a continue park (`ParkKind::Continue`, due at
+//! once) carries the rest to the next step, so a step's host work is bounded
+//! whatever the number of items. BPMN multi-instance bodies (repeat.rs)
+//! share the window and the budget.
 
 use super::document::{self as doc, DocError, Scope};
 use super::machine::{Machine, Raised};
-use super::snapshot::{FanoutState, NodeState, TokenStatus};
+use super::snapshot::{FanoutState, NodeState, Park, ParkKind, TokenStatus};
 use crate::codes::Code;
 use crate::model::{Bound, DataFlow, Fanout, Items, Node, NodeKind, StartTrigger};
 use serde_json::{json, Value};
+
+/// Iterations one step may start (over all the instance's fan-outs); the
+/// rest are started by the next step (a continue park).
+pub(super) const FANOUT_STARTS_PER_STEP: u32 = 256;
+
+/// The most iterations of one fan-out running at once, whatever the
+/// definition says (each live iteration is a token in the snapshot).
+pub(super) const WINDOW_MAX: usize = 1_000;
+
+/// How many iterations may run at once for a concurrency as written
+/// (`0`: no limit given).
+pub(super) fn window(written: u32) -> usize {
+    match written {
+        0 => crate::model::DEFAULT_MAX_CONCURRENCY as usize,
+        n => (n as usize).min(WINDOW_MAX),
+    }
+}
 
 impl<'a> Machine<'a> {
     fn fanout_of(&self, token: u64) -> Option<(&'a Node, &'a Fanout)> {
@@ -30,10 +57,82 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn fanout_state(&self, token: u64) -> Option<FanoutState> {
+    /// The fan-out's state, in place (it holds every item and result:
+    /// never copied per iteration).
+    pub(super) fn fan_state(&self, token: u64) -> Option<&FanoutState> {
         match self.snap.token(token).map(|t| &t.status) {
-            Some(TokenStatus::Fanout(s)) => Some(s.clone()),
+            Some(TokenStatus::Fanout(s)) => Some(s),
             _ => None,
+        }
+    }
+
+    pub(super) fn fan_state_mut(&mut self, token: u64) -> Option<&mut FanoutState> {
+        match self.snap.token_mut(token).map(|t| &mut t.status) {
+            Some(TokenStatus::Fanout(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Live iterations (branch tokens) of fan-out `token`.
+    pub(super) fn live_branches(&self, token: u64) -> usize {
+        self.snap
+            .tokens
+            .iter()
+            .filter(|t| t.scope == Some(token) && matches!(t.status, TokenStatus::Branch { .. }))
+            .count()
+    }
+
+    /// Whether this step may start one more iteration of fan-out `token`;
+    /// when not, a continue park (due now) carries its fill to the next
+    /// step. Counts the start when it may.
+    pub(super) fn may_start_iteration(&mut self, token: u64) -> bool {
+        if self.fanout_starts < FANOUT_STARTS_PER_STEP
+            && self.budget_left() > super::machine::STEP_BUDGET / 2
+        {
+            self.fanout_starts += 1;
+            return true;
+        }
+        if self.fan_state(token).is_some_and(|s| s.resume.is_none()) {
+            let Some(node) = self.node_of(token) else {
+                return false;
+            };
+            let park = self.arm(Park {
+                kind: ParkKind::Continue,
+                token,
+                node: node.id.clone(),
+                due: Some(self.inputs.now),
+                message: None,
+                cycle: None,
+            });
+            let next = self.fan_state(token).map_or(0, |s| s.next);
+            self.journal(
+                "fanout_continues",
+                Some(&node.id),
+                json!({ "next": next, "park": park }),
+            );
+            if let Some(st) = self.fan_state_mut(token) {
+                st.resume = Some(park);
+            }
+        }
+        false
+    }
+
+    /// A continue park fell due: start the iterations the last step left.
+    pub(super) fn fanout_continue(&mut self, token: u64, park: u64) {
+        let Some(st) = self.fan_state_mut(token) else {
+            return;
+        };
+        if st.resume != Some(park) {
+            return;
+        }
+        st.resume = None;
+        let repeated = self
+            .fanout_of(token)
+            .is_some_and(|(_, f)| f.repeat.is_some());
+        if repeated {
+            self.repeat_fill(token);
+        } else {
+            self.fanout_fill(token);
         }
     }
 
@@ -100,6 +199,11 @@ impl<'a> Machine<'a> {
             Some(&node.id),
             json!({ "branches": count, "attempt": attempt }),
         );
+        // Only a Parallel's branches and a Map's item selector read the
+        // effective input again: a Map without one does not keep a copy (of
+        // every item, most often) in its state.
+        let keep_input = fan.items.as_ref().is_none_or(|it| it.selector.is_some());
+        let input = if keep_input { input } else { Value::Null };
         self.set_fanout_state(
             token,
             FanoutState {
@@ -113,58 +217,58 @@ impl<'a> Machine<'a> {
                 limit,
                 failed: 0,
                 tolerated,
+                resume: None,
             },
         );
         self.fanout_fill(token);
     }
 
-    /// Start branches while the concurrency allows; finish when all ended.
+    /// Start branches while the concurrency allows (and the step's budget:
+    /// `may_start_iteration`); finish when all ended.
     fn fanout_fill(&mut self, token: u64) {
         let Some((node, fan)) = self.fanout_of(token) else {
             return;
         };
-        let Some(mut st) = self.fanout_state(token) else {
+        let Some(st) = self.fan_state(token) else {
             return;
         };
         let limit = match &fan.items {
-            Some(it) => match st.limit.unwrap_or(it.max_concurrency) {
-                0 => usize::MAX,
-                n => n as usize,
-            },
+            Some(it) => window(st.limit.unwrap_or(it.max_concurrency)),
+            // A Parallel state's branches are few and written out.
             None => usize::MAX,
         };
-        let mut running = self
-            .snap
-            .tokens
-            .iter()
-            .filter(|t| t.scope == Some(token) && matches!(t.status, TokenStatus::Branch { .. }))
-            .count();
-        while (st.next as usize) < st.results.len() && running < limit {
+        let mut running = self.live_branches(token);
+        loop {
+            let Some(st) = self.fan_state(token) else {
+                return;
+            };
+            if st.next as usize >= st.results.len() {
+                break;
+            }
+            if running >= limit || st.resume.is_some() || !self.may_start_iteration(token) {
+                return;
+            }
+            let Some(st) = self.fan_state_mut(token) else {
+                return;
+            };
             let slot = st.next;
             st.next += 1;
             running += 1;
-            self.set_fanout_state(token, st.clone());
-            if !self.start_branch(token, node, fan, &st, slot) {
+            if !self.start_branch(token, node, fan, slot) {
                 return;
             }
-            match self.fanout_state(token) {
-                Some(s) => st = s,
-                None => return,
-            }
         }
-        if st.results.iter().all(Option::is_some) {
-            self.fanout_finish(token, node, st);
+        // Every slot started and none is running: each has its result.
+        if running == 0 {
+            if let Some(st) = self.fan_state_mut(token) {
+                let results = std::mem::take(&mut st.results);
+                st.items = Vec::new();
+                self.fanout_finish(token, node, results);
+            }
         }
     }
 
-    fn start_branch(
-        &mut self,
-        token: u64,
-        node: &Node,
-        fan: &Fanout,
-        st: &FanoutState,
-        slot: u32,
-    ) -> bool {
+    fn start_branch(&mut self, token: u64, node: &Node, fan: &Fanout, slot: u32) -> bool {
         let i = slot as usize;
         let branch = if fan.items.is_some() {
             fan.branches.first()
@@ -172,6 +276,9 @@ impl<'a> Machine<'a> {
             fan.branches.get(i)
         };
         let Some(&branch) = branch else {
+            return false;
+        };
+        let Some(st) = self.fan_state(token) else {
             return false;
         };
         let (input, item) = match &fan.items {
@@ -218,13 +325,8 @@ impl<'a> Machine<'a> {
         true
     }
 
-    fn fanout_finish(&mut self, token: u64, node: &Node, st: FanoutState) {
-        let results = Value::Array(
-            st.results
-                .into_iter()
-                .map(Option::unwrap_or_default)
-                .collect(),
-        );
+    fn fanout_finish(&mut self, token: u64, node: &Node, results: Vec<Option<Value>>) {
+        let results = Value::Array(results.into_iter().map(Option::unwrap_or_default).collect());
         let df: DataFlow = node.data.as_deref().cloned().unwrap_or_default();
         let raw = self.doc_of(token);
         let context = self.context_of(token, node, 0);
@@ -291,13 +393,12 @@ impl<'a> Machine<'a> {
         self.discard(branch);
         let node = self.node_of(fan).map(|n| n.id.clone());
         self.journal(kind, node.as_deref(), json!({ "slot": slot }));
-        let Some(mut st) = self.fanout_state(fan) else {
+        let Some(st) = self.fan_state_mut(fan) else {
             return;
         };
         if let Some(r) = st.results.get_mut(slot as usize) {
             *r = Some(output);
         }
-        self.set_fanout_state(fan, st);
         self.fanout_fill(fan);
     }
 
@@ -316,7 +417,7 @@ impl<'a> Machine<'a> {
         let Some((node, Some(it))) = self.fanout_of(fan).map(|(n, f)| (n, f.items.as_ref())) else {
             return false;
         };
-        let Some(mut st) = self.fanout_state(fan) else {
+        let Some(st) = self.fan_state(fan) else {
             return false;
         };
         match st.tolerated {
@@ -347,8 +448,9 @@ impl<'a> Machine<'a> {
                     self.raise_from(Some(fan), raised, &node.id);
                     return true;
                 }
-                st.failed = failed;
-                self.set_fanout_state(fan, st);
+                if let Some(st) = self.fan_state_mut(fan) {
+                    st.failed = failed;
+                }
             }
             None if it.fail_on_partial => return false,
             None => {}
@@ -373,9 +475,10 @@ impl<'a> Machine<'a> {
         let Some((node, fan)) = self.fanout_of(token) else {
             return false;
         };
-        let Some(st) = self.fanout_state(token) else {
+        let Some(st) = self.fan_state(token) else {
             return false;
         };
+        let (attempt, granted) = (st.attempt, st.granted.clone());
         let names: Vec<&str> = std::iter::once(raised.code.as_str())
             .chain(raised.failure.as_ref().map(|f| f.code.as_str()))
             .chain(raised.also.iter().map(String::as_str))
@@ -387,9 +490,13 @@ impl<'a> Machine<'a> {
         }) else {
             return false;
         };
-        let spent = st.granted.get(ix).copied().unwrap_or(0);
+        let spent = granted.get(ix).copied().unwrap_or(0);
         if spent + 1 >= policy.max_attempts {
             return false;
+        }
+        // Its continue park goes with the run it belonged to.
+        if let Some(p) = self.fan_state_mut(token).and_then(|s| s.resume.take()) {
+            self.withdraw(p);
         }
         let children: Vec<u64> = self
             .snap
@@ -402,8 +509,8 @@ impl<'a> Machine<'a> {
             self.discard(c);
         }
         let delay = policy.delay(spent + 2, self.inputs.draw);
-        let (park, _) = self.arm_retry(token, &node.id, st.attempt + 1, delay, &raised.code);
-        let mut granted = st.granted.clone();
+        let (park, _) = self.arm_retry(token, &node.id, attempt + 1, delay, &raised.code);
+        let mut granted = granted;
         granted.resize(fan.retries.len().max(granted.len()), 0);
         granted[ix] += 1;
         self.set_fanout_state(
@@ -413,12 +520,13 @@ impl<'a> Machine<'a> {
                 items: Vec::new(),
                 input: Value::Null,
                 next: 0,
-                attempt: st.attempt + 1,
+                attempt: attempt + 1,
                 granted,
                 backoff: Some(park),
                 limit: None,
                 failed: 0,
                 tolerated: None,
+                resume: None,
             },
         );
         true
@@ -426,11 +534,12 @@ impl<'a> Machine<'a> {
 
     /// A fan-out's retry park fell due. `false` when `token` is no fan-out.
     pub(super) fn fanout_retry_due(&mut self, token: u64) -> bool {
-        let Some(st) = self.fanout_state(token) else {
+        let Some(st) = self.fan_state(token) else {
             return false;
         };
         if st.backoff.is_some() {
-            self.fanout_enter(token, st.attempt, st.granted);
+            let (attempt, granted) = (st.attempt, st.granted.clone());
+            self.fanout_enter(token, attempt, granted);
         }
         true
     }

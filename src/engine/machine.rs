@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 
 /// Node entries allowed in one step: a loop with no wait state fails the
 /// instance with `SUTRA.RUNTIME.STEP_LIMIT` instead of spinning forever.
-const STEP_BUDGET: u32 = 10_000;
+pub(super) const STEP_BUDGET: u32 = 10_000;
 
 pub(super) struct Machine<'a> {
     pub(super) process: &'a Process,
@@ -32,6 +32,12 @@ pub(super) struct Machine<'a> {
     /// Signals thrown in this step, for the instance's own waits armed
     /// later in it (engine/signal.rs).
     pub(super) thrown: Vec<super::signal::OwnThrow>,
+    /// Fan-out iterations started in this step (engine/fanout.rs: past
+    /// `FANOUT_STARTS_PER_STEP` the rest wait for the next step).
+    pub(super) fanout_starts: u32,
+    /// Which nodes may read the execution input through the context
+    /// (engine/context_reads.rs), by node index, found once per step.
+    pub(super) input_readers: std::cell::RefCell<std::collections::HashMap<NodeIx, bool>>,
 }
 
 /// A raised error travelling up the scopes to an error boundary.
@@ -55,6 +61,8 @@ impl<'a> Machine<'a> {
             queue: VecDeque::new(),
             budget: STEP_BUDGET,
             thrown: Vec::new(),
+            fanout_starts: 0,
+            input_readers: Default::default(),
         }
     }
 
@@ -234,29 +242,77 @@ impl<'a> Machine<'a> {
                     json!({ "reason": "instance is terminal" }),
                 );
             }
-            Event::AttemptEnded {
-                token,
-                attempt,
-                outcome,
-            } => m.attempt_ended(token, attempt, outcome),
+            e @ (Event::AttemptEnded { .. }
+            | Event::DeliveryFailed { .. }
+            | Event::ParkFired { .. }
+            | Event::MessageArrived { .. }
+            | Event::SignalArrived { .. }) => m.unrefused(e),
             Event::ChannelAnswered {
                 token,
                 channel,
                 sent,
                 outcome,
             } => m.channel_answered(token, &channel, sent, outcome)?,
+            Event::ChildEnded { park, outcome } => m.child_ended(park, outcome)?,
+        }
+        m.run();
+        Ok(m.finish())
+    }
+
+    /// [`Machine::apply`] of an event it never refuses once the process
+    /// matches (engine::apply_keeping); any other event, or another
+    /// process's snapshot, is handed back untouched.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn apply_unrefused(
+        process: &'a Process,
+        snap: Snapshot,
+        event: Event,
+        inputs: &'a Inputs,
+    ) -> Result<Step, (Snapshot, Event)> {
+        let unrefused = matches!(
+            event,
+            Event::AttemptEnded { .. }
+                | Event::DeliveryFailed { .. }
+                | Event::ParkFired { .. }
+                | Event::MessageArrived { .. }
+                | Event::SignalArrived { .. }
+        );
+        if !unrefused || snap.process_id != process.id {
+            return Err((snap, event));
+        }
+        let terminal = snap.state.is_terminal();
+        let mut m = Machine::new(process, snap, inputs);
+        if terminal {
+            m.journal(
+                "event_ignored",
+                None,
+                json!({ "reason": "instance is terminal" }),
+            );
+        } else {
+            m.unrefused(event);
+        }
+        m.run();
+        Ok(m.finish())
+    }
+
+    /// The events [`Machine::apply`] never refuses, applied.
+    fn unrefused(&mut self, event: Event) {
+        match event {
+            Event::AttemptEnded {
+                token,
+                attempt,
+                outcome,
+            } => self.attempt_ended(token, attempt, outcome),
             Event::DeliveryFailed {
                 token,
                 request,
                 message,
-            } => m.delivery_failed(token, &request, message),
-            Event::ChildEnded { park, outcome } => m.child_ended(park, outcome)?,
-            Event::ParkFired { park } => m.park_fired(park, Map::new()),
-            Event::MessageArrived { park, variables } => m.park_fired(park, variables),
-            Event::SignalArrived { park, variables } => m.signal_arrived(park, variables),
+            } => self.delivery_failed(token, &request, message),
+            Event::ParkFired { park } => self.park_fired(park, Map::new()),
+            Event::MessageArrived { park, variables } => self.park_fired(park, variables),
+            Event::SignalArrived { park, variables } => self.signal_arrived(park, variables),
+            _ => {}
         }
-        m.run();
-        Ok(m.finish())
     }
 
     /// Settle the instance state and hand back the step.
@@ -409,6 +465,11 @@ impl<'a> Machine<'a> {
                 self.withdraw(p);
             }
         }
+    }
+
+    /// Node entries left in this step before `SUTRA.RUNTIME.STEP_LIMIT`.
+    pub(super) fn budget_left(&self) -> u32 {
+        self.budget
     }
 
     pub(super) fn clear_queue(&mut self) {

@@ -19,6 +19,7 @@ mod channel;
 mod child;
 mod choice;
 mod condition;
+mod context_reads;
 mod docflow;
 pub mod document;
 mod edit;
@@ -316,7 +317,32 @@ pub fn apply(
     machine::Machine::apply(process, snapshot, event, inputs)
 }
 
+/// [`apply`] without a copy of the snapshot kept for a refusal: an event the
+/// engine never refuses once the process matches (an attempt's end, a fired
+/// park, an arrived message or signal, a failed delivery) is applied on the
+/// snapshot itself; any other event is applied on a copy. A refused event
+/// hands the snapshot back unchanged. The runtime applies every attempt
+/// outcome of a speculated window so: a copy per step was a copy of every
+/// item of a fan-out per iteration (issue 29 item 1).
+#[allow(clippy::result_large_err)]
+pub fn apply_keeping(
+    process: &Process,
+    snapshot: Snapshot,
+    event: Event,
+    inputs: &Inputs,
+) -> Result<Step, (EngineError, Snapshot)> {
+    match machine::Machine::apply_unrefused(process, snapshot, event, inputs) {
+        Ok(step) => Ok(step),
+        Err((snapshot, event)) => match apply(process, snapshot.clone(), event, inputs) {
+            Ok(step) => Ok(step),
+            Err(e) => Err((e, snapshot)),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_documents;
+#[cfg(test)]
+mod tests_fanout;

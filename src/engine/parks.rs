@@ -138,6 +138,8 @@ impl<'a> Machine<'a> {
             }
             ParkKind::Channel => self.call_timed_out(park.token, seq),
             ParkKind::Child => self.child_timed_out(park.token, seq),
+            // A fan-out goes on starting iterations (fanout.rs).
+            ParkKind::Continue => self.fanout_continue(park.token, seq),
             ParkKind::Timer | ParkKind::Message | ParkKind::Condition | ParkKind::Signal => {
                 let kind = match park.kind {
                     ParkKind::Timer => "timer_fired",

@@ -149,6 +149,7 @@ impl<'a> Machine<'a> {
                 limit: Some(rep.max_concurrency.max(1)),
                 failed: 0,
                 tolerated: None,
+                resume: None,
             },
         );
         match &rep.over {
@@ -211,34 +212,34 @@ impl<'a> Machine<'a> {
     }
 
     fn running_iterations(&self, token: u64) -> usize {
-        self.snap
-            .tokens
-            .iter()
-            .filter(|t| t.scope == Some(token) && matches!(t.status, TokenStatus::Branch { .. }))
-            .count()
+        self.live_branches(token)
     }
 
-    /// Start multi-instance iterations while the concurrency allows; finish
+    /// Start multi-instance iterations while the concurrency (within
+    /// `fanout::window`) and the step's budget allow (fanout.rs); finish
     /// when every slot has its result.
-    fn repeat_fill(&mut self, token: u64) {
+    pub(super) fn repeat_fill(&mut self, token: u64) {
         let Some(limit) = self
             .repeat_state(token)
-            .map(|s| s.limit.unwrap_or(1).max(1))
+            .map(|s| super::fanout::window(s.limit.unwrap_or(1).max(1)))
         else {
             return;
         };
         let mut running = self.running_iterations(token);
         loop {
-            let Some(st) = self.repeat_state_mut(token) else {
+            let Some(st) = self.repeat_state(token) else {
                 return;
             };
             let (next, total) = (st.next, st.results.len());
             if next as usize >= total {
                 break;
             }
-            if running >= limit as usize {
+            if running >= limit || st.resume.is_some() || !self.may_start_iteration(token) {
                 return;
             }
+            let Some(st) = self.repeat_state_mut(token) else {
+                return;
+            };
             st.next += 1;
             running += 1;
             self.iteration_start(token, next);
@@ -395,11 +396,16 @@ impl<'a> Machine<'a> {
             *r = Some(output);
         }
         let total = st.results.len();
-        let completed = st.results.iter().filter(|r| r.is_some()).count();
-        let active = self.running_iterations(fan).saturating_sub(1);
+        // Counted only for a condition that reads them (each count walks
+        // the slots or the tokens).
+        let completed = rep
+            .completion
+            .as_ref()
+            .map_or(0, |_| st.results.iter().filter(|r| r.is_some()).count());
         let done = match &rep.completion {
             None => false,
             Some(c) => {
+                let active = self.running_iterations(fan).saturating_sub(1);
                 let extra = [
                     ("nrOfInstances", json!(total)),
                     ("nrOfCompletedInstances", json!(completed)),

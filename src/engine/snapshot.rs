@@ -212,6 +212,10 @@ pub enum ParkKind {
     /// A signal wait (engine/signal.rs): no due time; its name rides in
     /// `message` (the store's `message_name`), fired by a broadcast.
     Signal,
+    /// A fan-out stopped starting iterations at the step's budget
+    /// (engine/fanout.rs): due at once; firing it starts the next ones in a
+    /// step of their own, so no step's host work grows with the items.
+    Continue,
 }
 
 impl ParkKind {
@@ -225,6 +229,7 @@ impl ParkKind {
             ParkKind::Child => "child",
             ParkKind::Condition => "condition",
             ParkKind::Signal => "signal",
+            ParkKind::Continue => "continue",
         }
     }
 }
@@ -341,6 +346,10 @@ pub struct FanoutState {
     /// percentage in thousandths of a percent (an integer, so the state stays `Eq`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerated: Option<(Option<u64>, Option<u64>)>,
+    /// The continue park (`ParkKind::Continue`) while the iterations left
+    /// wait for the next step (the step's budget was spent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume: Option<u64>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -382,10 +391,7 @@ impl Token {
                 | TaskPhase::Child { park, .. } => v.push(park),
             },
             TokenStatus::Waiting { park } => v.push(*park),
-            TokenStatus::Fanout(FanoutState {
-                backoff: Some(park),
-                ..
-            }) => v.push(*park),
+            TokenStatus::Fanout(s) => v.extend(s.backoff.iter().chain(&s.resume)),
             _ => {}
         }
         v
@@ -454,12 +460,54 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// An empty snapshot of no instance: what a holder keeps for the
+    /// moment its snapshot is being stepped (moved into `engine::apply_keeping`).
+    pub fn placeholder() -> Snapshot {
+        Snapshot {
+            format: SNAPSHOT_FORMAT,
+            instance_id: String::new(),
+            tenant: String::new(),
+            deployment_id: String::new(),
+            process_id: String::new(),
+            state: InstanceState::Waiting,
+            variables: Map::new(),
+            input: Map::new(),
+            tokens: Vec::new(),
+            parks: BTreeMap::new(),
+            next_token: 1,
+            next_park: 1,
+            next_journal: 1,
+            completed: Vec::new(),
+            node_states: BTreeMap::new(),
+            outputs: BTreeMap::new(),
+            joins: Vec::new(),
+            unwind: None,
+            error: None,
+            started_at: DateTime::<Utc>::UNIX_EPOCH,
+            ended_at: None,
+            parent: None,
+            assigned: BTreeMap::new(),
+            escalations: Vec::new(),
+            held: Default::default(),
+        }
+    }
+
+    /// The token `id`. Tokens are minted in increasing order and appended,
+    /// so the list is sorted by id and a binary search finds one (a fan-out
+    /// holds hundreds); a list that is not sorted (never written so, but a
+    /// stored snapshot is input) is searched from end to end.
     pub fn token(&self, id: u64) -> Option<&Token> {
-        self.tokens.iter().find(|t| t.id == id)
+        match self.tokens.binary_search_by_key(&id, |t| t.id) {
+            Ok(i) => self.tokens.get(i),
+            Err(_) => self.tokens.iter().find(|t| t.id == id),
+        }
     }
 
     pub fn token_mut(&mut self, id: u64) -> Option<&mut Token> {
-        self.tokens.iter_mut().find(|t| t.id == id)
+        match self.tokens.binary_search_by_key(&id, |t| t.id) {
+            Ok(i) => self.tokens.get_mut(i),
+            Err(_) => self.tokens.iter_mut().find(|t| t.id == id),
+        }
     }
 
     pub fn to_json(&self) -> String {

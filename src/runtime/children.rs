@@ -332,7 +332,7 @@ impl<S: Store> Runtime<S> {
             rt.after_commit(&mut spec).await;
             rt.await_sends(&mut spec).await;
             let pending = std::mem::take(&mut spec.pending);
-            rt.run_attempts(new.id, deployed, spec.snapshot, pending)
+            rt.run_attempts(new.id, deployed, spec.snapshot.tenant.clone(), pending)
                 .await;
         })
     }

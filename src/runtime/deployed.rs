@@ -62,6 +62,18 @@ impl Deployed {
         self.offload(|| engine::apply(&self.process, snapshot, event, inputs))
     }
 
+    /// `engine::apply_keeping` on this deployment's process: no copy of the
+    /// snapshot for an event the engine never refuses.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn apply_keeping(
+        &self,
+        snapshot: engine::Snapshot,
+        event: engine::Event,
+        inputs: &engine::Inputs,
+    ) -> Result<engine::Step, (engine::EngineError, engine::Snapshot)> {
+        self.offload(|| engine::apply_keeping(&self.process, snapshot, event, inputs))
+    }
+
     /// Run an engine step. A step evaluates conditions and correlation keys;
     /// one that may loop over data can take up to its budget (tens of
     /// milliseconds, `model::CONDITION_BUDGET`), so for such a process the

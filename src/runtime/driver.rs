@@ -19,6 +19,21 @@ type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// How many times a step is re-applied after losing an optimistic race.
 const CONFLICT_RETRIES: usize = 8;
 
+/// An attempt's outcome waiting in its instance's inbox: the request, the
+/// outcome, what its guest wrote.
+pub(crate) type Arrived = (AttemptRequest, TaskOutcome, Option<Written>);
+
+/// What a guest wrote, by its attempt (token, node, attempt).
+type Keyed = ((u64, String, u32), Written);
+
+/// Where a drive's first event comes from.
+enum First {
+    Given(Box<(Event, Option<Keyed>)>),
+    /// The instance's inbox (the outcomes queued while another step held
+    /// its lock); nothing to do when another drive took them.
+    Inbox,
+}
+
 /// What a start asks for.
 #[derive(Debug, Clone, Default)]
 pub struct StartRequest {
@@ -303,8 +318,8 @@ impl<S: Store> Runtime<S> {
         }
         self.await_sends(&mut spec).await;
         let pending = std::mem::take(&mut spec.pending);
-        self.run_attempts(id, deployed, spec.snapshot, pending)
-            .await;
+        let tenant = spec.snapshot.tenant.clone();
+        self.run_attempts(id, deployed, tenant, pending).await;
     }
 
     /// What follows every commit: wake the poller for new parks, set alarms,
@@ -381,18 +396,7 @@ impl<S: Store> Runtime<S> {
         event: Event,
         known: Option<(i64, Snapshot)>,
     ) -> BoxFut<RuntimeResult<Snapshot>> {
-        self.drive_known(id, event, None, Finishing::default(), known)
-    }
-
-    /// [`Self::drive`] an attempt's end, with what its guest wrote (kept on
-    /// the attempt's row).
-    fn drive_written(
-        &self,
-        id: String,
-        event: Event,
-        written: Option<((u64, String, u32), Written)>,
-    ) -> BoxFut<RuntimeResult<Snapshot>> {
-        self.drive_with(id, event, written, Finishing::default())
+        self.drive_given(id, event, None, Finishing::default(), known)
     }
 
     /// [`Self::drive`], the step also ending the requests it answers (one
@@ -413,10 +417,10 @@ impl<S: Store> Runtime<S> {
         written: Option<((u64, String, u32), Written)>,
         finishing: Finishing,
     ) -> BoxFut<RuntimeResult<Snapshot>> {
-        self.drive_known(id, event, written, finishing, None)
+        self.drive_given(id, event, written, finishing, None)
     }
 
-    fn drive_known(
+    fn drive_given(
         &self,
         id: String,
         event: Event,
@@ -426,8 +430,71 @@ impl<S: Store> Runtime<S> {
     ) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
         Box::pin(async move {
+            let driven = rt
+                .drive_queued(
+                    id.clone(),
+                    First::Given(Box::new((event, written))),
+                    finishing,
+                    known,
+                )
+                .await?;
+            driven.ok_or_else(|| {
+                RuntimeError::new(
+                    Code::StoreFailed,
+                    format!("instance {id}: no step was applied"),
+                )
+            })
+        })
+    }
+
+    /// The outcomes queued for instance `id`, taken.
+    fn take_inbox(&self, id: &str) -> Vec<Arrived> {
+        match self.inner.inbox.lock() {
+            Ok(mut m) => m.remove(id).unwrap_or_default(),
+            Err(p) => p.into_inner().remove(id).unwrap_or_default(),
+        }
+    }
+
+    /// One drive: the first event (given, or the first queued outcome), the
+    /// outcomes queued meanwhile, the attempts they make runnable within the
+    /// commit window, one commit. The snapshot is the one kept here (after
+    /// an alarm), else `known` (read ahead with a batch), else the stored
+    /// one. The committed snapshot for a given event; `None` for an inbox
+    /// drive (nobody reads it).
+    fn drive_queued(
+        &self,
+        id: String,
+        first: First,
+        finishing: Finishing,
+        known: Option<(i64, Snapshot)>,
+    ) -> BoxFut<RuntimeResult<Option<Snapshot>>> {
+        let rt = self.clone();
+        Box::pin(async move {
             let lock = rt.lock_for(&id);
             let guard = lock.lock().await;
+            let mut queued = rt.take_inbox(&id).into_iter();
+            let given = matches!(first, First::Given(..));
+            let (event, written) = match first {
+                First::Given(given) => *given,
+                First::Inbox => match queued.next() {
+                    None => return Ok(None),
+                    Some((req, outcome, written)) => {
+                        // What it wrote, with its input and output (the
+                        // console's step view), as `apply_outcome` keeps it.
+                        let io = super::output::step_io(&req.input, &outcome);
+                        let written = Some((
+                            (req.token, req.node.clone(), req.attempt),
+                            Written::with_io(written, io),
+                        ));
+                        let event = Event::AttemptEnded {
+                            token: req.token,
+                            attempt: req.attempt,
+                            outcome,
+                        };
+                        (event, written)
+                    }
+                },
+            };
             let (mut version, snap) = match (rt.recall(&id), known) {
                 (Some(kept), _) | (None, Some(kept)) => kept,
                 (None, None) => rt.load(&id).await?,
@@ -440,6 +507,11 @@ impl<S: Store> Runtime<S> {
             spec.search_base = Some(stored);
             spec.stats_base = counted;
             spec.outputs.extend(written);
+            // Every outcome that arrived while the lock was held: one commit
+            // for all of them (a wide fan-out's iterations end together).
+            for (req, outcome, written) in queued {
+                rt.apply_outcome(&deployed, &mut spec, req, (outcome, written));
+            }
             rt.speculate(&id, &deployed, &mut spec).await;
             let running = std::mem::take(&mut spec.running);
             let mut tries = 0;
@@ -476,14 +548,21 @@ impl<S: Store> Runtime<S> {
             }
             drop(guard);
             rt.after_commit(&mut spec).await;
+            // What follows waits for the attempts this step left running and
+            // started, and their steps for theirs: a chain of drives. Only a
+            // drive whose caller reads the snapshot keeps it meanwhile (a
+            // wide fan-out's chains each held one: 2 GB over 10,000 items).
+            let tenant = spec.snapshot.tenant.clone();
+            let snapshot = std::mem::replace(&mut spec.snapshot, Snapshot::placeholder());
+            let kept = given.then_some(snapshot);
             for task in running {
                 let _ = task.await;
             }
             rt.await_sends(&mut spec).await;
             let pending = std::mem::take(&mut spec.pending);
-            rt.run_attempts(id, deployed, spec.snapshot.clone(), pending)
-                .await;
-            Ok(spec.snapshot)
+            drop(spec);
+            rt.run_attempts(id, deployed, tenant, pending).await;
+            Ok(kept)
         })
     }
 
@@ -495,19 +574,24 @@ impl<S: Store> Runtime<S> {
         req: AttemptRequest,
         (outcome, written): (TaskOutcome, Option<Written>),
     ) {
-        // What it wrote, with its input and output (the console's step view).
-        let io = super::output::step_io(&req.input, &outcome);
-        let event = Event::AttemptEnded {
-            token: req.token,
-            attempt: req.attempt,
-            outcome,
-        };
-        let written = Some((
-            (req.token, req.node.clone(), req.attempt),
-            Written::with_io(written, io),
-        ));
-        if let Err(e) = self.drive_written(id.clone(), event, written).await {
-            tracing::error!(instance = %id, error = %e, "could not commit an attempt outcome; its lease will re-run it");
+        // Queued, then driven: whoever takes the instance's lock first
+        // applies every queued outcome in one step and commit.
+        match self.inner.inbox.lock() {
+            Ok(mut m) => m
+                .entry(id.clone())
+                .or_default()
+                .push((req, outcome, written)),
+            Err(p) => p
+                .into_inner()
+                .entry(id.clone())
+                .or_default()
+                .push((req, outcome, written)),
+        }
+        if let Err(e) = self
+            .drive_queued(id.clone(), First::Inbox, Finishing::default(), None)
+            .await
+        {
+            tracing::error!(instance = %id, error = %e, "could not commit attempt outcomes; their leases will re-run them");
         }
     }
 
@@ -517,7 +601,7 @@ impl<S: Store> Runtime<S> {
         &self,
         id: String,
         deployed: Arc<Deployed>,
-        snap: Snapshot,
+        tenant: String,
         attempts: Vec<AttemptRequest>,
     ) -> BoxFut<()> {
         let rt = self.clone();
@@ -530,7 +614,7 @@ impl<S: Store> Runtime<S> {
                 let rt = rt.clone();
                 let id = id.clone();
                 let deployed = deployed.clone();
-                let tenant = snap.tenant.clone();
+                let tenant = tenant.clone();
                 set.spawn(async move {
                     let outcome = rt.run_attempt(&deployed, &tenant, &id, &req).await;
                     rt.attempt_ended(id, req, outcome).await;

@@ -359,7 +359,7 @@ impl<S: Store> Runtime<S> {
         if self.inner.clock.is_wall_clock() && self.inner.alarms.is_some() {
             let now = self.inner.clock.now();
             for p in &mut w.arm {
-                let short = matches!(p.kind.as_str(), "retry" | "timer" | "channel")
+                let short = matches!(p.kind.as_str(), "retry" | "timer" | "channel" | "continue")
                     && spec.dues.get(&p.seq).is_some_and(|due| {
                         (*due - now)
                             .to_std()
@@ -559,7 +559,7 @@ impl<S: Store> Runtime<S> {
         Some(tokio::time::Instant::now() + (due - now).to_std().unwrap_or_default())
     }
 
-    fn apply_outcome(
+    pub(crate) fn apply_outcome(
         &self,
         deployed: &Deployed,
         spec: &mut Spec,
@@ -577,9 +577,12 @@ impl<S: Store> Runtime<S> {
             attempt: req.attempt,
             outcome,
         };
-        match deployed.apply(spec.snapshot.clone(), event.clone(), &self.inputs()) {
+        // The snapshot itself, not a copy (it may hold a fan-out's every item).
+        let snap = std::mem::replace(&mut spec.snapshot, engine::Snapshot::placeholder());
+        match deployed.apply_keeping(snap, event.clone(), &self.inputs()) {
             Ok(step) => self.absorb(spec, step, Some(event)),
-            Err(e) => {
+            Err((e, snap)) => {
+                spec.snapshot = snap;
                 // Not applied: its attempt park stays and re-runs it at its lease.
                 spec.inflight.remove(&(req.token, req.attempt));
                 tracing::error!(instance = %spec.snapshot.instance_id, error = %e, "could not apply an attempt outcome; its lease will re-run it");

@@ -192,6 +192,9 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) alarms: Option<alarm::Alarms>,
     /// The committed snapshot and version of instances with an alarm pending.
     pub(crate) hot: Mutex<HashMap<String, (i64, crate::engine::Snapshot)>>,
+    /// Attempt outcomes waiting for their instance's lock, by instance: the
+    /// step that takes the lock applies them all in one commit (driver.rs).
+    pub(crate) inbox: Mutex<HashMap<String, Vec<driver::Arrived>>>,
     /// (tenant, process) → its active deployment id, and when that was read.
     pub(crate) active: Mutex<HashMap<(String, String), (std::time::Instant, String)>>,
     /// Held while the active deployment is read from the store.
@@ -322,6 +325,7 @@ impl<S: Store> Runtime<S> {
                 stepped: tokio::sync::Notify::new(),
                 alarms,
                 hot: Mutex::new(HashMap::new()),
+                inbox: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 active_refresh: tokio::sync::Mutex::new(()),
                 rng: Mutex::new(match opts.seed {
