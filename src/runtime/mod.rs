@@ -62,7 +62,7 @@ pub use hosts::HostPolicy;
 pub use incidents::ResolveOutcome;
 pub use migrate::MigrateRequest;
 pub use outbox::{request_body, sign, SIGNATURE_HEADER};
-pub use view::{AttemptView, ErrorView, HistoryView, InstanceView, WaitView};
+pub use view::{AttemptView, ChildView, ErrorView, HistoryView, InstanceView, WaitView};
 
 use crate::codes::Code;
 use crate::config::Config;

@@ -1,6 +1,8 @@
 // One instance: the diagram with its state on it, the error, the waits,
-// the variables, the attempts, the history, and the operator's actions
-// (each asks first). A live instance is polled every 1.5 s.
+// the child instances its calls started (a click on a call activity opens
+// its child; a child links back to its parent), the variables, the
+// attempts, the history, and the operator's actions (each asks first). A
+// live instance is polled every 1.5 s.
 
 import { get, post, query } from './api.js';
 import { h, fill, badge, when, ms, link, section, table, jsonTree, errorBox } from './dom.js';
@@ -24,8 +26,9 @@ export async function instancePage(page, id) {
   const timelineBox = h('div', { id: 'timeline', class: 'timeline-box' });
   const historyBox = h('div', { id: 'history' });
   const incidentsBox = h('div', { id: 'incidents' });
+  const childrenBox = h('div', { id: 'children' });
   fill(page, head, actions, feedback, errorSec,
-    section('Diagram', canvas), section('Waiting for', waits), section('Variables', vars),
+    section('Diagram', canvas), section('Waiting for', waits), childrenBox, section('Variables', vars),
     section('Timeline', timelineBox), section('Attempts', attemptsBox), section('Incidents', incidentsBox), section('History', historyBox));
 
   let view = await get(`/v1/instances/${enc}`);
@@ -41,7 +44,12 @@ export async function instancePage(page, id) {
   // The steps table shows one node's attempts after a click on its shape.
   let stepsOf = null;
   let allAttempts = [];
+  // A call activity's child: the last one it started (a retried call
+  // started one per attempt; the children's table lists them all).
+  const childOf = node => (view.children || []).filter(c => c.node === node).pop();
   diagram.onNodeClick((node) => {
+    const child = childOf(node);
+    if (child) { location.hash = `#/instances/${encodeURIComponent(child.instance)}`; return; }
     stepsOf = node;
     renderAttempts(allAttempts);
     attemptsBox.scrollIntoView({ block: 'nearest' });
@@ -65,6 +73,7 @@ export async function instancePage(page, id) {
     renderActions(v, inc.incidents);
     renderError(v);
     renderWaits(v);
+    renderChildren(v);
     const varsText = JSON.stringify(v.variables);
     if (varsText !== lastVars) { fill(vars, jsonTree(v.variables, undefined, 2)); lastVars = varsText; }
     const attemptsText = JSON.stringify(a.attempts);
@@ -151,6 +160,19 @@ export async function instancePage(page, id) {
     fill(waits, runningNow, table(cols, parked, { id: 'waits-table' }));
   }
 
+  function renderChildren(v) {
+    const kids = v.children || [];
+    if (kids.length === 0) { fill(childrenBox); return; }
+    const cols = [
+      { title: 'Child instance', cell: c => link(`/instances/${encodeURIComponent(c.instance)}`, h('code', {}, c.instance)) },
+      { title: 'Started by', cell: c => (c.node ? nodeLabel(c.node) : '') },
+      { title: 'Process', cell: c => c.process },
+      { title: 'State', cell: c => badge(c.state) },
+    ];
+    cols.rowAttrs = c => ({ dataset: { child: c.instance, ...(c.node ? { node: c.node } : {}) } });
+    fill(childrenBox, section('Child instances', table(cols, kids, { id: 'children-table' })));
+  }
+
   function renderAttempts(all) {
     allAttempts = all;
     const attempts = stepsOf ? all.filter(a => a.task === stepsOf) : all;
@@ -158,7 +180,7 @@ export async function instancePage(page, id) {
       h('a', { href: '#', id: 'steps-all', onclick: (e) => { e.preventDefault(); stepsOf = null; renderAttempts(allAttempts); } }, 'show every step')) : null;
     if (attempts.length === 0) { fill(attemptsBox, only, h('p', { class: 'muted' }, stepsOf ? 'This node ran no task.' : 'No attempts yet.')); return; }
     const cols = [
-      { title: 'Task', cell: a => nodeLabel(a.task) },
+      { title: 'Task', cell: a => [nodeLabel(a.task), childLink(a)] },
       { title: '#', cell: a => String(a.attempt) },
       { title: 'Outcome', cell: a => h('span', { class: `outcome-${a.outcome}` }, a.outcome) },
       { title: 'Code', cell: a => (a.code ? h('code', {}, a.code) : '') },
@@ -173,6 +195,15 @@ export async function instancePage(page, id) {
     ];
     cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome, ...(a.worker ? { worker: a.worker } : {}) } });
     fill(attemptsBox, only, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
+  }
+
+  // A call activity's attempt: the child it started (the call's n-th
+  // attempt started its n-th child, children being listed oldest first).
+  function childLink(a) {
+    const kids = (view.children || []).filter(c => c.node === a.task);
+    const runs = allAttempts.filter(x => x.task === a.task && x.outcome !== 'worker_failed');
+    const c = kids.length === runs.length ? kids[runs.indexOf(a)] : kids.length === 1 ? kids[0] : null;
+    return c ? h('div', { class: 'child-link' }, 'child ', link(`/instances/${encodeURIComponent(c.instance)}`, h('code', {}, c.instance))) : '';
   }
 
   // An attempt's input or result (kept up to 64 KiB each by the server; a
