@@ -272,3 +272,116 @@ async fn a_call_activity_links_to_its_child_and_the_child_back_to_its_parent() {
     .await;
     no_csp_violations(&b).await;
 }
+
+/// start → `each` (chaos, a multi-instance over `items`, one at a time,
+/// retried after an hour) → end.
+fn each_item(process: &str) -> String {
+    format!(
+        r#"{HEADER}
+  <bpmn:process id="{process}" isExecutable="true">
+    <bpmn:startEvent id="start"/>
+    <bpmn:serviceTask id="each" name="Pack the line" implementation="registered:chaos">
+      <bpmn:extensionElements>
+        <q:retry maxAttempts="3" initialDelay="PT1H"/>
+        <q:io inputPath="$.item"/>
+      </bpmn:extensionElements>
+      <bpmn:multiInstanceLoopCharacteristics isSequential="true">
+        <bpmn:extensionElements>
+          <q:multiInstance collection="items" element="item"/>
+        </bpmn:extensionElements>
+      </bpmn:multiInstanceLoopCharacteristics>
+    </bpmn:serviceTask>
+    <bpmn:endEvent id="end"/>
+    <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="each"/>
+    <bpmn:sequenceFlow id="f1" sourceRef="each" targetRef="end"/>
+  </bpmn:process>
+</bpmn:definitions>"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_instance_shows_each_item_and_names_the_item_of_each_attempt() {
+    let Some(b) = Browser::start().await else {
+        return;
+    };
+    let srv = server::Server::start().await;
+    let api = srv.tenant("acme", json!({})).await;
+    deploy(&api, &each_item("pack"), &["chaos"]).await;
+    let id = start(
+        &api,
+        "pack",
+        json!({"items": [{"do": "echo"}, {"do": "fail", "until": 2, "code": "LINE.BUSY"}, {"do": "echo"}]}),
+    )
+    .await;
+    // Item 1 failed its first attempt and waits out its backoff.
+    let (_, v) = api.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(v["state"], "WAITING", "{v}");
+    let items = v["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("items: {v}"));
+    let states: Vec<(u64, &str)> = items
+        .iter()
+        .map(|i| (i["index"].as_u64().unwrap(), i["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![(0, "ended"), (1, "waiting"), (2, "pending")],
+        "{v}"
+    );
+    let (_, attempts) = api.get(&format!("/v1/instances/{id}/attempts")).await;
+    let failed = attempts["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["outcome"] == "failed")
+        .unwrap_or_else(|| panic!("{attempts}"))
+        .clone();
+    assert!(
+        items[1]["tokens"]
+            .as_array()
+            .unwrap()
+            .contains(&failed["token"]),
+        "the failed attempt ran in item 1: {v} {attempts}"
+    );
+
+    sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
+    b.wait_css("#deployments").await;
+    b.goto(&format!("{}/ui/#/instances/{id}", srv.url)).await;
+    b.wait_css("#items-table").await;
+    let rows = b
+        .js(
+            "return [...document.querySelectorAll('#items-table tbody tr')].map(r => [r.cells[1].textContent, r.cells[2].textContent]);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        rows,
+        json!([["#0", "ended"], ["#1", "waiting"], ["#2", "pending"]])
+    );
+    let item1 = b.text("#items-table tr[data-index=\"1\"]").await;
+    assert!(item1.contains("#1 failed"), "its attempt: {item1}");
+    let colour = b
+        .js(
+            "return getComputedStyle(document.querySelector('#items-table tr[data-index=\"1\"] .item-state')).color;",
+            json!([]),
+        )
+        .await;
+    assert_ne!(colour, json!("rgb(0, 0, 0)"), "a waiting item stands out");
+    // The attempts table names the item of the failed attempt.
+    b.wait_css("#attempts-table tr[data-outcome=\"failed\"] .item")
+        .await;
+    let named = b
+        .text("#attempts-table tr[data-outcome=\"failed\"] .item")
+        .await;
+    assert!(named.ends_with("#1"), "{named}");
+    assert!(!named.contains("#instance"), "no internal id: {named}");
+    b.screenshot(&screenshots().join("instance-items.png"))
+        .await;
+    // Its retry an hour later: item 1 ends, item 2 runs, the fan-out ends
+    // and with it what the snapshot holds per item.
+    srv.advance("PT1H").await;
+    let (_, v) = api.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(v["state"], "COMPLETED", "{v}");
+    assert!(v.get("items").is_none(), "{v}");
+    no_csp_violations(&b).await;
+}

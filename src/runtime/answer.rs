@@ -90,6 +90,7 @@ pub fn ended_view(snap: Snapshot) -> InstanceView {
         note: Some(DELETED_NOTE.to_string()),
         retried_by: Vec::new(),
         children: Vec::new(),
+        items: Vec::new(),
     }
 }
 
@@ -118,6 +119,7 @@ pub fn kept_key_view(id: &str, ended: &EndedInstance) -> InstanceView {
         )),
         retried_by: Vec::new(),
         children: Vec::new(),
+        items: Vec::new(),
     }
 }
 

@@ -146,6 +146,11 @@ pub struct InstanceView {
     /// they are kept), oldest first, each with the call node that started it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildView>,
+    /// Each item (branch) of the fan-outs it is in (a Map, a Parallel, a
+    /// multi-instance activity): index, state, the tokens inside
+    /// (`view_items`); only while the fan-out's token is kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<super::view_items::ItemView>,
 }
 
 /// A child instance a process call of the viewed instance started.
@@ -333,6 +338,7 @@ impl<S: Store> Runtime<S> {
             }
             _ => Vec::new(),
         };
+        let items = super::view_items::items(&snap, snap.state == InstanceState::Failed);
         Ok(InstanceView {
             instance: rec.id,
             process: rec.process_id,
@@ -356,6 +362,7 @@ impl<S: Store> Runtime<S> {
             note: None,
             retried_by,
             children,
+            items,
         })
     }
 

@@ -27,8 +27,9 @@ export async function instancePage(page, id) {
   const historyBox = h('div', { id: 'history' });
   const incidentsBox = h('div', { id: 'incidents' });
   const childrenBox = h('div', { id: 'children' });
+  const itemsBox = h('div', { id: 'items' });
   fill(page, head, actions, feedback, errorSec,
-    section('Diagram', canvas), section('Waiting for', waits), childrenBox, section('Variables', vars),
+    section('Diagram', canvas), section('Waiting for', waits), itemsBox, childrenBox, section('Variables', vars),
     section('Timeline', timelineBox), section('Attempts', attemptsBox), section('Incidents', incidentsBox), section('History', historyBox));
 
   let view = await get(`/v1/instances/${enc}`);
@@ -74,9 +75,10 @@ export async function instancePage(page, id) {
     renderError(v);
     renderWaits(v);
     renderChildren(v);
+    renderItems(v, a.attempts);
     const varsText = JSON.stringify(v.variables);
     if (varsText !== lastVars) { fill(vars, jsonTree(v.variables, undefined, 2)); lastVars = varsText; }
-    const attemptsText = JSON.stringify(a.attempts);
+    const attemptsText = JSON.stringify([a.attempts, v.items || []]);
     if (attemptsText !== lastAttempts) { renderAttempts(a.attempts); lastAttempts = attemptsText; }
     fill(timelineBox, timeline(v, a.attempts, node => diagram.name(node) || node));
     renderIncidents(inc.incidents);
@@ -160,6 +162,31 @@ export async function instancePage(page, id) {
     fill(waits, runningNow, table(cols, parked, { id: 'waits-table' }));
   }
 
+  // The item (branch) of a fan-out an attempt ran in, by its token.
+  function itemOf(a) {
+    return (view.items || []).find(i => (i.tokens || []).includes(a.token));
+  }
+  const itemLabel = i => `${diagram.name(i.node) || i.node} #${i.index}`;
+
+  // Each item of a Map, a Parallel or a multi-instance activity while its
+  // fan-out runs (or failed): its index, state and attempts.
+  function renderItems(v, attempts) {
+    const items = v.items || [];
+    if (items.length === 0) { fill(itemsBox); return; }
+    const cols = [
+      { title: 'Fan-out', cell: i => nodeLabel(i.node) },
+      { title: 'Item', cell: i => `#${i.index}` },
+      { title: 'State', cell: i => h('span', { class: `item-state item-${i.state}` }, i.state) },
+      { title: 'Attempts', cell: (i) => {
+        const mine = attempts.filter(x => (i.tokens || []).includes(x.token) && x.outcome !== 'worker_failed');
+        return mine.length ? mine.map((x, k) => [k ? ', ' : '', nodeLabel(x.task), ` #${x.attempt} `, h('span', { class: `outcome-${x.outcome}` }, x.outcome)]) : '';
+      } },
+    ];
+    cols.rowAttrs = i => ({ dataset: { node: i.node, index: i.index, state: i.state } });
+    fill(itemsBox, section('Items', table(cols, items, { id: 'items-table' }),
+      h('p', { class: 'muted' }, 'An item that ended keeps no token: its attempts are listed below, without their item.')));
+  }
+
   function renderChildren(v) {
     const kids = v.children || [];
     if (kids.length === 0) { fill(childrenBox); return; }
@@ -193,6 +220,10 @@ export async function instancePage(page, id) {
       { title: 'Calls', cell: calls },
       { title: 'Output', cell: output },
     ];
+    // The item each attempt ran in, while the instance has fan-out items.
+    if ((view.items || []).length) {
+      cols.splice(1, 0, { title: 'Item', cell: (a) => { const i = itemOf(a); return i ? h('span', { class: 'item', dataset: { node: i.node, index: i.index } }, itemLabel(i)) : ''; } });
+    }
     cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome, ...(a.worker ? { worker: a.worker } : {}) } });
     fill(attemptsBox, only, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
   }
