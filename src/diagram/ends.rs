@@ -5,12 +5,11 @@
 //! Invariants:
 //! - only the drawing changes: the process the runtime runs is never
 //!   touched (the export works on a copy);
-//! - a drawn end is `X#end` in `sutra:node` (an internal id: no label, no
-//!   overlay ever lands on it), in X's scope, after every node X of an HX
-//!   process with no outgoing sequence or error flow but a compensator
-//!   (run only while unwinding), a boundary event, an event sub-process and
-//!   a container's member that ends its container's scope — which a BPMN
-//!   export ends too, so it gets one as well.
+//! - a drawn end is `X#end` in `sutra:node` (an internal id: no label, and
+//!   no overlay ever lands on it), in X's scope, with a flow from X;
+//! - X is every node of an HX process with no outgoing control, data or
+//!   error flow, except a compensator (it runs only while unwinding), a
+//!   boundary event, an event sub-process and an end node.
 
 use crate::model::{Dialect, EndKind, Flow, FlowIx, FlowKind, Node, NodeIx, NodeKind, Process};
 use std::borrow::Cow;

@@ -388,15 +388,18 @@ impl<S: Store> Runtime<S> {
         if calls.is_empty() {
             return Ok(Vec::new());
         }
+        // The ids after `{id}.`, oldest first: its descendants come first
+        // (no `before` bound: under a PostgreSQL database's own collation,
+        // which may weigh punctuation last, '/' need not follow '.'; the
+        // prefix is checked below instead).
         let filter = crate::store::InstanceFilter {
             tenant: Some(rec.tenant.clone()),
-            // Every id `{id}.…` and nothing else: '/' follows '.'.
             after_id: Some(format!("{}.", rec.id)),
-            before_id: Some(format!("{}/", rec.id)),
             limit: CHILDREN_SHOWN,
             ..Default::default()
         };
         let listed = self.inner.store.list_instances(&filter).await?;
+        let prefix = format!("{}.", rec.id);
         let waiting_at = |child: &str| {
             waits
                 .iter()
@@ -405,9 +408,11 @@ impl<S: Store> Runtime<S> {
         };
         let mut out: Vec<ChildView> = Vec::new();
         for c in listed {
-            let rest = &c.id[rec.id.len() + 1..];
+            let Some(rest) = c.id.strip_prefix(&prefix) else {
+                continue; // another instance
+            };
             if rest.is_empty() || !rest.chars().all(|ch| ch.is_ascii_digit()) {
-                continue; // a grandchild, or another instance's id
+                continue; // a grandchild
             }
             let park = serde_json::from_str::<ChildPeek>(&c.snapshot)
                 .ok()
@@ -430,6 +435,12 @@ impl<S: Store> Runtime<S> {
                 state: c.state,
             });
         }
+        // Oldest first: by park (`{id}.10` follows `{id}.9`).
+        out.sort_by_key(|c| {
+            c.instance[prefix.len()..]
+                .parse::<u64>()
+                .unwrap_or(u64::MAX)
+        });
         // A live child with a hashed id (a very long parent id).
         for w in waits.iter().filter(|w| w.child.is_some()) {
             let child = w.child.clone().unwrap_or_default();
