@@ -1,7 +1,8 @@
 //! The last pieces of issue 35 in the console, in a real headless Chromium
 //! against a spawned `sutra serve`: the instance list's failed node by its
-//! name, the end events of an HX flow's diagram, and a call activity's
-//! link to its child instance (and the child's back to its parent).
+//! name, the end events of an HX flow's diagram, a call activity's link to
+//! its child instance (and the child's back to its parent), and a fan-out's
+//! items with the item of each attempt.
 //!
 //! Without chromium and chromedriver these print "skipped" unless
 //! `SUTRA_REQUIRE_BROWSER` is set (`.ci/run` installs both and sets it).
@@ -384,4 +385,36 @@ async fn a_multi_instance_shows_each_item_and_names_the_item_of_each_attempt() {
     assert_eq!(v["state"], "COMPLETED", "{v}");
     assert!(v.get("items").is_none(), "{v}");
     no_csp_violations(&b).await;
+}
+
+/// The instance view's children on both backends (the id range is read
+/// under PostgreSQL's collation too): each parent lists its own child, by
+/// the call that started it, never another instance's; a child lists its
+/// parent and no children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_instance_view_lists_the_children_its_calls_started_on_both_backends() {
+    for db in [server::Db::Sqlite, server::Db::Postgres] {
+        let Some(srv) = server::Server::start_on(db, &[]).await else {
+            continue;
+        };
+        let api = srv.tenant("acme", json!({})).await;
+        deploy(&api, &calls_a_child("order"), &["chaos"]).await;
+        let one = start(&api, "order", json!({"do": "echo"})).await;
+        let two = start(&api, "order", json!({"do": "echo"})).await;
+        for (id, other) in [(&one, &two), (&two, &one)] {
+            let (_, v) = api.get(&format!("/v1/instances/{id}")).await;
+            let kids = v["children"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{db:?}: {v}"));
+            assert_eq!(kids.len(), 1, "{db:?}: {v}");
+            let child = kids[0]["instance"].as_str().unwrap();
+            assert!(child.starts_with(&format!("{id}.")), "{db:?}: {v}");
+            assert!(!child.starts_with(other.as_str()), "{db:?}: {v}");
+            assert_eq!(kids[0]["node"], "Call_1x9");
+            // A child has no children of its own here, and lists its parent.
+            let (_, c) = api.get(&format!("/v1/instances/{child}")).await;
+            assert_eq!(c["parent"], id.as_str(), "{db:?}: {c}");
+            assert!(c.get("children").is_none(), "{db:?}: {c}");
+        }
+    }
 }
