@@ -31,7 +31,13 @@ pub struct ItemView {
     pub tokens: Vec<u64>,
 }
 
-/// Every item of every fan-out `snap` holds, by fan-out then index.
+/// The most items a view lists (a Map over 100,000 items would make every
+/// poll of the instance page a large answer): the first ones by fan-out
+/// then index.
+const ITEMS_SHOWN: usize = 1000;
+
+/// Every item of every fan-out `snap` holds, by fan-out then index (at most
+/// [`ITEMS_SHOWN`]).
 pub(crate) fn items(snap: &Snapshot, failed: bool) -> Vec<ItemView> {
     let mut out = Vec::new();
     for fan in &snap.tokens {
@@ -48,6 +54,9 @@ pub(crate) fn items(snap: &Snapshot, failed: bool) -> Vec<ItemView> {
             })
             .collect();
         for (index, result) in st.results.iter().enumerate() {
+            if out.len() >= ITEMS_SHOWN {
+                return out;
+            }
             let index = index as u32;
             let branch = branches.iter().find(|(s, _)| *s == index).map(|b| b.1);
             let (state, tokens) = match branch {
