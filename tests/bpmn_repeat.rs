@@ -419,8 +419,10 @@ backends::store_tests! {
 
     async fn a_call_activity_timeout_cancels_the_child_and_is_caught_by_a_boundary_naming_its_code(db) {
         // With the journal, which names the child each attempt ran.
-        let mut config = Config::default();
-        config.audit_sql = true;
+        let config = Config {
+            audit_sql: true,
+            ..Config::default()
+        };
         let t0 = Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap();
         let rt = Runtime::new(db.store.clone(), RuntimeOptions::new(config).with_virtual_clock(t0)).unwrap();
         let child = r#"<bpmn:message id="Go" name="go"/>

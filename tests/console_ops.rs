@@ -520,7 +520,8 @@ async fn the_instance_list_triages_newest_first_and_keeps_its_state_in_the_url()
         )
         .await;
     assert_eq!(cells[5], "SUTRA.RUNTIME.TASK_FAILEDcause STOCK.EMPTY");
-    assert_eq!(cells[6], "T");
+    // The failed node by its name (its id `T` is the tooltip).
+    assert_eq!(cells[6], "Reserve stock");
     assert_eq!(
         b.text(&format!(
             "#instances tr[data-instance=\"{review}\"] .incidents"

@@ -82,6 +82,9 @@ fn crosses(a: (f64, f64), b: (f64, f64), r: &Bounds) -> bool {
 /// Every flow of `p` that runs through a shape it does not connect:
 /// (flow id, node id).
 pub(super) fn violations(p: &Process) -> Vec<(String, String)> {
+    // What is drawn: an HX process with its end events.
+    let drawn = super::ends::drawn(p);
+    let p: &Process = &drawn;
     let l = layout(p);
     let mut out = Vec::new();
     for f in &p.flows {

@@ -6,7 +6,8 @@
 //! as written (drawn as its author drew it). Anything else — BPMN without
 //! (complete) DI, HX, the States language — is exported from the IR and laid
 //! out by [`layout`]: the exporter reads only the [`Process`], never the
-//! dialect, like everything past the loaders.
+//! dialect, like everything past the loaders (but for the end events an
+//! HX flow has none of, drawn after each node ending a path: [`ends`]).
 //!
 //! Invariants:
 //! - the export is well-formed XML whatever the ids and names hold (every
@@ -16,6 +17,7 @@
 //!   `sutra:node` attribute, which the console maps overlays by;
 //! - every node and flow of the process appears, with a shape or an edge.
 
+mod ends;
 pub mod layout;
 mod route;
 
@@ -166,6 +168,9 @@ impl Ids {
 
 /// Export `p` as BPMN 2.0 XML with a generated layout.
 pub fn export(p: &Process) -> String {
+    // HX: with an end event after each node that ends a path.
+    let drawn = ends::drawn(p);
+    let p: &Process = &drawn;
     let ids = Ids::of(p);
     let lay = layout::layout(p);
     let mut x = String::new();

@@ -241,3 +241,70 @@ fn the_containers_the_loaders_make_read_as_branches_and_iterations() {
         "the sequential marker: {xml}"
     );
 }
+
+#[test]
+fn an_hx_flow_is_drawn_with_an_end_event_after_each_node_that_ends_a_path() {
+    let source = file("examples/payment.hx.xml");
+    let p = &processes(&source)[0];
+    assert!(
+        !p.nodes.iter().any(|n| matches!(n.kind, NodeKind::End(_))),
+        "an HX workflow has no end node"
+    );
+    let xml = export(p);
+    let parsed = parse(&xml);
+    let ends: Vec<&Option<String>> = parsed
+        .elements
+        .values()
+        .filter(|(tag, _)| tag == "endEvent")
+        .map(|(_, node)| node)
+        .collect();
+    // `ship` ends the only path; the compensators (run while unwinding) end none.
+    assert_eq!(ends, vec![&Some("ship#end".to_string())], "{xml}");
+    let ship = &parsed
+        .elements
+        .iter()
+        .find(|(_, (_, n))| n.as_deref() == Some("ship"))
+        .unwrap()
+        .0;
+    let end = &parsed
+        .elements
+        .iter()
+        .find(|(_, (_, n))| n.as_deref() == Some("ship#end"))
+        .unwrap()
+        .0;
+    assert!(parsed.shapes.contains(*end), "the end event is placed");
+    assert!(
+        xml.contains(&format!("sourceRef=\"{ship}\" targetRef=\"{end}\"")),
+        "a flow runs from ship to its end: {xml}"
+    );
+    // Branches: each branch that ends gets its own end; the run model is untouched.
+    let source = file("tests/fixtures/hx/valid/branches.hx.xml");
+    for p in processes(&source) {
+        let leaves = p
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.outgoing.is_empty()
+                    && !n
+                        .incoming
+                        .iter()
+                        .any(|&f| p.flow(f).kind == FlowKind::Compensation)
+            })
+            .count();
+        let before = (p.nodes.len(), p.flows.len());
+        let xml = export(&p);
+        assert_eq!(before, (p.nodes.len(), p.flows.len()));
+        let parsed = parse(&xml);
+        let ends = parsed
+            .elements
+            .values()
+            .filter(|(tag, _)| tag == "endEvent")
+            .count();
+        assert_eq!(ends, leaves, "{xml}");
+        assert!(leaves > 0);
+    }
+    // Other dialects keep their own ends only.
+    let source = file("examples/order-flow.bpmn");
+    let p = &processes(&source)[0];
+    assert!(!export(p).contains("#end\""));
+}

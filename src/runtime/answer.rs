@@ -89,6 +89,8 @@ pub fn ended_view(snap: Snapshot) -> InstanceView {
         parent: snap.parent.map(|p| p.instance),
         note: Some(DELETED_NOTE.to_string()),
         retried_by: Vec::new(),
+        children: Vec::new(),
+        items: Vec::new(),
     }
 }
 
@@ -116,6 +118,8 @@ pub fn kept_key_view(id: &str, ended: &EndedInstance) -> InstanceView {
             "{DELETED_NOTE}: the answer its Idempotency-Key keeps (without variables)"
         )),
         retried_by: Vec::new(),
+        children: Vec::new(),
+        items: Vec::new(),
     }
 }
 

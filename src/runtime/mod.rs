@@ -54,6 +54,7 @@ pub use schedule::SCHEDULE_LEASE;
 mod poller;
 mod retry;
 mod view;
+mod view_items;
 
 pub use channel::{channels_of, valid_channel_name, ChannelSpec};
 pub use deployed::Deployed;
@@ -62,7 +63,8 @@ pub use hosts::HostPolicy;
 pub use incidents::ResolveOutcome;
 pub use migrate::MigrateRequest;
 pub use outbox::{request_body, sign, SIGNATURE_HEADER};
-pub use view::{AttemptView, ErrorView, HistoryView, InstanceView, WaitView};
+pub use view::{AttemptView, ChildView, ErrorView, HistoryView, InstanceView, WaitView};
+pub use view_items::ItemView;
 
 use crate::codes::Code;
 use crate::config::Config;

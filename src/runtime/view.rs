@@ -142,6 +142,43 @@ pub struct InstanceView {
     /// the answer of most starts, stays one read).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub retried_by: Vec<String>,
+    /// The child instances its process calls started (live or ended, while
+    /// they are kept), oldest first, each with the call node that started it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildView>,
+    /// Each item (branch) of the fan-outs it is in (a Map, a Parallel, a
+    /// multi-instance activity): index, state, the tokens inside
+    /// (`view_items`); only while the fan-out's token is kept.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub items: Vec<super::view_items::ItemView>,
+}
+
+/// A child instance a process call of the viewed instance started.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildView {
+    pub instance: String,
+    /// The call node that started it: the node of its live `child` wait,
+    /// else the one call node of the parent's process that calls its
+    /// process; none when several call it and the wait is gone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    pub process: String,
+    pub state: String,
+}
+
+/// The most children a view lists.
+const CHILDREN_SHOWN: i64 = 200;
+
+/// What a view reads of a child's snapshot: the park it answers.
+#[derive(serde::Deserialize)]
+struct ChildPeek {
+    parent: Option<ParentPeek>,
+}
+
+#[derive(serde::Deserialize)]
+struct ParentPeek {
+    park: u64,
 }
 
 /// The history route's answer: the journal, or an explanatory empty shape
@@ -279,19 +316,29 @@ impl<S: Store> Runtime<S> {
         let snap = Snapshot::from_json(&rec.snapshot)
             .map_err(|e| RuntimeError::new(Code::SnapshotVersion, e))?;
         let attempts = self.inner.store.attempts(id).await?;
-        // A channel wait names its channel: the process is read only then.
+        // A channel wait names its channel and a call's children their
+        // call nodes: the process is read only for a channel wait, or when
+        // a call may have started a child (a live child wait, or an attempt
+        // row: a call's attempt is written when its child ends).
         let calling = snap.parks.values().any(|p| p.kind == ParkKind::Channel);
-        let process = match calling {
+        let may_call =
+            !attempts.is_empty() || snap.parks.values().any(|p| p.kind == ParkKind::Child);
+        let process = match calling || may_call {
             true => self.process_of(&rec.deployment_id).await?,
             false => None,
         };
         let waits = waits(&snap, process.as_deref());
+        let children = match process.as_deref() {
+            Some(p) if may_call => self.children(&rec, &snap, p, &waits).await?,
+            _ => Vec::new(),
+        };
         let retried_by = match snap.state {
             InstanceState::Failed | InstanceState::Terminated | InstanceState::Compensated => {
                 self.inner.store.retries_of(id).await?
             }
             _ => Vec::new(),
         };
+        let items = super::view_items::items(&snap, snap.state == InstanceState::Failed);
         Ok(InstanceView {
             instance: rec.id,
             process: rec.process_id,
@@ -314,7 +361,101 @@ impl<S: Store> Runtime<S> {
             parent: snap.parent.map(|p| p.instance),
             note: None,
             retried_by,
+            children,
+            items,
         })
+    }
+
+    /// The children of `rec` (a process call's child is `{parent}.{park}`:
+    /// `engine::child_id`), read as one id range of the instance listing —
+    /// only when its process calls another. A child whose id was too long
+    /// (the hashed form) is found only through its live wait.
+    async fn children(
+        &self,
+        rec: &crate::store::InstanceRecord,
+        snap: &Snapshot,
+        process: &Process,
+        waits: &[WaitView],
+    ) -> RuntimeResult<Vec<ChildView>> {
+        let calls: Vec<(&str, &str)> = process
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                NodeKind::CallProcess { process, .. } => Some((n.id.as_str(), process.as_str())),
+                _ => None,
+            })
+            .collect();
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The ids after `{id}.`, oldest first: its descendants come first
+        // (no `before` bound: under a PostgreSQL database's own collation,
+        // which may weigh punctuation last, '/' need not follow '.'; the
+        // prefix is checked below instead).
+        let filter = crate::store::InstanceFilter {
+            tenant: Some(rec.tenant.clone()),
+            after_id: Some(format!("{}.", rec.id)),
+            limit: CHILDREN_SHOWN,
+            ..Default::default()
+        };
+        let listed = self.inner.store.list_instances(&filter).await?;
+        let prefix = format!("{}.", rec.id);
+        let waiting_at = |child: &str| {
+            waits
+                .iter()
+                .find(|w| w.child.as_deref() == Some(child))
+                .map(|w| w.node.clone())
+        };
+        let mut out: Vec<ChildView> = Vec::new();
+        for c in listed {
+            let Some(rest) = c.id.strip_prefix(&prefix) else {
+                continue; // another instance
+            };
+            if rest.is_empty() || !rest.chars().all(|ch| ch.is_ascii_digit()) {
+                continue; // a grandchild
+            }
+            let park = serde_json::from_str::<ChildPeek>(&c.snapshot)
+                .ok()
+                .and_then(|p| p.parent)
+                .map(|p| p.park);
+            if park.map(|k| k.to_string()).as_deref() != Some(rest) {
+                continue;
+            }
+            let mut callers = calls.iter().filter(|(node, called)| {
+                *called == c.process_id && snap.node_states.contains_key(*node)
+            });
+            let node = waiting_at(&c.id).or_else(|| match (callers.next(), callers.next()) {
+                (Some((node, _)), None) => Some(node.to_string()),
+                _ => None,
+            });
+            out.push(ChildView {
+                instance: c.id,
+                node,
+                process: c.process_id,
+                state: c.state,
+            });
+        }
+        // Oldest first: by park (`{id}.10` follows `{id}.9`).
+        out.sort_by_key(|c| {
+            c.instance[prefix.len()..]
+                .parse::<u64>()
+                .unwrap_or(u64::MAX)
+        });
+        // A live child with a hashed id (a very long parent id).
+        for w in waits.iter().filter(|w| w.child.is_some()) {
+            let child = w.child.clone().unwrap_or_default();
+            if !out.iter().any(|c| c.instance == child) {
+                if let Some(c) = self.inner.store.load_instance(&child).await? {
+                    out.push(ChildView {
+                        instance: c.id,
+                        node: Some(w.node.clone()),
+                        process: c.process_id,
+                        state: c.state,
+                    });
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The instance's history (the audit journal).

@@ -1,6 +1,8 @@
 // One instance: the diagram with its state on it, the error, the waits,
-// the variables, the attempts, the history, and the operator's actions
-// (each asks first). A live instance is polled every 1.5 s.
+// the child instances its calls started (a click on a call activity opens
+// its child; a child links back to its parent), the variables, the
+// attempts, the history, and the operator's actions (each asks first). A
+// live instance is polled every 1.5 s.
 
 import { get, post, query } from './api.js';
 import { h, fill, badge, when, ms, link, section, table, jsonTree, errorBox } from './dom.js';
@@ -24,8 +26,10 @@ export async function instancePage(page, id) {
   const timelineBox = h('div', { id: 'timeline', class: 'timeline-box' });
   const historyBox = h('div', { id: 'history' });
   const incidentsBox = h('div', { id: 'incidents' });
+  const childrenBox = h('div', { id: 'children' });
+  const itemsBox = h('div', { id: 'items' });
   fill(page, head, actions, feedback, errorSec,
-    section('Diagram', canvas), section('Waiting for', waits), section('Variables', vars),
+    section('Diagram', canvas), section('Waiting for', waits), itemsBox, childrenBox, section('Variables', vars),
     section('Timeline', timelineBox), section('Attempts', attemptsBox), section('Incidents', incidentsBox), section('History', historyBox));
 
   let view = await get(`/v1/instances/${enc}`);
@@ -41,7 +45,12 @@ export async function instancePage(page, id) {
   // The steps table shows one node's attempts after a click on its shape.
   let stepsOf = null;
   let allAttempts = [];
+  // A call activity's child: the last one it started (a retried call
+  // started one per attempt; the children's table lists them all).
+  const childOf = node => (view.children || []).filter(c => c.node === node).pop();
   diagram.onNodeClick((node) => {
+    const child = childOf(node);
+    if (child) { location.hash = `#/instances/${encodeURIComponent(child.instance)}`; return; }
     stepsOf = node;
     renderAttempts(allAttempts);
     attemptsBox.scrollIntoView({ block: 'nearest' });
@@ -65,9 +74,11 @@ export async function instancePage(page, id) {
     renderActions(v, inc.incidents);
     renderError(v);
     renderWaits(v);
+    renderChildren(v);
+    renderItems(v, a.attempts);
     const varsText = JSON.stringify(v.variables);
     if (varsText !== lastVars) { fill(vars, jsonTree(v.variables, undefined, 2)); lastVars = varsText; }
-    const attemptsText = JSON.stringify(a.attempts);
+    const attemptsText = JSON.stringify([a.attempts, v.items || []]);
     if (attemptsText !== lastAttempts) { renderAttempts(a.attempts); lastAttempts = attemptsText; }
     fill(timelineBox, timeline(v, a.attempts, node => diagram.name(node) || node));
     renderIncidents(inc.incidents);
@@ -151,6 +162,44 @@ export async function instancePage(page, id) {
     fill(waits, runningNow, table(cols, parked, { id: 'waits-table' }));
   }
 
+  // The item (branch) of a fan-out an attempt ran in, by its token.
+  function itemOf(a) {
+    return (view.items || []).find(i => (i.tokens || []).includes(a.token));
+  }
+  const itemLabel = i => `${diagram.name(i.node) || i.node} #${i.index}`;
+
+  // Each item of a Map, a Parallel or a multi-instance activity while its
+  // fan-out runs (or failed): its index, state and attempts.
+  function renderItems(v, attempts) {
+    const items = v.items || [];
+    if (items.length === 0) { fill(itemsBox); return; }
+    const cols = [
+      { title: 'Fan-out', cell: i => nodeLabel(i.node) },
+      { title: 'Item', cell: i => `#${i.index}` },
+      { title: 'State', cell: i => h('span', { class: `item-state item-${i.state}` }, i.state) },
+      { title: 'Attempts', cell: (i) => {
+        const mine = attempts.filter(x => (i.tokens || []).includes(x.token) && x.outcome !== 'worker_failed');
+        return mine.length ? mine.map((x, k) => [k ? ', ' : '', nodeLabel(x.task), ` #${x.attempt} `, h('span', { class: `outcome-${x.outcome}` }, x.outcome)]) : '';
+      } },
+    ];
+    cols.rowAttrs = i => ({ dataset: { node: i.node, index: i.index, state: i.state } });
+    fill(itemsBox, section('Items', table(cols, items, { id: 'items-table' }),
+      h('p', { class: 'muted' }, 'An item that ended keeps no token: its attempts are listed below, without their item.')));
+  }
+
+  function renderChildren(v) {
+    const kids = v.children || [];
+    if (kids.length === 0) { fill(childrenBox); return; }
+    const cols = [
+      { title: 'Child instance', cell: c => link(`/instances/${encodeURIComponent(c.instance)}`, h('code', {}, c.instance)) },
+      { title: 'Started by', cell: c => (c.node ? nodeLabel(c.node) : '') },
+      { title: 'Process', cell: c => c.process },
+      { title: 'State', cell: c => badge(c.state) },
+    ];
+    cols.rowAttrs = c => ({ dataset: { child: c.instance, ...(c.node ? { node: c.node } : {}) } });
+    fill(childrenBox, section('Child instances', table(cols, kids, { id: 'children-table' })));
+  }
+
   function renderAttempts(all) {
     allAttempts = all;
     const attempts = stepsOf ? all.filter(a => a.task === stepsOf) : all;
@@ -158,7 +207,7 @@ export async function instancePage(page, id) {
       h('a', { href: '#', id: 'steps-all', onclick: (e) => { e.preventDefault(); stepsOf = null; renderAttempts(allAttempts); } }, 'show every step')) : null;
     if (attempts.length === 0) { fill(attemptsBox, only, h('p', { class: 'muted' }, stepsOf ? 'This node ran no task.' : 'No attempts yet.')); return; }
     const cols = [
-      { title: 'Task', cell: a => nodeLabel(a.task) },
+      { title: 'Task', cell: a => [nodeLabel(a.task), childLink(a)] },
       { title: '#', cell: a => String(a.attempt) },
       { title: 'Outcome', cell: a => h('span', { class: `outcome-${a.outcome}` }, a.outcome) },
       { title: 'Code', cell: a => (a.code ? h('code', {}, a.code) : '') },
@@ -171,8 +220,21 @@ export async function instancePage(page, id) {
       { title: 'Calls', cell: calls },
       { title: 'Output', cell: output },
     ];
+    // The item each attempt ran in, while the instance has fan-out items.
+    if ((view.items || []).length) {
+      cols.splice(1, 0, { title: 'Item', cell: (a) => { const i = itemOf(a); return i ? h('span', { class: 'item', dataset: { node: i.node, index: i.index } }, itemLabel(i)) : ''; } });
+    }
     cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome, ...(a.worker ? { worker: a.worker } : {}) } });
     fill(attemptsBox, only, table(cols, attempts, { id: 'attempts-table', class: 'timeline' }));
+  }
+
+  // A call activity's attempt: the child it started (the call's n-th
+  // attempt started its n-th child, children being listed oldest first).
+  function childLink(a) {
+    const kids = (view.children || []).filter(c => c.node === a.task);
+    const runs = allAttempts.filter(x => x.task === a.task && x.outcome !== 'worker_failed');
+    const c = kids.length === runs.length ? kids[runs.indexOf(a)] : kids.length === 1 ? kids[0] : null;
+    return c ? h('div', { class: 'child-link' }, 'child ', link(`/instances/${encodeURIComponent(c.instance)}`, h('code', {}, c.instance))) : '';
   }
 
   // An attempt's input or result (kept up to 64 KiB each by the server; a

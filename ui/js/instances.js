@@ -8,8 +8,8 @@
 // incidents resolved or are migrated to another deployment of their process
 // as one batch operation on the server (POST /v1/batches; its page shows the
 // progress). Each row says what failed (its code and node: a click filters
-// on it) and its open incidents. The counts and the page refresh themselves
-// every 5 s.
+// on it; the node by its name, its id as the tooltip) and its open
+// incidents. The counts and the page refresh themselves every 5 s.
 
 import { get, post, query } from './api.js';
 import { h, fill, badge, when, link, table, errorBox } from './dom.js';
@@ -18,6 +18,28 @@ import { confirmAction } from './app.js';
 const STATES = ['RUNNING', 'WAITING', 'COMPLETED', 'FAILED', 'TERMINATED', 'COMPENSATED'];
 const SIZES = [10, 25, 50, 100, 200];
 const REFRESH_MS = 5000;
+
+// The node names of each deployment (IR node id → its name), read once from
+// the diagram the instance page draws (GET /v1/deployments/{id}/diagram: an
+// exported element carries its IR id in `sutra:node`, an original BPMN
+// element is its node id). A deployment never changes, so they are kept.
+const NAMES = new Map();
+function nodeNames(deployment) {
+  if (!NAMES.has(deployment)) {
+    NAMES.set(deployment, get(`/v1/deployments/${encodeURIComponent(deployment)}/diagram`).then((xml) => {
+      const names = new Map();
+      const doc = new DOMParser().parseFromString(String(xml), 'application/xml');
+      for (const el of doc.getElementsByTagName('*')) {
+        const name = el.getAttribute('name');
+        if (!name || el.localName === 'message' || el.localName === 'signal' || el.localName === 'error') continue;
+        const node = el.getAttribute('sutra:node') || el.getAttribute('id');
+        if (node && !names.has(node)) names.set(node, name);
+      }
+      return names;
+    }).catch(() => { NAMES.delete(deployment); return new Map(); }));
+  }
+  return NAMES.get(deployment);
+}
 
 // A query string and more `&k=v` parameters as one query string.
 const joined = (q, more) => (more ? (q ? `${q}${more}` : `?${more.slice(1)}`) : q);
@@ -133,6 +155,9 @@ export async function instancesPage(page, params) {
       get(`/v1/instances${joined(query({ state, process, since, until, after, limit, order }), search)}`),
       get(`/v1/incidents${query({ state: 'OPEN', limit: 500 })}`).catch(() => ({ incidents: [] })),
     ]);
+    // The failed nodes by name: one diagram read per deployment listed.
+    const failedIn = [...new Set(r.instances.filter(i => i.failedNode).map(i => i.deployment))];
+    const names = new Map(await Promise.all(failedIn.map(async d => [d, await nodeNames(d)])));
     if (stopped) return;
     shown = r.instances;
     const span = [since ? ` since ${when(since)}` : '', until ? ` until ${when(until)}` : ''].join('');
@@ -153,7 +178,12 @@ export async function instancesPage(page, params) {
       { title: 'State', cell: i => badge(i.state) },
       { title: 'Error', cell: i => (i.errorCode ? [h('a', { href: here({ code: i.errorCode, after: '' }), title: 'only instances with this error code' }, h('code', { class: 'error-code' }, i.errorCode)),
         i.causeCode ? h('div', { class: 'cause-code muted' }, 'cause ', h('code', {}, i.causeCode)) : null] : '') },
-      { title: 'Failed at', cell: i => (i.failedNode ? h('a', { class: 'failed-node', href: here({ node: i.failedNode, after: '' }), title: 'only instances that failed at this node' }, i.failedNode) : '') },
+      { title: 'Failed at', cell: i => {
+        if (!i.failedNode) return '';
+        const name = names.get(i.deployment)?.get(i.failedNode);
+        return h('a', { class: 'failed-node', href: here({ node: i.failedNode, after: '' }), dataset: { node: i.failedNode },
+          title: `${i.failedNode} (a click: only the instances that failed at this node)` }, name || i.failedNode);
+      } },
       { title: 'Incidents', cell: i => (open.get(i.id) ? h('span', { class: 'badge state-open incidents' }, `${open.get(i.id)} open`) : '') },
       { title: 'Started', cell: i => when(i.startedAt) },
       { title: 'Ended', cell: i => when(i.endedAt) },
