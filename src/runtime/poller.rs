@@ -3,7 +3,9 @@
 //! The poller claims due parks from the store (the truth) and fires them; an
 //! in-memory wake-up (`Notify`) only makes it prompt when a step arms a park.
 //! On a virtual clock, whenever nothing is runnable it jumps the clock to the
-//! next due park, so a PT24H timer or a long backoff passes in milliseconds.
+//! next due park, so a PT24H timer or a long backoff passes in milliseconds;
+//! while an attempt runs past the commit window, virtual time runs at real
+//! speed instead (a timer boundary due meanwhile fires, as on the real clock).
 
 use super::{Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
