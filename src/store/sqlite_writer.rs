@@ -280,11 +280,16 @@ fn exec(conn: &Connection, statement: &str) -> rusqlite::Result<()> {
 /// batch succeeds whole. If a request fails, nothing of that pass is kept
 /// and the batch runs again with a savepoint per request, so the failed one
 /// is rolled back alone and the others commit.
+///
+/// The count deltas of every step the transaction applied are summed and
+/// written once, just before its commit (stats.rs): a batch of a thousand
+/// steps of one deployment touches a few dozen count rows, not thousands.
 fn run_batch(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
     exec(conn, "BEGIN IMMEDIATE")?;
     let mut out = Vec::with_capacity(ops.len());
+    let mut applied = Vec::with_capacity(ops.len());
     for op in ops {
-        match apply(conn, op) {
+        match apply(conn, op, &mut applied) {
             Ok(done) => out.push(Ok(done)),
             Err(e) => {
                 // (SQLite may have rolled back already, e.g. on a full disk.)
@@ -299,36 +304,61 @@ fn run_batch(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<
             }
         }
     }
+    // (A failure here fails the whole transaction: `execute` rolls it back.)
+    write_counts(conn, &applied)?;
     exec(conn, "COMMIT")?;
     Ok(out)
 }
 
-/// Runs a batch in one transaction with each request in its own savepoint.
+/// Runs a batch in one transaction with each request in its own savepoint
+/// (the counts of the requests that stay written once at the end, as
+/// [`run_batch`]).
 fn run_isolated(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
     exec(conn, "BEGIN IMMEDIATE")?;
     let mut out = Vec::with_capacity(ops.len());
+    let mut applied = Vec::with_capacity(ops.len());
     for op in ops {
         exec(conn, "SAVEPOINT request")?;
-        let result = apply(conn, op);
+        let mut mine = Vec::new();
+        let result = apply(conn, op, &mut mine);
         if result.is_err() {
             exec(conn, "ROLLBACK TO request")?;
+        } else {
+            applied.extend(mine);
         }
         exec(conn, "RELEASE request")?;
         out.push(result);
     }
+    // (A failure here fails the whole transaction: `execute` rolls it back.)
+    write_counts(conn, &applied)?;
     exec(conn, "COMMIT")?;
     Ok(out)
 }
 
-fn apply(conn: &Connection, op: &Op) -> StoreResult<Done> {
+/// The count deltas of `steps` (and of the children they start), summed.
+fn write_counts(conn: &Connection, steps: &[&StepWrite]) -> rusqlite::Result<()> {
+    super::stats::write_rusqlite(conn, &super::stats::collect(steps.iter().copied()))
+}
+
+/// Runs `op`; every step it applied goes to `applied` (for its counts).
+fn apply<'a>(conn: &Connection, op: &'a Op, applied: &mut Vec<&'a StepWrite>) -> StoreResult<Done> {
     match op {
-        Op::Create(inst, step) => create_one(conn, inst, step).map(Done::Created),
+        Op::Create(inst, step) => {
+            let created = create_one(conn, inst, step)?;
+            if matches!(created, Created::New) {
+                applied.push(step);
+            }
+            Ok(Done::Created(created))
+        }
         Op::Commit { id, version, step } => {
-            commit_one(conn, id, *version, step).map(|()| Done::Written)
+            commit_one(conn, id, *version, step)?;
+            applied.push(step);
+            Ok(Done::Written)
         }
         Op::CommitAll(steps) => {
             for (id, version, step) in steps {
                 commit_one(conn, id, *version, step)?;
+                applied.push(step);
             }
             Ok(Done::Written)
         }
@@ -471,8 +501,9 @@ fn apply_step(
             wake_parent(conn, w)?;
         }
     }
-    // The count deltas of the step and its children, last (stats.rs).
-    super::stats::write_rusqlite(conn, &super::stats::collect([step]))
+    // Its count deltas (and its children's) are the transaction's to
+    // write, once for all its steps ([`write_counts`]).
+    Ok(())
 }
 
 /// A child's end on its parent's child park (if the park still exists).
@@ -665,6 +696,78 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn created(id: &str, key: Option<&str>) -> super::Op {
+        use super::super::stats::StatDelta;
+        let inst = super::NewInstance {
+            id: id.into(),
+            tenant: "t".into(),
+            deployment_id: "d".into(),
+            process_id: "p".into(),
+            idempotency_key: key.map(str::to_string),
+            idempotency_fingerprint: None,
+            retry_of: None,
+            started_at: 1,
+            business_key: None,
+        };
+        let step = super::StepWrite {
+            snapshot: "{}".into(),
+            state: "RUNNING".into(),
+            updated_at: 1,
+            stats: vec![StatDelta {
+                deployment_id: "d".into(),
+                node: String::new(),
+                state: "RUNNING".into(),
+                slot: super::super::stats::slot_of(id),
+                n: 1,
+            }],
+            ..super::StepWrite::default()
+        };
+        super::Op::Create(inst, step)
+    }
+
+    fn counted(conn: &Connection) -> i64 {
+        conn.query_row(
+            "SELECT COALESCE(SUM(n), 0) FROM deployment_stats WHERE deployment_id = 'd'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_batch_counts_exactly_the_steps_it_kept() {
+        let conn = migrated();
+        // (No tenant or deployment rows: the counts are the subject here.)
+        conn.execute_batch("PRAGMA foreign_keys = OFF").unwrap();
+        // Two new instances, one that repeats an id (rolled back alone) and
+        // one whose idempotency key is known (answered, not applied).
+        let first = [created("a", Some("k")), created("b", None)];
+        let results = super::run_batch(&conn, &first).unwrap();
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        assert_eq!(counted(&conn), 2);
+        let second = [
+            created("c", None),
+            created("a", None),
+            created("d", Some("k")),
+            created("e", None),
+        ];
+        let results = super::run_batch(&conn, &second).unwrap();
+        assert!(results[1].is_err(), "a repeated id is refused");
+        assert!(matches!(
+            results[2],
+            Ok(super::Done::Created(super::Created::Existing(_)))
+        ));
+        assert_eq!(
+            counted(&conn),
+            4,
+            "a, b, c and e; not the refused one nor the known key"
+        );
+        let instances: i64 = conn
+            .query_row("SELECT COUNT(*) FROM instances", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(instances, counted(&conn));
     }
 
     #[test]

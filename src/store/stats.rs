@@ -254,7 +254,10 @@ where
 }
 
 /// The same on the SQLite writer thread's connection.
-pub(super) fn write_rusqlite(conn: &rusqlite::Connection, deltas: &[StatDelta]) -> StoreResult<()> {
+pub(super) fn write_rusqlite(
+    conn: &rusqlite::Connection,
+    deltas: &[StatDelta],
+) -> rusqlite::Result<()> {
     for chunk in deltas.chunks(CHUNK) {
         let mut st = conn.prepare_cached(upsert_sql(chunk.len()))?;
         let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 5);
