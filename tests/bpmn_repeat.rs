@@ -300,6 +300,25 @@ backends::store_tests! {
         assert_eq!(view.variables["done"], json!(true));
     }
 
+    async fn a_standard_loops_body_reads_its_iterations_loop_counter(db) {
+        let rt = runtime(db.store.clone());
+        let task = r#"<bpmn:serviceTask id="T" implementation="registered:chaos">
+  <bpmn:extensionElements><q:io resultPath="$.last"/></bpmn:extensionElements>
+  <bpmn:standardLoopCharacteristics><bpmn:loopCondition>loopCounter &lt; 3</bpmn:loopCondition></bpmn:standardLoopCharacteristics>
+</bpmn:serviceTask>"#;
+        let view = run(&rt, &around(task, ""), json!({"do": "echo"})).await;
+        assert_eq!(view.state, "COMPLETED", "{view:?}");
+        // Each iteration's task saw its own number in its input (the echo of
+        // one iteration is in the next one's input, as `last`).
+        assert_eq!(
+            view.variables["last"],
+            json!({"do": "echo", "loopCounter": 3, "last": {"do": "echo", "loopCounter": 2,
+                "last": {"do": "echo", "loopCounter": 1}}})
+        );
+        // Read-only: it never became an instance variable.
+        assert!(!view.variables.contains_key("loopCounter"), "{:?}", view.variables);
+    }
+
     async fn a_loop_that_never_waits_fails_with_the_step_budget(db) {
         let rt = runtime(db.store.clone());
         let sub = format!(

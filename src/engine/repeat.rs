@@ -26,10 +26,10 @@ use crate::codes::Code;
 use crate::model::{Expr, Fanout, Node, NodeKind, Over, Repeat, StartTrigger, LOOP_LIMIT};
 use serde_json::{json, Map, Value};
 
-const LOOP_COUNTER: &str = "loopCounter";
+pub(super) const LOOP_COUNTER: &str = "loopCounter";
 
 impl<'a> Machine<'a> {
-    fn repeat_of(&self, token: u64) -> Option<(&'a Node, &'a Fanout, &'a Repeat)> {
+    pub(super) fn repeat_of(&self, token: u64) -> Option<(&'a Node, &'a Fanout, &'a Repeat)> {
         let node = self.node_of(token)?;
         match &node.kind {
             NodeKind::Fanout(f) => f.repeat.as_deref().map(|r| (node, f, r)),

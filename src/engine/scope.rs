@@ -4,18 +4,49 @@
 //! (the innermost wins) and writes into the innermost one, else into the
 //! instance's variables. Tokens outside any iteration read and write the
 //! instance's variables as before, with no copy.
+//!
+//! A standard loop's iteration (a branch token without variables of its
+//! own: a loop works in the enclosing variables) shows the tokens inside it
+//! one read-only variable, `loopCounter` (1-based, the iteration's number),
+//! as BPMN's loop activity instance attribute: a task or condition in the
+//! body reads it, a write goes to the enclosing scope as any other.
 
 use super::machine::Machine;
-use serde_json::{Map, Value};
+use super::snapshot::{Token, TokenStatus};
+use serde_json::{json, Map, Value};
 use std::borrow::Cow;
 
 impl<'a> Machine<'a> {
+    /// The `loopCounter` a standard loop's iteration token `t` shows the
+    /// tokens inside it (`None` for any other token).
+    fn loop_counter(&self, t: &Token) -> Option<Value> {
+        if t.vars.is_some() {
+            return None;
+        }
+        let TokenStatus::Branch { slot, .. } = t.status else {
+            return None;
+        };
+        let (_, _, rep) = self.repeat_of(t.scope?)?;
+        (!rep.scoped()).then(|| json!(slot + 1))
+    }
+
+    /// `t`'s own variables layer, if it has one (see the module doc).
+    fn layer_of<'t>(&self, t: &'t Token) -> Option<Cow<'t, Map<String, Value>>> {
+        if let Some(v) = &t.vars {
+            return Some(Cow::Borrowed(v));
+        }
+        let n = self.loop_counter(t)?;
+        let mut m = Map::new();
+        m.insert(super::repeat::LOOP_COUNTER.into(), n);
+        Some(Cow::Owned(m))
+    }
+
     /// The variables visible to `token` (see the module doc).
     pub(super) fn vars_of(&self, token: u64) -> Cow<'_, Map<String, Value>> {
         let mut layers = Vec::new();
         let mut cur = self.snap.token(token);
         while let Some(t) = cur {
-            if let Some(v) = &t.vars {
+            if let Some(v) = self.layer_of(t) {
                 layers.push(v);
             }
             cur = t.scope.and_then(|s| self.snap.token(s));
@@ -39,13 +70,19 @@ impl<'a> Machine<'a> {
             let mut found = None;
             while let Some(t) = cur {
                 if let Some(v) = t.vars.as_ref().and_then(|v| v.get(name)) {
-                    found = Some(v);
+                    found = Some(v.clone());
                     break;
+                }
+                if name == super::repeat::LOOP_COUNTER {
+                    if let Some(n) = self.loop_counter(t) {
+                        found = Some(n);
+                        break;
+                    }
                 }
                 cur = t.scope.and_then(|s| self.snap.token(s));
             }
-            if let Some(v) = found.or_else(|| self.snap.variables.get(name)) {
-                out.insert(name.clone(), v.clone());
+            if let Some(v) = found.or_else(|| self.snap.variables.get(name).cloned()) {
+                out.insert(name.clone(), v);
             }
         }
         out
@@ -62,6 +99,11 @@ impl<'a> Machine<'a> {
         while let Some(t) = cur {
             if let Some(v) = t.vars.as_ref().filter(|v| v.contains_key(*first)) {
                 return super::vars::get(v, path);
+            }
+            if *first == super::repeat::LOOP_COUNTER {
+                if let Some(v) = self.layer_of(t) {
+                    return super::vars::get(&v, path);
+                }
             }
             cur = t.scope.and_then(|s| self.snap.token(s));
         }

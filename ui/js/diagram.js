@@ -114,9 +114,15 @@ export class Diagram {
     return name ? String(name) : null;
   }
 
-  /** The diagram element of IR node `node`, if drawn. */
+  /**
+   * The diagram element of IR node `node`, if drawn: its own shape, else
+   * (a layer the loader made for a repeated activity, `A#body` or
+   * `A#instance`, which no XML element holds) the shape of `A`.
+   */
   element(node) {
-    return this.byNode.get(node);
+    const own = this.byNode.get(node);
+    if (own || !node.includes('#')) return own;
+    return this.byNode.get(node.slice(0, node.indexOf('#')));
   }
 
   clear() {
@@ -131,7 +137,10 @@ export class Diagram {
 
   mark(node, cls) {
     const id = this.element(node);
-    if (!id) return;
+    if (id) this.markElement(id, cls);
+  }
+
+  markElement(id, cls) {
     this.viewer.get('canvas').addMarker(id, cls);
     this.markers.push([id, cls]);
   }
@@ -145,11 +154,12 @@ export class Diagram {
   badge(node, cls, text, title) {
     const id = this.element(node);
     if (!id) return;
-    let stack = this.stacks.get(node);
+    // One stack per shape: a repeated activity's layers share A's.
+    let stack = this.stacks.get(id);
     if (!stack) {
       stack = h('div', { class: 'badges', dataset: { node } });
       this.overlayIds.push(this.viewer.get('overlays').add(id, { position: { top: -4, left: 0 }, html: stack }));
-      this.stacks.set(node, stack);
+      this.stacks.set(id, stack);
     }
     const el = h('div', { class: `overlay ${cls}`, title: title || text }, text);
     el.dataset.node = node;
@@ -170,9 +180,21 @@ export class Diagram {
       c.last = a;
       perNode.set(a.task, c);
     }
+    // One state per shape. A repeated activity's shape A shows its body's
+    // (`A#body`: running while any iteration runs, succeeded once all
+    // ended), not the last iteration's; `A#instance` shows nothing.
+    const shapeState = new Map();
     for (const [node, state] of Object.entries(view.nodes || {})) {
-      this.mark(node, `sutra-${state.toLowerCase()}`);
+      const id = this.element(node);
+      if (!id) continue;
+      const rank = node.endsWith('#body') ? 2 : this.byNode.get(node) === id ? 1 : 0;
+      const had = shapeState.get(id);
+      if (!had || rank > had.rank) shapeState.set(id, { rank, state });
     }
+    for (const [id, { state }] of shapeState) {
+      this.markElement(id, `sutra-${state.toLowerCase()}`);
+    }
+    this.showItems(view.items || []);
     for (const [node, c] of perNode) {
       this.badge(node, 'attempts', `×${c.n}`, `${c.n} attempt(s)`);
     }
@@ -197,13 +219,52 @@ export class Diagram {
   }
 
   /**
+   * A fan-out's items (a multi-instance activity, a Map, a Parallel) while it
+   * runs: one badge on its shape, how many ended of how many, and in its
+   * tooltip how many run, wait, failed or have not started.
+   */
+  showItems(items) {
+    const byNode = new Map();
+    for (const i of items) {
+      const c = byNode.get(i.node) || { total: 0 };
+      c.total += 1;
+      c[i.state] = (c[i.state] || 0) + 1;
+      byNode.set(i.node, c);
+    }
+    for (const [node, c] of byNode) {
+      const parts = ['running', 'waiting', 'failed', 'pending']
+        .filter(k => c[k]).map(k => `${c[k]} ${k}`);
+      const text = `${c.ended || 0}/${c.total} items`;
+      this.badge(node, 'items', text, `${c.ended || 0} of ${c.total} items ended${parts.length ? `; ${parts.join(', ')}` : ''}`);
+    }
+  }
+
+  /**
    * A deployment's per-node figures (GET /v1/deployments/{id}/statistics)
    * as badges: instances active there, failed there, that completed it, and
    * its open incidents (zeros are not drawn).
    */
   showStatistics(stats) {
     this.clear();
-    for (const [node, s] of Object.entries(stats.nodes || {})) {
+    // A repeated activity's shape A counts instances, not iterations: those
+    // active at its body (`A#body`) and that completed it; the failures and
+    // incidents of its task (`A`, inside) and of the body. Its other layers
+    // draw nothing of their own.
+    const nodes = stats.nodes || {};
+    const shown = new Map();
+    for (const [node, own] of Object.entries(nodes)) {
+      if (this.byNode.has(node)) {
+        const body = nodes[`${node}#body`];
+        shown.set(node, !body ? own : {
+          active: body.active, completed: body.completed,
+          failed: Math.max(own.failed || 0, body.failed || 0),
+          incidents: (own.incidents || 0) + (body.incidents || 0),
+        });
+      } else if (node.endsWith('#body') && !(node.slice(0, -5) in nodes)) {
+        shown.set(node.slice(0, -5), own);
+      }
+    }
+    for (const [node, s] of shown) {
       if (s.active) this.badge(node, 'stat-active', `${s.active} active`, `${s.active} instance(s) at this node now`);
       if (s.failed) this.badge(node, 'stat-failed', `${s.failed} failed`, `${s.failed} instance(s) failed here`);
       if (s.incidents) this.badge(node, 'incident', `${s.incidents} incident${s.incidents === 1 ? '' : 's'}`, `${s.incidents} open incident(s)`);
