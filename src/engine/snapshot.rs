@@ -315,6 +315,10 @@ pub enum TokenStatus {
     },
 }
 
+/// A fan-out of this many items or more makes its snapshot wide
+/// ([`Snapshot::is_wide`]).
+pub const WIDE_FANOUT: usize = 1_000;
+
 /// Where a fan-out is: its branches' results so far, and its retries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FanoutState {
@@ -515,15 +519,31 @@ impl Snapshot {
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
 
+    /// Whether it holds a wide fan-out (at least [`WIDE_FANOUT`] items or
+    /// branches): what makes serialising it, and a step over it, take
+    /// milliseconds rather than microseconds.
+    pub fn is_wide(&self) -> bool {
+        self.tokens.iter().any(
+            |t| matches!(&t.status, TokenStatus::Fanout(st) if st.results.len() >= WIDE_FANOUT),
+        )
+    }
+
     /// Parse a stored snapshot, refusing formats this build does not know.
     pub fn from_json(text: &str) -> Result<Snapshot, String> {
-        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let format = v.get("format").and_then(Value::as_u64).unwrap_or(0);
+        /// The format alone (the rest skipped, not built): a snapshot is
+        /// then parsed straight from its text, with no `Value` in between
+        /// (a wide fan-out's snapshot is parsed on every step it is not kept).
+        #[derive(Deserialize)]
+        struct Format {
+            #[serde(default)]
+            format: u64,
+        }
+        let Format { format } = serde_json::from_str(text).map_err(|e| e.to_string())?;
         if format != u64::from(SNAPSHOT_FORMAT) {
             return Err(format!(
                 "snapshot format {format} is not supported by this build (expects {SNAPSHOT_FORMAT})"
             ));
         }
-        serde_json::from_value(v).map_err(|e| e.to_string())
+        serde_json::from_str(text).map_err(|e| e.to_string())
     }
 }

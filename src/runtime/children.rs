@@ -329,6 +329,7 @@ impl<S: Store> Runtime<S> {
                 ..
             } = child;
             rt.committed(&new.id, 1, &mut spec, &write).await;
+            rt.remember_armed(&new.id, &mut spec);
             rt.after_commit(&mut spec).await;
             rt.await_sends(&mut spec).await;
             let pending = std::mem::take(&mut spec.pending);

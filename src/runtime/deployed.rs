@@ -83,17 +83,28 @@ impl Deployed {
     /// place (a step is microseconds). On a current-thread runtime (tests,
     /// the CLI's one-shot `run`) there is no other thread to hand work to.
     fn offload<T>(&self, step: impl FnOnce() -> T) -> T {
-        let multi_thread = || {
-            matches!(
-                tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
-                Ok(tokio::runtime::RuntimeFlavor::MultiThread)
-            )
-        };
-        if self.iterating && multi_thread() {
-            tokio::task::block_in_place(step)
-        } else {
-            step()
-        }
+        off_executor(self.iterating, step)
+    }
+}
+
+/// Run `work` under `block_in_place` when it is `heavy` (the executor hands
+/// this worker's other tasks to another thread meanwhile), in place
+/// otherwise or on a current-thread runtime. Heavy: a step that may
+/// evaluate data-looping expressions ([`Deployed::offload`]), and the step
+/// and serialisation of a snapshot holding a wide fan-out
+/// (`Snapshot::is_wide`: milliseconds per commit, which would hold up every
+/// other tenant's task queued on this worker).
+pub(crate) fn off_executor<T>(heavy: bool, work: impl FnOnce() -> T) -> T {
+    let multi_thread = || {
+        matches!(
+            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+        )
+    };
+    if heavy && multi_thread() {
+        tokio::task::block_in_place(work)
+    } else {
+        work()
     }
 }
 

@@ -296,6 +296,7 @@ impl<S: Store> Runtime<S> {
         }
         tracing::debug!(instance = %id, "started");
         self.committed(&id, 1, &mut spec, &write).await;
+        self.remember_armed(&id, &mut spec);
         drop(guard);
         if req.answer_at_commit {
             let rt = self.clone();
@@ -410,6 +411,24 @@ impl<S: Store> Runtime<S> {
         self.drive_with(id, event, None, finishing)
     }
 
+    /// [`Self::drive`] for a caller that does not read the committed
+    /// snapshot (an alarm's step): it is kept for the next step (moved, not
+    /// copied) or dropped.
+    pub(crate) fn drive_discarding(&self, id: String, event: Event) -> BoxFut<RuntimeResult<()>> {
+        let rt = self.clone();
+        Box::pin(async move {
+            rt.drive_queued(
+                id,
+                First::Given(Box::new((event, None))),
+                Finishing::default(),
+                None,
+                false,
+            )
+            .await
+            .map(|_| ())
+        })
+    }
+
     fn drive_with(
         &self,
         id: String,
@@ -436,6 +455,7 @@ impl<S: Store> Runtime<S> {
                     First::Given(Box::new((event, written))),
                     finishing,
                     known,
+                    true,
                 )
                 .await?;
             driven.ok_or_else(|| {
@@ -460,13 +480,14 @@ impl<S: Store> Runtime<S> {
     /// commit window, one commit. The snapshot is the one kept here (after
     /// an alarm), else `known` (read ahead with a batch), else the stored
     /// one. The committed snapshot for a given event; `None` for an inbox
-    /// drive (nobody reads it).
+    /// drive (nobody reads it) and when `wanted` is false.
     fn drive_queued(
         &self,
         id: String,
         first: First,
         finishing: Finishing,
         known: Option<(i64, Snapshot)>,
+        wanted: bool,
     ) -> BoxFut<RuntimeResult<Option<Snapshot>>> {
         let rt = self.clone();
         Box::pin(async move {
@@ -495,14 +516,24 @@ impl<S: Store> Runtime<S> {
                     }
                 },
             };
-            let (mut version, snap) = match (rt.recall(&id), known) {
-                (Some(kept), _) | (None, Some(kept)) => kept,
-                (None, None) => rt.load(&id).await?,
+            // The newest of what is in memory (a step committed since by
+            // another replica is met by the version check and replayed).
+            let warm = rt.take_warm(&id);
+            let newest = [rt.recall(&id), known, warm]
+                .into_iter()
+                .flatten()
+                .max_by_key(|(v, _)| *v);
+            let (mut version, snap) = match newest {
+                Some(kept) => kept,
+                None => rt.load(&id).await?,
             };
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let stored = crate::store::search_vars(&snap.variables);
             let counted = super::inline::tally(&snap);
-            let step = deployed.apply(snap, event.clone(), &rt.inputs())?;
+            let wide = snap.is_wide();
+            let step = super::deployed::off_executor(wide, || {
+                deployed.apply(snap, event.clone(), &rt.inputs())
+            })?;
             let mut spec = rt.spec_of(step, Some(event));
             spec.search_base = Some(stored);
             spec.stats_base = counted;
@@ -517,7 +548,8 @@ impl<S: Store> Runtime<S> {
             let mut tries = 0;
             loop {
                 rt.start_children(&deployed, &mut spec).await?;
-                let mut write = rt.finish_write(&mut spec);
+                let wide = spec.snapshot.is_wide();
+                let mut write = super::deployed::off_executor(wide, || rt.finish_write(&mut spec));
                 write.finished.clone_from(&finishing.done);
                 write.delivered.clone_from(&finishing.delivered);
                 let tenant = spec.snapshot.tenant.clone();
@@ -546,15 +578,38 @@ impl<S: Store> Runtime<S> {
                     Err(e) => return Err(e.into()),
                 }
             }
-            drop(guard);
-            rt.after_commit(&mut spec).await;
             // What follows waits for the attempts this step left running and
             // started, and their steps for theirs: a chain of drives. Only a
             // drive whose caller reads the snapshot keeps it meanwhile (a
-            // wide fan-out's chains each held one: 2 GB over 10,000 items).
+            // wide fan-out's chains each held one: 2 GB over 10,000 items);
+            // an inbox drive whose attempts are still out hands it, moved
+            // under the lock, to the drive of their outcomes (`warm`: one
+            // copy per instance, never parsed again from the store).
             let tenant = spec.snapshot.tenant.clone();
             let snapshot = std::mem::replace(&mut spec.snapshot, Snapshot::placeholder());
-            let kept = given.then_some(snapshot);
+            // What `after_commit` reads of it.
+            spec.snapshot.instance_id.clone_from(&snapshot.instance_id);
+            let kept = match spec.remember.take() {
+                // For the alarm its commit armed (a copy only when the
+                // caller reads it too).
+                Some(v) if given && wanted => {
+                    rt.remember(&id, v, &snapshot);
+                    Some(snapshot)
+                }
+                Some(v) => {
+                    rt.remember_moved(&id, v, snapshot);
+                    None
+                }
+                None if given && wanted => Some(snapshot),
+                None => {
+                    if !running.is_empty() || !spec.pending.is_empty() {
+                        rt.keep_warm(&id, version + 1, snapshot);
+                    }
+                    None
+                }
+            };
+            drop(guard);
+            rt.after_commit(&mut spec).await;
             for task in running {
                 let _ = task.await;
             }
@@ -588,7 +643,7 @@ impl<S: Store> Runtime<S> {
                 .push((req, outcome, written)),
         }
         if let Err(e) = self
-            .drive_queued(id.clone(), First::Inbox, Finishing::default(), None)
+            .drive_queued(id.clone(), First::Inbox, Finishing::default(), None, false)
             .await
         {
             tracing::error!(instance = %id, error = %e, "could not commit attempt outcomes; their leases will re-run them");

@@ -46,8 +46,10 @@ type AttemptFuture = std::pin::Pin<
 >;
 
 /// The most steps merged into one commit (a loop of quick tasks still
-/// commits regularly).
-pub(crate) const MAX_INLINE_STEPS: usize = 64;
+/// commits regularly; the commit window bounds it in time). Each outcome of
+/// a fan-out's iteration is a step: 64 cut a window of 100 iterations into
+/// commits of 64 outcomes, each writing the whole snapshot (issue 29).
+pub(crate) const MAX_INLINE_STEPS: usize = 256;
 
 /// Waits due within this horizon get an in-process alarm (alarm.rs); later
 /// ones are left to the pollers.
@@ -61,6 +63,11 @@ const ALARM_GRACE_MS: i64 = 1_000;
 /// An alarm called this much ahead of its instant (or more) warms the
 /// sandbox first (a warm-up takes ~20 to 100 µs).
 const WARM_MIN_LEFT: std::time::Duration = std::time::Duration::from_micros(150);
+
+/// The most snapshots kept for the drives of attempts still out
+/// (`Runtime::keep_warm`); past it the map is emptied (a drive then reads
+/// its instance from the store, as without it).
+const WARM_MAX: usize = 10_000;
 
 /// An instance advanced in memory since its last commit.
 pub(crate) struct Spec {
@@ -107,6 +114,10 @@ pub(crate) struct Spec {
     /// tally; empty for an instance not written yet): a commit writes the
     /// difference to the new snapshot's (migration 0024, `store::stats`).
     pub(crate) stats_base: Tally,
+    /// The version committed with an alarm armed: the snapshot is to be kept
+    /// for the alarm's step (`Runtime::remember`), by whoever owns it once
+    /// the commit is done (moved when nobody reads it after).
+    pub(crate) remember: Option<i64>,
 }
 
 /// What `snap` counts for in the console's aggregates.
@@ -171,6 +182,7 @@ impl Spec {
             delivery: None,
             search_base: None,
             stats_base: Tally::default(),
+            remember: None,
         }
     }
 }
@@ -378,7 +390,7 @@ impl<S: Store> Runtime<S> {
 
     /// After a commit: set an alarm for every park written claimed, and keep
     /// the committed snapshot for the fire (no reload then).
-    pub(crate) fn arm_alarms(&self, id: &str, version: i64, spec: &Spec, write: &StepWrite) {
+    pub(crate) fn arm_alarms(&self, id: &str, version: i64, spec: &mut Spec, write: &StepWrite) {
         let Some(alarms) = &self.inner.alarms else {
             return;
         };
@@ -412,6 +424,14 @@ impl<S: Store> Runtime<S> {
             });
         }
         if any {
+            spec.remember = Some(version);
+        }
+    }
+
+    /// Keep `spec`'s committed snapshot for the alarm its commit armed, if
+    /// it armed one (a copy: the caller goes on with it).
+    pub(crate) fn remember_armed(&self, id: &str, spec: &mut Spec) {
+        if let Some(version) = spec.remember.take() {
             self.remember(id, version, &spec.snapshot);
         }
     }
@@ -453,7 +473,10 @@ impl<S: Store> Runtime<S> {
     /// An alarm rang: fire the park this runtime holds claimed.
     async fn fire_alarm(&self, id: String, seq: i64) {
         let park = u64::try_from(seq).unwrap_or_default();
-        if let Err(e) = self.drive(id.clone(), Event::ParkFired { park }).await {
+        if let Err(e) = self
+            .drive_discarding(id.clone(), Event::ParkFired { park })
+            .await
+        {
             tracing::error!(instance = %id, park = seq, error = %e, "could not fire park; a poller will");
             let _ = self
                 .inner
@@ -473,9 +496,38 @@ impl<S: Store> Runtime<S> {
         }
     }
 
+    /// Hand the snapshot an inbox drive committed (as `version`) to the next
+    /// drive of the instance: its attempts are still out, their outcomes
+    /// drive it (driver.rs). Moved, never cloned; under the instance's lock,
+    /// so a newer one is never replaced by an older one.
+    pub(crate) fn keep_warm(&self, id: &str, version: i64, snapshot: Snapshot) {
+        if let Ok(mut m) = self.inner.warm.lock() {
+            if m.len() >= WARM_MAX && !m.contains_key(id) {
+                // Entries left by attempts whose outcomes never came back.
+                m.clear();
+            }
+            m.insert(id.to_string(), (version, snapshot));
+        }
+    }
+
+    /// Take the snapshot [`Self::keep_warm`] kept for instance `id`.
+    pub(crate) fn take_warm(&self, id: &str) -> Option<(i64, Snapshot)> {
+        self.inner.warm.lock().ok()?.remove(id)
+    }
+
     /// Whether an alarm of this runtime is pending for instance `id`.
     pub(crate) fn alarm_pending(&self, id: &str) -> bool {
         self.inner.hot.lock().is_ok_and(|m| m.contains_key(id))
+    }
+
+    /// [`Self::remember`] without a copy: the snapshot moves in.
+    pub(crate) fn remember_moved(&self, id: &str, version: i64, snapshot: Snapshot) {
+        if let Ok(mut m) = self.inner.hot.lock() {
+            if m.len() >= 100_000 {
+                m.clear();
+            }
+            m.insert(id.to_string(), (version, snapshot));
+        }
     }
 
     /// Take the kept snapshot of an instance (it is re-kept after the next commit).

@@ -194,6 +194,10 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) alarms: Option<alarm::Alarms>,
     /// The committed snapshot and version of instances with an alarm pending.
     pub(crate) hot: Mutex<HashMap<String, (i64, crate::engine::Snapshot)>>,
+    /// The committed snapshot and version of instances whose attempts are
+    /// still out, kept by the inbox drive that committed it for the drive of
+    /// their outcomes (driver.rs, `Runtime::keep_warm`).
+    pub(crate) warm: Mutex<HashMap<String, (i64, crate::engine::Snapshot)>>,
     /// Attempt outcomes waiting for their instance's lock, by instance: the
     /// step that takes the lock applies them all in one commit (driver.rs).
     pub(crate) inbox: Mutex<HashMap<String, Vec<driver::Arrived>>>,
@@ -327,6 +331,7 @@ impl<S: Store> Runtime<S> {
                 stepped: tokio::sync::Notify::new(),
                 alarms,
                 hot: Mutex::new(HashMap::new()),
+                warm: Mutex::new(HashMap::new()),
                 inbox: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 active_refresh: tokio::sync::Mutex::new(()),
