@@ -344,6 +344,11 @@ async fn a_multi_instance_shows_each_item_and_names_the_item_of_each_attempt() {
             .contains(&failed["token"]),
         "the failed attempt ran in item 1: {v} {attempts}"
     );
+    assert_eq!(
+        failed["item"],
+        json!({"node": items[1]["node"], "index": 1}),
+        "and names it: {v} {attempts}"
+    );
 
     sign_in(&b, &srv, api.token.as_deref().unwrap()).await;
     b.wait_css("#deployments").await;
@@ -418,6 +423,90 @@ async fn a_multi_instance_shows_each_item_and_names_the_item_of_each_attempt() {
         json!(null),
     )
     .await;
+    // Each attempt kept the item it ran in (migration 0025): the API names
+    // it after the fan-out ended, and told the two items apart.
+    let (_, attempts) = api.get(&format!("/v1/instances/{id}/attempts")).await;
+    let kept: Vec<(Value, Value, String)> = attempts["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let outcome = a["outcome"].as_str().unwrap().to_string();
+            (
+                a["item"]["node"].clone(),
+                a["item"]["index"].clone(),
+                outcome,
+            )
+        })
+        .collect();
+    let fan = json!("each#body");
+    assert_eq!(
+        kept,
+        vec![
+            (fan.clone(), json!(0), "completed".to_string()),
+            (fan.clone(), json!(1), "failed".to_string()),
+            (fan.clone(), json!(1), "completed".to_string()),
+            (fan.clone(), json!(2), "completed".to_string()),
+        ],
+        "{attempts}"
+    );
+    let (_, v) = api.get(&format!("/v1/instances/{id}")).await;
+    assert_eq!(
+        v["attempts"][1]["item"],
+        json!({"node": "each#body", "index": 1}),
+        "{v}"
+    );
+    // The page still shows the items, rebuilt from their attempts, each
+    // ended, with the attempts it ran; the failed attempt still names #1.
+    let rows = b
+        .wait_for(
+            "the ended items, from their attempts",
+            "(() => { const rows = [...document.querySelectorAll('#items-table tbody tr')]\
+               .map(r => [r.cells[1].textContent, r.cells[2].textContent]); \
+               return JSON.stringify(rows) === JSON.stringify([['#0', 'ended'], ['#1', 'ended'], ['#2', 'ended']]) && rows; })()",
+            json!(null),
+        )
+        .await;
+    assert_eq!(
+        rows,
+        json!([["#0", "ended"], ["#1", "ended"], ["#2", "ended"]])
+    );
+    let item1 = b.text("#items-table tr[data-index=\"1\"]").await;
+    assert!(
+        item1.contains("#1 failed") && item1.contains("#2 completed"),
+        "its attempts: {item1}"
+    );
+    let item0 = b.text("#items-table tr[data-index=\"0\"]").await;
+    assert!(
+        item0.contains("#1 completed") && !item0.contains("failed"),
+        "its attempt: {item0}"
+    );
+    let note = b.text("#items-note").await;
+    assert!(
+        note.contains("has ended"),
+        "the note says what the table shows: {note}"
+    );
+    let named = b
+        .text("#attempts-table tr[data-outcome=\"failed\"] .item")
+        .await;
+    assert!(named.ends_with("#1"), "{named}");
+    assert!(
+        !named.contains("#body") && !named.contains("#instance"),
+        "no internal id: {named}"
+    );
+    let by_item = b
+        .js(
+            "return [...document.querySelectorAll('#attempts-table tbody tr')].map(r => r.querySelector('.item')?.dataset.index ?? null);",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        by_item,
+        json!(["0", "1", "1", "2"]),
+        "every attempt names its item"
+    );
+    b.screenshot(&screenshots().join("instance-items-ended.png"))
+        .await;
     no_csp_violations(&b).await;
 }
 

@@ -95,6 +95,8 @@ fn fired(seq: i64, next: i64) -> StepWrite {
             class: None,
             message: None,
             calls: None,
+            item_node: None,
+            item_index: None,
         }],
         ..StepWrite::default()
     }

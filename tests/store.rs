@@ -114,6 +114,8 @@ fn attempt(node: &str, n: i64) -> AttemptRow {
         class: Some("transient".to_string()),
         message: Some(format!("attempt {n}")),
         calls: None,
+        item_node: None,
+        item_index: None,
     }
 }
 

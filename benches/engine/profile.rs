@@ -99,6 +99,8 @@ pub(super) async fn workload_profile(b: &Bench) -> Result<()> {
                 class: None,
                 message: None,
                 calls: None,
+                item_node: None,
+                item_index: None,
             }],
             ..StepWrite::default()
         };

@@ -15,6 +15,7 @@ use super::instances::{own_instance, started_within};
 use super::types::ErrorBody;
 use super::AppState;
 use crate::codes::Code;
+use crate::runtime::ItemRef;
 use crate::store::channels::{ChannelStore, WorkerFailureRecord};
 use crate::store::tenancy::TenancyStore;
 use crate::store::{AttemptOutput, Store};
@@ -181,6 +182,14 @@ pub struct AttemptBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
+    /// The fan-out item it ran in (a Map item, a Parallel branch, a BPMN
+    /// multi-instance iteration: the innermost one), kept with the attempt
+    /// so it names its item also after the fan-out ended; absent outside any
+    /// fan-out and for attempts recorded before items were kept. A
+    /// `worker_failed` row has its call's, once an attempt of the call is
+    /// recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<ItemRef>,
 }
 
 /// Stored step JSON as a value; text that is no JSON (cut) as a string.
@@ -232,6 +241,7 @@ pub async fn attempts(
             (a, stderr, logs, calls, io)
         })
         .map(|(a, stderr, logs, calls, (input, output))| AttemptBody {
+            item: ItemRef::of(&a),
             input: step_json(input),
             output: step_json(output),
             calls: calls.and_then(|c| serde_json::from_str(&c).ok()),
@@ -281,6 +291,11 @@ fn with_worker_failures(
             .position(|a| a.ended_at > at || (a.ended_at == at && own(a)))
             .unwrap_or(attempts.len());
         let code = Code::ExternalTaskFailed;
+        // A token runs in one item all its life: its call's attempts name it.
+        let item = attempts
+            .iter()
+            .find(|a| a.token == f.token && a.item.is_some())
+            .and_then(|a| a.item.clone());
         attempts.insert(
             ix,
             AttemptBody {
@@ -301,6 +316,7 @@ fn with_worker_failures(
                 logs: Vec::new(),
                 input: None,
                 output: None,
+                item,
             },
         );
     }
@@ -416,6 +432,7 @@ mod tests {
             logs: Vec::new(),
             input: None,
             output: None,
+            item: None,
         }
     }
 

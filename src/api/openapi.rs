@@ -109,7 +109,7 @@ impl Modify for PathParams {
         channels::ResponseAnswer, external::FetchBody, external::ExternalTaskBody, external::ExternalTaskList,
         external::CompleteBody, external::FailureBody, external::BpmnErrorBody, external::ExtendLockBody,
         incidents::IncidentBody, incidents::IncidentList, incidents::ResolveAnswer, migrate::MigrateBody,
-        diagram::ModuleBody, diagram::ModuleList, diagram::AttemptBody, diagram::LogLineBody, diagram::AttemptList, diagram::CountsBody,
+        diagram::ModuleBody, diagram::ModuleList, diagram::AttemptBody, crate::runtime::ItemRef, diagram::LogLineBody, diagram::AttemptList, diagram::CountsBody,
         egress::GrantBody, egress::GrantList, egress::SecretPutBody, egress::SecretBody, egress::SecretList,
         crate::egress::Grant, crate::egress::GrantRule, crate::egress::Call, crate::egress::CallRecord,
         http_connections::ConnectionBody, http_connections::ConnectionList,
@@ -161,6 +161,20 @@ mod tests {
         assert!(checked > 30, "only {checked} templated operations");
         let start = &paths["/v1/processes/{process}/instances"]["parameters"];
         assert!(declared(start, "process"), "{start}");
+    }
+
+    /// Issue 35 item 5: an attempt's `item` is documented, `{node, index}`.
+    #[test]
+    fn an_attempts_item_is_documented() {
+        let json = serde_json::to_value(super::document()).unwrap();
+        let schemas = &json["components"]["schemas"];
+        let item = &schemas["AttemptBody"]["properties"]["item"];
+        let refs = item.to_string();
+        assert!(refs.contains("#/components/schemas/ItemRef"), "{item}");
+        let of = &schemas["ItemRef"];
+        assert_eq!(of["required"], serde_json::json!(["node", "index"]), "{of}");
+        assert_eq!(of["properties"]["index"]["type"], "integer", "{of}");
+        assert_eq!(of["properties"]["node"]["type"], "string", "{of}");
     }
 
     #[test]

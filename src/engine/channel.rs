@@ -285,6 +285,7 @@ impl<'a> Machine<'a> {
                     code: Some(code.as_str().to_string()),
                     class: Some(code.class()),
                     message: Some(message),
+                    item: self.attempt_item(token),
                 }));
                 self.journal(
                     "task_skipped",

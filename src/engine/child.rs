@@ -389,6 +389,7 @@ impl<'a> Machine<'a> {
                 code: Some(code.clone()),
                 class: None,
                 message: Some(message.clone()),
+                item: self.attempt_item(token),
             }));
             self.journal(
                 "child_ended",
@@ -426,6 +427,7 @@ impl<'a> Machine<'a> {
             code: code.clone(),
             class: failure.is_some().then_some(class),
             message: message.clone(),
+            item: self.attempt_item(token),
         }));
         self.journal(
             "child_ended",

@@ -196,6 +196,21 @@ pub struct AttemptRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<ErrorClass>,
     pub message: Option<String>,
+    /// The fan-out item it ran in: the innermost iteration (a Map item, a
+    /// Parallel branch, a multi-instance or loop iteration) around its token;
+    /// none outside any fan-out, and in records written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<AttemptItem>,
+}
+
+/// The fan-out item an attempt ran in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptItem {
+    /// The fan-out node (its IR id: a Map, a Parallel, `A#body` for a BPMN
+    /// activity `A` with loop characteristics).
+    pub node: String,
+    /// The item's index (its branch token's slot, 0-based).
+    pub index: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -4,8 +4,10 @@
 //! instance with `SUTRA.RUNTIME.RETRY.EXHAUSTED` / `SUTRA.RUNTIME.TASK_FAILED`.
 
 use super::machine::{Machine, Raised};
-use super::snapshot::{NodeState, TaskPhase, TaskState};
-use super::{vars, AttemptRecord, Cause, Effect, Park, ParkKind, TaskOutcome, TokenStatus};
+use super::snapshot::{NodeState, TaskPhase, TaskState, Token};
+use super::{
+    vars, AttemptItem, AttemptRecord, Cause, Effect, Park, ParkKind, TaskOutcome, TokenStatus,
+};
 use crate::codes::{Code, ErrorClass};
 use crate::model::{Node, NodeKind, OnTimeout, RetryPolicy};
 use serde_json::json;
@@ -89,6 +91,7 @@ impl Machine<'_> {
             code: code.clone(),
             class,
             message: message.clone(),
+            item: self.attempt_item(token),
         }));
         self.journal(
             "attempt_ended",
@@ -303,10 +306,28 @@ impl Machine<'_> {
 
     /// The slot of the innermost Map iteration or Parallel branch `token` runs in.
     pub(super) fn item_of(&self, token: u64) -> Option<u64> {
+        self.branch_of(token).map(|(_, slot)| u64::from(slot))
+    }
+
+    /// The fan-out item an attempt of `token` runs in (its record's
+    /// `item`): the innermost branch token around it, named by its fan-out
+    /// token's node and its slot.
+    pub(super) fn attempt_item(&self, token: u64) -> Option<AttemptItem> {
+        let (branch, index) = self.branch_of(token)?;
+        let fan = self.snap.token(branch.scope?)?;
+        Some(AttemptItem {
+            node: fan.node.clone(),
+            index,
+        })
+    }
+
+    /// The innermost branch token `token` runs in (itself, if it is one)
+    /// and its slot.
+    fn branch_of(&self, token: u64) -> Option<(&Token, u32)> {
         let mut cur = self.snap.token(token);
         while let Some(t) = cur {
             if let TokenStatus::Branch { slot, .. } = &t.status {
-                return Some(u64::from(*slot));
+                return Some((t, *slot));
             }
             cur = t.scope.and_then(|s| self.snap.token(s));
         }

@@ -276,6 +276,7 @@ impl<'a> Machine<'a> {
                     code: Some(Code::TaskInterrupted.as_str().to_string()),
                     class: Some(Code::TaskInterrupted.class()),
                     message: Some(message),
+                    item: self.attempt_item(t),
                 }));
             }
         }

@@ -238,3 +238,98 @@ fn the_journal_of_a_catch_names_the_error_it_matched() {
         json!("OUT_OF_STOCK")
     );
 }
+
+/// Every attempt record names the fan-out item it ran in (issue 35 item 5):
+/// a Parallel's branch by its index, also the attempt in flight that the
+/// Parallel's catch interrupted; a task outside the fan-out names none, and
+/// a record without an item is written and read without one.
+#[test]
+fn each_attempt_record_names_the_item_it_ran_in() {
+    let p = load(json!({
+        "StartAt": "Head",
+        "States": {
+            "Head": {"Type": "Task", "Resource": "chaos", "Next": "P"},
+            "P": {"Type": "Parallel", "Next": "Done",
+                  "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Done"}],
+                  "Branches": [
+                      {"StartAt": "A", "States": {"A": {"Type": "Task", "Resource": "chaos", "End": true}}},
+                      {"StartAt": "B", "States": {"B": {"Type": "Task", "Resource": "chaos", "End": true}}}
+                  ]},
+            "Done": {"Type": "Pass", "End": true}
+        }
+    }));
+    let runs = |s: &Step| -> Vec<AttemptRequest> {
+        s.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::RunAttempt(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let records = |s: &Step| -> Vec<AttemptRecord> {
+        s.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::RecordAttempt(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let step = begin(&p, json!({}));
+    let head = runs(&step).pop().expect("Head runs");
+    let ended = Event::AttemptEnded {
+        token: head.token,
+        attempt: head.attempt,
+        outcome: TaskOutcome::Completed { output: json!({}) },
+    };
+    let step = apply(&p, step.snapshot, ended, &inputs(1)).unwrap();
+    let outside = records(&step);
+    assert_eq!(outside.len(), 1, "{outside:?}");
+    assert_eq!(
+        (outside[0].node.as_str(), &outside[0].item),
+        ("Head", &None)
+    );
+    let branches = runs(&step);
+    let a = branches.iter().find(|r| r.node == "A").expect("A runs");
+    assert!(branches.iter().any(|r| r.node == "B"), "{branches:?}");
+    let failed = Event::AttemptEnded {
+        token: a.token,
+        attempt: a.attempt,
+        outcome: TaskOutcome::Failed {
+            code: "Boom".into(),
+            class: crate::codes::ErrorClass::Internal,
+            retryable: false,
+            message: "no".into(),
+            details: None,
+            retry_after_ms: None,
+        },
+    };
+    let step = apply(&p, step.snapshot, failed, &inputs(2)).unwrap();
+    assert_eq!(step.snapshot.state, InstanceState::Completed);
+    let item = |index| {
+        Some(AttemptItem {
+            node: "P".into(),
+            index,
+        })
+    };
+    let named: Vec<_> = records(&step)
+        .into_iter()
+        .map(|r| (r.node, r.outcome, r.item))
+        .collect();
+    assert_eq!(
+        named,
+        vec![
+            ("A".to_string(), "failed".to_string(), item(0)),
+            ("B".to_string(), "interrupted".to_string(), item(1)),
+        ]
+    );
+    // The field is left out when there is none, and a record written
+    // before it existed loads without one.
+    let json = serde_json::to_value(&outside[0]).unwrap();
+    assert!(json.get("item").is_none(), "{json}");
+    let old: AttemptRecord = serde_json::from_value(json).unwrap();
+    assert_eq!(old, outside[0]);
+    let with = serde_json::to_value(&records(&step)[0]).unwrap();
+    assert_eq!(with["item"], json!({"node": "P", "index": 0}));
+}

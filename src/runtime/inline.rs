@@ -234,6 +234,8 @@ impl<S: Store> Runtime<S> {
                     class: a.class.map(|c| c.as_str().to_string()),
                     message: a.message.clone(),
                     calls: None,
+                    item_node: a.item.as_ref().map(|i| i.node.clone()),
+                    item_index: a.item.as_ref().map(|i| i64::from(i.index)),
                 }),
                 Effect::Journal(j) if self.inner.config.audit_sql => w.journal.push(JournalRow {
                     seq: j.seq as i64,

@@ -64,7 +64,7 @@ pub use incidents::ResolveOutcome;
 pub use migrate::MigrateRequest;
 pub use outbox::{request_body, sign, SIGNATURE_HEADER};
 pub use view::{AttemptView, ChildView, ErrorView, HistoryView, InstanceView, WaitView};
-pub use view_items::ItemView;
+pub use view_items::{ItemRef, ItemView};
 
 use crate::codes::Code;
 use crate::config::Config;

@@ -59,6 +59,11 @@ pub struct AttemptView {
     /// the attempts route gives them: no query, no header, no body.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calls: Option<crate::egress::CallRecord>,
+    /// The fan-out item it ran in (a Map item, a Parallel branch, a
+    /// multi-instance iteration): absent outside any fan-out and for
+    /// attempts recorded before items were kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<super::view_items::ItemRef>,
 }
 
 /// One thing an instance waits for: a park of its snapshot.
@@ -148,7 +153,8 @@ pub struct InstanceView {
     pub children: Vec<ChildView>,
     /// Each item (branch) of the fan-outs it is in (a Map, a Parallel, a
     /// multi-instance activity): index, state, the tokens inside
-    /// (`view_items`); only while the fan-out's token is kept.
+    /// (`view_items`); only while the fan-out's token is kept (after it,
+    /// each attempt's `item` says which item it ran in).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub items: Vec<super::view_items::ItemView>,
 }
@@ -208,6 +214,7 @@ fn attempt_view(a: &AttemptRow) -> AttemptView {
             .calls
             .as_deref()
             .and_then(|c| serde_json::from_str(c).ok()),
+        item: super::view_items::ItemRef::of(a),
     }
 }
 

@@ -1,14 +1,17 @@
 //! The per-item (per-branch) view of an instance's fan-outs (a Map, a
 //! Parallel, a BPMN multi-instance activity), read from its snapshot: each
-//! item's index, state and the tokens inside it, by which the console names
-//! the item of each attempt (an attempt row keeps its token).
+//! item's index, state and the tokens inside it.
 //!
-//! What the snapshot holds, and so what this shows: a fan-out's items while
-//! its fan-out token exists (running, and kept in a FAILED instance for a
-//! retry from the failure). An item that ended has no token left: its
-//! attempts cannot be told apart from another ended item's, and once the
-//! fan-out itself ended nothing per item is left at all (no migration adds
-//! it: the console then shows no per-item view).
+//! What the snapshot holds, and so what [`items`] shows: a fan-out's items
+//! while its fan-out token exists (running, and kept in a FAILED instance
+//! for a retry from the failure). An item that ended has no token left, and
+//! once the fan-out itself ended nothing per item is left in the snapshot.
+//! What outlives both is on the attempt rows (migration 0025): each attempt
+//! keeps the item it ran in ([`ItemRef`]: the fan-out node and the index,
+//! `engine::AttemptRecord::item`), so the attempts name their item after it
+//! ended, and the console rebuilds the per-item view of an ended fan-out
+//! from them (one row per item that ran an attempt; an item that ran none,
+//! such as a Pass inside a Map, is not listed then).
 
 use crate::engine::snapshot::TaskPhase;
 use crate::engine::{Snapshot, TokenStatus};
@@ -18,7 +21,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ItemView {
-    /// The fan-out node (its IR id: a Map, a Parallel, `A#instance`).
+    /// The fan-out node (its IR id: a Map, a Parallel, `A#body` for a BPMN
+    /// activity `A` with loop characteristics).
     pub node: String,
     /// Its index (0-based: `$$.Map.Item.Index`, a BPMN `loopCounter` − 1).
     pub index: u32,
@@ -29,6 +33,27 @@ pub struct ItemView {
     /// The tokens inside it now (an attempt's `token`); none once it ended.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<u64>,
+}
+
+/// The fan-out item an attempt ran in, as the API names it (`item` of an
+/// attempt: `{node, index}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ItemRef {
+    /// The fan-out node (its IR id: a Map, a Parallel, `A#body` for a BPMN
+    /// activity `A` with loop characteristics).
+    pub node: String,
+    /// The item's index, 0-based (`$$.Map.Item.Index`, a BPMN
+    /// `loopCounter` − 1, a Parallel's branch in document order).
+    pub index: u32,
+}
+
+impl ItemRef {
+    /// The item stored on an attempt row, if it has one (migration 0025).
+    pub(crate) fn of(a: &crate::store::AttemptRow) -> Option<ItemRef> {
+        let node = a.item_node.clone()?;
+        let index = u32::try_from(a.item_index?).ok()?;
+        Some(ItemRef { node, index })
+    }
 }
 
 /// The most items a view lists (a Map over 100,000 items would make every

@@ -86,6 +86,10 @@ const SHARED: &[(&str, &str)] = &[
         "0024_console_aggregates.sql",
         include_str!("../../migrations/shared/0024_console_aggregates.sql"),
     ),
+    (
+        "0025_attempt_item.sql",
+        include_str!("../../migrations/shared/0025_attempt_item.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

@@ -313,6 +313,13 @@ pub struct AttemptRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[sqlx(default)]
     pub calls: Option<String>,
+    /// The fan-out item it ran in (migration 0025): the fan-out node's IR id
+    /// and the item's 0-based index (`engine::AttemptItem`). NULL outside
+    /// any fan-out and for rows written before the migration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item_index: Option<i64>,
 }
 
 impl AttemptRow {

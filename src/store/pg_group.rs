@@ -437,10 +437,10 @@ const INSERT_PARKS: &str = "INSERT INTO parks (instance_id, seq, kind, tenant, \
 /// `queries_steps::INSERT_ATTEMPT` for a batch (a replay is a no-op).
 const INSERT_ATTEMPTS: &str = "INSERT INTO attempts (instance_id, token, node, \
      attempt, started_at, ended_at, outcome, code, message, stderr, logs, class, calls, \
-     input, output) \
+     input, output, item_node, item_index) \
      SELECT * FROM unnest($1::text[], $2::int8[], $3::text[], $4::int8[], $5::int8[], \
      $6::int8[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], \
-     $13::text[], $14::text[], $15::text[]) \
+     $13::text[], $14::text[], $15::text[], $16::text[], $17::int8[]) \
      ON CONFLICT (instance_id, token, node, attempt) DO NOTHING";
 
 /// `queries_steps::INSERT_JOURNAL` for a batch (a replay is a no-op).
@@ -536,6 +536,8 @@ async fn write_rows(
             c.text[8].push(out.and_then(|o| o.calls.as_deref()));
             c.text[9].push(out.and_then(|o| o.input.as_deref()));
             c.text[10].push(out.and_then(|o| o.output.as_deref()));
+            c.text[11].push(a.item_node.as_deref());
+            c.int[4].push(a.item_index);
         }
     }
     if !c.text[0].is_empty() {
@@ -555,6 +557,8 @@ async fn write_rows(
             .bind(&c.text[8])
             .bind(&c.text[9])
             .bind(&c.text[10])
+            .bind(&c.text[11])
+            .bind(&c.int[4])
             .execute(&mut **tx)
             .await?;
     }

@@ -137,11 +137,12 @@ pub(super) const INSERT_PARK: &str = "INSERT INTO parks (instance_id, seq, kind,
 /// `$6` ended_at, `$7` outcome, `$8` code, `$9` message, `$10` stderr, `$11`
 /// logs (its [`AttemptOutput`](super::AttemptOutput), if any: [`output_of`]),
 /// `$12` class (migration 0010), `$13` calls (migration 0011), `$14` input,
-/// `$15` output (migration 0024); a replay is a no-op.
+/// `$15` output (migration 0024), `$16` item_node, `$17` item_index (the
+/// fan-out item it ran in, migration 0025); a replay is a no-op.
 pub(super) const INSERT_ATTEMPT: &str = "INSERT INTO attempts (instance_id, token, node, \
      attempt, started_at, ended_at, outcome, code, message, stderr, logs, class, calls, \
-     input, output) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+     input, output, item_node, item_index) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
      ON CONFLICT (instance_id, token, node, attempt) DO NOTHING";
 
 /// The output of attempt `a` of `step`, if it wrote any.
@@ -427,6 +428,8 @@ where
                 .bind(out.and_then(|o| o.calls.as_deref()))
                 .bind(out.and_then(|o| o.input.as_deref()))
                 .bind(out.and_then(|o| o.output.as_deref()))
+                .bind(&a.item_node)
+                .bind(a.item_index)
                 .execute(&mut *conn)
                 .await?;
         }

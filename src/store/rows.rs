@@ -34,7 +34,8 @@ pub(super) const PARK_COLUMNS: &str =
     "instance_id, seq, tenant, deployment_id, kind, due_at, message_name, correlation_key";
 /// Columns of `attempts` that make an [`AttemptRow`].
 pub(super) const ATTEMPT_COLUMNS: &str =
-    "token, node, attempt, started_at, ended_at, outcome, code, class, message, calls";
+    "token, node, attempt, started_at, ended_at, outcome, code, class, message, calls, \
+     item_node, item_index";
 /// Columns of `journal` that make a [`JournalRow`].
 pub(super) const JOURNAL_COLUMNS: &str = "seq, at, kind, node, data";
 

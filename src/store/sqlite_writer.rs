@@ -590,6 +590,8 @@ fn apply_rows(
                 out.and_then(|o| o.calls.as_deref()),
                 out.and_then(|o| o.input.as_deref()),
                 out.and_then(|o| o.output.as_deref()),
+                a.item_node,
+                a.item_index,
             ])?;
         }
     }

@@ -162,29 +162,54 @@ export async function instancePage(page, id) {
     fill(waits, runningNow, table(cols, parked, { id: 'waits-table' }));
   }
 
-  // The item (branch) of a fan-out an attempt ran in, by its token.
+  // The item (branch) of a fan-out an attempt ran in: its own (kept with
+  // the attempt), else (an attempt recorded before items were kept) the
+  // live item whose tokens hold its token.
   function itemOf(a) {
+    if (a.item) return (view.items || []).find(i => i.node === a.item.node && i.index === a.item.index) || a.item;
     return (view.items || []).find(i => (i.tokens || []).includes(a.token));
   }
   const itemLabel = i => `${diagram.name(i.node) || i.node} #${i.index}`;
+  const sameItem = (i, x) => (x.item ? x.item.node === i.node && x.item.index === i.index : (i.tokens || []).includes(x.token));
 
-  // Each item of a Map, a Parallel or a multi-instance activity while its
-  // fan-out runs (or failed): its index, state and attempts.
+  // The items of the fan-outs that ended (none left in the snapshot), from
+  // the attempts that name them: one per (fan-out, index) that ran an
+  // attempt, by fan-out (in the order of its first attempt) then index.
+  function endedItems(live, attempts) {
+    const running = new Set(live.map(i => i.node));
+    const byNode = new Map();
+    for (const x of attempts) {
+      if (!x.item || running.has(x.item.node)) continue;
+      const seen = byNode.get(x.item.node) || new Set();
+      byNode.set(x.item.node, seen.add(x.item.index));
+    }
+    return [...byNode].flatMap(([node, seen]) => [...seen].sort((a, b) => a - b).map(index => ({ node, index, state: 'ended' })));
+  }
+
+  // Each item of a Map, a Parallel or a multi-instance activity: while its
+  // fan-out runs (or failed) from the snapshot, its index, state and
+  // attempts; once it ended, rebuilt from the attempts that ran in it.
   function renderItems(v, attempts) {
-    const items = v.items || [];
+    const live = v.items || [];
+    const ended = endedItems(live, attempts);
+    const items = live.concat(ended);
     if (items.length === 0) { fill(itemsBox); return; }
     const cols = [
       { title: 'Fan-out', cell: i => nodeLabel(i.node) },
       { title: 'Item', cell: i => `#${i.index}` },
       { title: 'State', cell: i => h('span', { class: `item-state item-${i.state}` }, i.state) },
       { title: 'Attempts', cell: (i) => {
-        const mine = attempts.filter(x => (i.tokens || []).includes(x.token) && x.outcome !== 'worker_failed');
+        const mine = attempts.filter(x => sameItem(i, x) && x.outcome !== 'worker_failed');
         return mine.length ? mine.map((x, k) => [k ? ', ' : '', nodeLabel(x.task), ` #${x.attempt} `, h('span', { class: `outcome-${x.outcome}` }, x.outcome)]) : '';
       } },
     ];
     cols.rowAttrs = i => ({ dataset: { node: i.node, index: i.index, state: i.state } });
-    fill(itemsBox, section('Items', table(cols, items, { id: 'items-table' }),
-      h('p', { class: 'muted' }, 'An item that ended keeps no token: its attempts are listed below, without their item.')));
+    const note = live.length === 0
+      ? 'The fan-out has ended: each item that ran an attempt, with its attempts, from the attempts recorded in it (an item that ran none is not listed).'
+      : ended.length
+        ? 'The items of the fan-outs running now, then those of the fan-outs that ended (from their attempts). Each attempt below names its item.'
+        : 'Each item with the attempts that ran in it (an item that ended keeps them). Each attempt below names its item.';
+    fill(itemsBox, section('Items', table(cols, items, { id: 'items-table' }), h('p', { class: 'muted', id: 'items-note' }, note)));
   }
 
   function renderChildren(v) {
@@ -220,8 +245,8 @@ export async function instancePage(page, id) {
       { title: 'Calls', cell: calls },
       { title: 'Output', cell: output },
     ];
-    // The item each attempt ran in, while the instance has fan-out items.
-    if ((view.items || []).length) {
+    // The item each attempt ran in, when the instance has (or had) fan-out items.
+    if ((view.items || []).length || all.some(a => a.item)) {
       cols.splice(1, 0, { title: 'Item', cell: (a) => { const i = itemOf(a); return i ? h('span', { class: 'item', dataset: { node: i.node, index: i.index } }, itemLabel(i)) : ''; } });
     }
     cols.rowAttrs = a => ({ dataset: { task: a.task, attempt: a.attempt, outcome: a.outcome, ...(a.worker ? { worker: a.worker } : {}) } });
