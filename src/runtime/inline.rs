@@ -490,12 +490,7 @@ impl<S: Store> Runtime<S> {
 
     /// Keep a committed snapshot for the next step of this instance.
     pub(crate) fn remember(&self, id: &str, version: i64, snapshot: &Snapshot) {
-        if let Ok(mut m) = self.inner.hot.lock() {
-            if m.len() >= 100_000 {
-                m.clear();
-            }
-            m.insert(id.to_string(), (version, snapshot.clone()));
-        }
+        self.remember_moved(id, version, snapshot.clone());
     }
 
     /// Hand the snapshot an inbox drive committed (as `version`) to the next
