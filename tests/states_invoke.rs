@@ -299,7 +299,7 @@ backends::store_tests! {
         let park = *snap.parks.keys().next().unwrap();
         let data = json!({"by": "ops"}).as_object().cloned().unwrap();
         let step = sutra::engine::apply(&process, snap, Event::MessageArrived { park, variables: data }, &inputs()).unwrap();
-        let ended = step.snapshot;
+        let mut ended = step.snapshot;
         assert_eq!(ended.state.as_str(), "COMPLETED");
         let link = ended.parent.clone().unwrap();
         let write = StepWrite {
@@ -348,7 +348,7 @@ backends::store_tests! {
         let child = rt.inspect(&id).await.unwrap().waits[0].child.clone().unwrap();
         let rec = db.store.load_instance(&id).await.unwrap().unwrap();
         let snap = Snapshot::from_json(&rec.snapshot).unwrap();
-        let step = sutra::engine::apply(&process_of(flow, "orders"), snap, Event::Cancel { reason: None }, &inputs()).unwrap();
+        let mut step = sutra::engine::apply(&process_of(flow, "orders"), snap, Event::Cancel { reason: None }, &inputs()).unwrap();
         let write = StepWrite {
             snapshot: step.snapshot.to_json(),
             state: "TERMINATED".into(),

@@ -312,7 +312,7 @@ fn engine_step(process: &sutra::model::Process, id: &str) -> Result<()> {
             output: json!({"do": "echo"}),
         },
     };
-    let end = engine::apply(process, snap, event, &inputs)?;
+    let mut end = engine::apply(process, snap, event, &inputs)?;
     std::hint::black_box(end.snapshot.to_json());
     Ok(())
 }

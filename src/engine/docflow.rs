@@ -87,14 +87,7 @@ impl Machine<'_> {
     /// Mirror a top-level document into the instance variables.
     fn mirror(&mut self, token: u64, value: &Value) {
         if self.snap.token(token).is_some_and(|t| t.scope.is_none()) {
-            self.snap.variables = match value {
-                Value::Object(m) => m.clone(),
-                other => {
-                    let mut m = Map::new();
-                    m.insert("output".into(), other.clone());
-                    m
-                }
-            };
+            self.snap.variables = super::snapshot::mirror_of(value);
         }
     }
 

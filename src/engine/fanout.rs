@@ -160,9 +160,21 @@ impl<'a> Machine<'a> {
             Ok(v) => v,
             Err(e) => return self.raise_doc_error(token, node, e),
         };
-        let (count, items) = match &fan.items {
-            None => (fan.branches.len(), Vec::new()),
-            Some(it) => match match &it.expr {
+        // Items named where they are in the token's document are read there
+        // (not copied into the state: a wide Map's list is stored once).
+        let own = self.snap.token(token).and_then(|t| t.doc.as_ref());
+        let items_at = fan
+            .items
+            .as_ref()
+            .zip(own)
+            .and_then(|(it, d)| items_pointer(&df, it, d));
+        let (count, items) = match (&fan.items, &items_at) {
+            (None, _) => (fan.branches.len(), Vec::new()),
+            (Some(_), Some(p)) => (
+                raw.pointer(p).and_then(Value::as_array).map_or(0, Vec::len),
+                Vec::new(),
+            ),
+            (Some(it), None) => match match &it.expr {
                 Some(t) => doc::template(t, &input, &mut scope),
                 None => doc::select(&it.path, input.clone(), &context),
             } {
@@ -209,6 +221,7 @@ impl<'a> Machine<'a> {
             FanoutState {
                 results: vec![None; count],
                 items,
+                items_at,
                 input,
                 next: 0,
                 attempt,
@@ -284,7 +297,17 @@ impl<'a> Machine<'a> {
         let (input, item) = match &fan.items {
             None => (st.input.clone(), None),
             Some(it) => {
-                let item = st.items.get(i).cloned().unwrap_or(Value::Null);
+                let item = match &st.items_at {
+                    Some(p) => self
+                        .snap
+                        .token(token)
+                        .and_then(|t| t.doc.as_ref())
+                        .and_then(|d| d.pointer(p))
+                        .and_then(|a| a.get(i)),
+                    None => st.items.get(i),
+                }
+                .cloned()
+                .unwrap_or(Value::Null);
                 let input = match &it.selector {
                     None => Ok(item.clone()),
                     Some(t) => {
@@ -518,6 +541,7 @@ impl<'a> Machine<'a> {
             FanoutState {
                 results: Vec::new(),
                 items: Vec::new(),
+                items_at: None,
                 input: Value::Null,
                 next: 0,
                 attempt: attempt + 1,
@@ -543,6 +567,49 @@ impl<'a> Machine<'a> {
         }
         true
     }
+}
+
+/// The JSON pointer of a `Map`'s items in its raw document `doc`, when the
+/// items are an array there as they are: the input selection is all of it
+/// or a reference path, no parameters rewrite it, and the items path is the
+/// whole input or a reference path. Each step is followed as the reference
+/// path would (a name only into an object, an index only into an array, no
+/// negative index), so the pointer finds what the path finds.
+fn items_pointer(df: &DataFlow, it: &Items, doc: &Value) -> Option<String> {
+    use crate::model::{PathRoot, Selection, Step};
+    fn follow<'v>(sel: &Selection, mut at: &'v Value, out: &mut String) -> Option<&'v Value> {
+        match sel {
+            Selection::Whole => Some(at),
+            Selection::Empty => None,
+            Selection::Path(p) => {
+                if p.root != PathRoot::Document {
+                    return None;
+                }
+                for step in p.steps.as_ref()? {
+                    out.push('/');
+                    at = match (step, at) {
+                        (Step::Key(k), Value::Object(m)) => {
+                            out.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                            m.get(k)?
+                        }
+                        (Step::Index(i), Value::Array(a)) => {
+                            let i = usize::try_from(*i).ok()?;
+                            out.push_str(&i.to_string());
+                            a.get(i)?
+                        }
+                        _ => return None,
+                    };
+                }
+                Some(at)
+            }
+        }
+    }
+    if df.parameters.is_some() || df.jsonata || it.expr.is_some() {
+        return None;
+    }
+    let mut out = String::new();
+    let input = follow(&df.input, doc, &mut out)?;
+    follow(&it.path, input, &mut out)?.is_array().then_some(out)
 }
 
 /// What a Map reads when it starts: its concurrency limit (`MaxConcurrencyPath`)

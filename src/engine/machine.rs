@@ -93,6 +93,7 @@ impl<'a> Machine<'a> {
             assigned: Default::default(),
             escalations: Vec::new(),
             held: Default::default(),
+            elided: Default::default(),
         }
     }
 

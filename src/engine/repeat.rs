@@ -141,6 +141,7 @@ impl<'a> Machine<'a> {
             FanoutState {
                 results: vec![None; count],
                 items,
+                items_at: None,
                 input: Value::Null,
                 next: 0,
                 attempt: 1,

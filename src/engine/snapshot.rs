@@ -14,6 +14,14 @@ use std::collections::BTreeMap;
 /// with `SUTRA.RUNTIME.SNAPSHOT_VERSION`.
 pub const SNAPSHOT_FORMAT: u32 = 1;
 
+/// The format of a snapshot that leaves out a copy it can rebuild (the
+/// variables that mirror a top-level token's document, the start input when
+/// it equals the variables: [`Snapshot::to_json`]). A snapshot with nothing
+/// left out is still written as [`SNAPSHOT_FORMAT`], so a build that knows
+/// only format 1 reads every snapshot it can read correctly and refuses the
+/// rest with `SUTRA.RUNTIME.SNAPSHOT_VERSION`, never reading empty variables.
+pub const SNAPSHOT_FORMAT_ELIDED: u32 = 2;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum InstanceState {
@@ -324,9 +332,15 @@ pub const WIDE_FANOUT: usize = 1_000;
 pub struct FanoutState {
     /// One per branch or item, in order; `None` until it ended.
     pub results: Vec<Option<Value>>,
-    /// The items of a `Map` (the iterations not started yet read theirs here).
+    /// The items of a `Map` (the iterations not started yet read theirs
+    /// here), unless `items_at` says where they are.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub items: Vec<Value>,
+    /// Where a `Map`'s items are in the fan-out token's own document (a JSON
+    /// pointer), when its items path names them there as they are: then the
+    /// list is stored once, in that document, not copied here as well.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_at: Option<String>,
     /// The fan-out's effective input (branches and item selectors read it).
     #[serde(default)]
     pub input: Value,
@@ -461,6 +475,52 @@ pub struct Snapshot {
     /// conditional event fires when its condition *becomes* true.
     #[serde(default, skip_serializing_if = "std::collections::BTreeSet::is_empty")]
     pub held: std::collections::BTreeSet<u64>,
+    /// What the stored text left out (format 2): set only while
+    /// [`Snapshot::to_json`] writes, resolved by [`Snapshot::from_json`].
+    #[serde(default, skip_serializing_if = "Elided::is_none")]
+    pub elided: Elided,
+}
+
+/// The copies a stored snapshot leaves out, to be rebuilt on load: a wide
+/// fan-out's list is in the start input, the variables (a States machine's
+/// mirror of its document) and the fan-out token's document, and each
+/// commit of its steps would write it three times (issue 33, item 1).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Elided {
+    /// `variables` are the mirror of this top-level token's document
+    /// ([`mirror_of`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables_of: Option<u64>,
+    /// `input` equals `variables`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub input_is_variables: bool,
+}
+
+impl Elided {
+    fn is_none(&self) -> bool {
+        self.variables_of.is_none() && !self.input_is_variables
+    }
+}
+
+/// The variables that mirror a top-level document: the object itself, or
+/// any other value as `{"output": value}`.
+pub fn mirror_of(doc: &Value) -> Map<String, Value> {
+    match doc {
+        Value::Object(m) => m.clone(),
+        other => {
+            let mut m = Map::new();
+            m.insert("output".into(), other.clone());
+            m
+        }
+    }
+}
+
+/// Whether `vars` are [`mirror_of`] `doc` (compared in place, no copy).
+fn mirrors(vars: &Map<String, Value>, doc: &Value) -> bool {
+    match doc {
+        Value::Object(m) => m == vars,
+        other => vars.len() == 1 && vars.get("output") == Some(other),
+    }
 }
 
 impl Snapshot {
@@ -493,6 +553,7 @@ impl Snapshot {
             assigned: BTreeMap::new(),
             escalations: Vec::new(),
             held: Default::default(),
+            elided: Elided::default(),
         }
     }
 
@@ -514,7 +575,48 @@ impl Snapshot {
         }
     }
 
-    pub fn to_json(&self) -> String {
+    /// The stored text. A copy the text can do without is left out and
+    /// rebuilt by [`Snapshot::from_json`] (format [`SNAPSHOT_FORMAT_ELIDED`]):
+    /// the variables when they mirror a top-level token's document, the
+    /// start input when it equals the variables. Each is checked by
+    /// comparing in place, so nothing is left out that would load changed.
+    /// Takes `&mut` only to move the left-out maps aside while it writes;
+    /// the snapshot is as it was when it returns.
+    pub fn to_json(&mut self) -> String {
+        let input_is_variables = !self.input.is_empty() && self.input == self.variables;
+        let variables_of = if self.variables.is_empty() {
+            None
+        } else {
+            self.tokens
+                .iter()
+                .filter(|t| t.scope.is_none())
+                .find(|t| t.doc.as_ref().is_some_and(|d| mirrors(&self.variables, d)))
+                .map(|t| t.id)
+        };
+        let elided = Elided {
+            variables_of,
+            input_is_variables,
+        };
+        if elided.is_none() {
+            return self.write();
+        }
+        let input = input_is_variables.then(|| std::mem::take(&mut self.input));
+        let variables = variables_of.map(|_| std::mem::take(&mut self.variables));
+        let format = std::mem::replace(&mut self.format, SNAPSHOT_FORMAT_ELIDED);
+        self.elided = elided;
+        let text = self.write();
+        self.elided = Elided::default();
+        self.format = format;
+        if let Some(v) = variables {
+            self.variables = v;
+        }
+        if let Some(i) = input {
+            self.input = i;
+        }
+        text
+    }
+
+    fn write(&self) -> String {
         // A Snapshot holds only strings, numbers, maps and JSON values: it always serialises.
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
@@ -539,11 +641,23 @@ impl Snapshot {
             format: u64,
         }
         let Format { format } = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        if format != u64::from(SNAPSHOT_FORMAT) {
+        if format != u64::from(SNAPSHOT_FORMAT) && format != u64::from(SNAPSHOT_FORMAT_ELIDED) {
             return Err(format!(
-                "snapshot format {format} is not supported by this build (expects {SNAPSHOT_FORMAT})"
+                "snapshot format {format} is not supported by this build (expects {SNAPSHOT_FORMAT} or {SNAPSHOT_FORMAT_ELIDED})"
             ));
         }
-        serde_json::from_str(text).map_err(|e| e.to_string())
+        let mut snap: Snapshot = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let elided = std::mem::take(&mut snap.elided);
+        if let Some(id) = elided.variables_of {
+            let doc = snap.token(id).and_then(|t| t.doc.as_ref()).ok_or_else(|| {
+                format!("the snapshot's variables mirror token {id}, which has no document")
+            })?;
+            snap.variables = mirror_of(doc);
+        }
+        if elided.input_is_variables {
+            snap.input = snap.variables.clone();
+        }
+        snap.format = SNAPSHOT_FORMAT;
+        Ok(snap)
     }
 }

@@ -252,6 +252,7 @@ impl<'p> Run<'p> {
             }
         }
         // Round-trips through its stored form.
+        let mut step = step;
         let back = Snapshot::from_json(&step.snapshot.to_json()).unwrap();
         assert_eq!(back, step.snapshot);
         self.snap = step.snapshot;
@@ -968,7 +969,7 @@ fn terminate_end_completes_the_instance_and_withdraws_the_other_branch() {
 #[test]
 fn snapshot_format_is_checked() {
     let p = linear(vec![]);
-    let r = Run::start(&p, json!({}), t0());
+    let mut r = Run::start(&p, json!({}), t0());
     let mut v: serde_json::Value = serde_json::from_str(&r.snap.to_json()).unwrap();
     v["format"] = json!(99);
     assert!(Snapshot::from_json(&v.to_string())

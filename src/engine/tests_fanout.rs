@@ -85,7 +85,10 @@ fn run_on(p: &Process, mut step: Step) -> (Snapshot, usize) {
         assert_eq!(kind, ParkKind::Continue, "{:?}", step.snapshot.parks);
         assert_eq!(step.snapshot.parks.len(), 1);
         let before = step.snapshot.clone();
-        step = apply(p, step.snapshot, Event::ParkFired { park }, &inputs()).unwrap();
+        // Each step resumes from the stored text, as after a restart.
+        let stored = Snapshot::from_json(&step.snapshot.to_json()).unwrap();
+        assert_eq!(stored, before, "the stored snapshot loads as it was");
+        step = apply(p, stored, Event::ParkFired { park }, &inputs()).unwrap();
         check_parks(&before, &step);
         assert!(started(&step) <= FANOUT_STARTS_PER_STEP as usize);
         steps += 1;
@@ -113,6 +116,99 @@ fn a_map_over_ten_thousand_items_continues_step_after_step_in_order() {
     assert_eq!(snap.variables["output"], json!(xs));
     let per = FANOUT_STARTS_PER_STEP as usize;
     assert_eq!(steps, xs.len().div_ceil(per));
+}
+
+/// The step's snapshot as stored, as loaded back (it must load as it was),
+/// and as it ends when run on from there.
+fn run_from_store(p: &Process, mut step: Step) -> (String, Snapshot, Snapshot) {
+    let text = step.snapshot.to_json();
+    let back = Snapshot::from_json(&text).unwrap();
+    assert_eq!(back, step.snapshot);
+    let (end, _) = run_on(
+        p,
+        Step {
+            snapshot: back.clone(),
+            ..step
+        },
+    );
+    assert_eq!(end.state, InstanceState::Completed, "{:?}", end.error);
+    (text, back, end)
+}
+
+/// How often `needle` occurs in `text`.
+fn occurrences(text: &str, needle: &str) -> usize {
+    text.matches(needle).count()
+}
+
+#[test]
+fn a_wide_map_stores_its_list_once_and_loads_it_back() {
+    // The list is in the start input, the variables (the document's
+    // mirror), the Map token's document and the items: stored, only the
+    // document holds it (issue 33 item 1).
+    let p = load(MAP_BOMB);
+    let xs: Vec<String> = (0..2_000).map(|i| format!("x-{i:05}")).collect();
+    let step = begin(&p, json!({ "xs": xs }));
+    let (text, back, end) = run_from_store(&p, step);
+    // Slot 1,999 has not started: it is only in the document.
+    assert_eq!(occurrences(&text, "\"x-01999\""), 1, "{}", &text[..300]);
+    let stored: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        stored["format"],
+        json!(super::snapshot::SNAPSHOT_FORMAT_ELIDED)
+    );
+    assert_eq!(back.variables["xs"], json!(xs));
+    assert_eq!(back.input["xs"], json!(xs));
+    assert_eq!(end.variables["output"], json!(xs));
+}
+
+#[test]
+fn a_map_reads_its_items_where_its_paths_name_them_or_keeps_a_copy() {
+    // Under an InputPath: still read in the document (one copy stored).
+    let p = load(
+        r#"{"StartAt":"M","States":{"M":{"Type":"Map","InputPath":"$.wrap","ItemsPath":"$.xs",
+        "ItemProcessor":{"StartAt":"P","States":{"P":{"Type":"Pass","End":true}}},"End":true}}}"#,
+    );
+    let xs: Vec<String> = (0..600).map(|i| format!("w-{i:05}")).collect();
+    let mut step = begin(&p, json!({ "wrap": { "xs": xs } }));
+    assert_eq!(occurrences(&step.snapshot.to_json(), "\"w-00599\""), 1);
+    let (snap, _) = run_on(&p, step);
+    assert_eq!(snap.state, InstanceState::Completed, "{:?}", snap.error);
+    assert_eq!(snap.variables["output"], json!(xs));
+    // Items from the context object are not in the document: the state
+    // keeps them, and they still run in order.
+    let p = load(
+        r#"{"StartAt":"M","States":{"M":{"Type":"Map","ItemsPath":"$$.Execution.Input.xs",
+        "ItemProcessor":{"StartAt":"P","States":{"P":{"Type":"Pass","End":true}}},"End":true}}}"#,
+    );
+    let step = begin(&p, json!({ "xs": xs }));
+    let (snap, _) = run_on(&p, step);
+    assert_eq!(snap.state, InstanceState::Completed, "{:?}", snap.error);
+    assert_eq!(snap.variables["output"], json!(xs));
+    // A name step does not index an array (as a pointer would).
+    let p = load(
+        r#"{"StartAt":"M","States":{"M":{"Type":"Map","ItemsPath":"$.xs['0']",
+        "ItemProcessor":{"StartAt":"P","States":{"P":{"Type":"Pass","End":true}}},"End":true}}}"#,
+    );
+    let step = begin(&p, json!({ "xs": [[1, 2]] }));
+    assert_eq!(step.snapshot.state, InstanceState::Failed);
+    assert_eq!(
+        step.snapshot.error.as_ref().map(|e| e.code.as_str()),
+        Some(crate::codes::Code::StatesItemsNotArray.as_str())
+    );
+}
+
+#[test]
+fn a_wide_multi_instance_body_does_not_store_its_start_input_again() {
+    let p = empty_mi_sub_process("item");
+    let items: Vec<String> = (0..2_000).map(|i| format!("i-{i:05}")).collect();
+    let step = begin(&p, json!({ "items": items, "who": "ada" }));
+    let (text, back, end) = run_from_store(&p, step);
+    // Slot 0 ended in the first step: its element is in the variables and
+    // its result, not a third time in the start input.
+    assert_eq!(occurrences(&text, "\"i-00000\""), 2);
+    assert_eq!(back.input["who"], json!("ada"));
+    assert_eq!(end.variables["out"], json!(items));
+    assert_eq!(end.input["items"], json!(items));
 }
 
 #[test]
@@ -184,18 +280,24 @@ fn bpmn(body: &str) -> String {
     )
 }
 
+/// A multi-instance embedded sub-process over `items` that never waits,
+/// each iteration's result `output` (CEL), the results in `out`.
+fn empty_mi_sub_process(output: &str) -> Process {
+    load(&bpmn(&format!(
+        r#"<bpmn:subProcess id="T">
+  <bpmn:multiInstanceLoopCharacteristics><bpmn:extensionElements><q:multiInstance collection="items" element="item" outputCollection="out" outputElement="{output}"/></bpmn:extensionElements></bpmn:multiInstanceLoopCharacteristics>
+  <bpmn:startEvent id="s0"/>
+  <bpmn:endEvent id="s9"/>
+  <bpmn:sequenceFlow id="s1" sourceRef="s0" targetRef="s9"/>
+</bpmn:subProcess>"#
+    )))
+}
+
 #[test]
 fn a_multi_instance_sub_process_over_ten_thousand_items_continues_step_after_step() {
     // An embedded sub-process that never waits: every iteration ends in the
     // step that starts it (it used to end the instance at STEP_LIMIT).
-    let p = load(&bpmn(
-        r#"<bpmn:subProcess id="T">
-  <bpmn:multiInstanceLoopCharacteristics><bpmn:extensionElements><q:multiInstance collection="items" element="item" outputCollection="out" outputElement="item + item"/></bpmn:extensionElements></bpmn:multiInstanceLoopCharacteristics>
-  <bpmn:startEvent id="s0"/>
-  <bpmn:endEvent id="s9"/>
-  <bpmn:sequenceFlow id="s1" sourceRef="s0" targetRef="s9"/>
-</bpmn:subProcess>"#,
-    ));
+    let p = empty_mi_sub_process("item + item");
     let items: Vec<u64> = (0..10_000).collect();
     let step = begin(&p, json!({ "items": items }));
     assert_eq!(

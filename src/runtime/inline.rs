@@ -316,8 +316,8 @@ impl<S: Store> Runtime<S> {
     /// race rebuilds it by replay).
     pub(crate) fn finish_write(&self, spec: &mut Spec) -> StepWrite {
         let mut w = std::mem::take(&mut spec.write);
+        w.snapshot = spec.snapshot.to_json();
         let snap = &spec.snapshot;
-        w.snapshot = snap.to_json();
         w.state = snap.state.as_str().to_string();
         w.updated_at = ms(self.inner.clock.now());
         if snap.state.is_terminal() {

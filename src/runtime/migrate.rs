@@ -89,7 +89,7 @@ impl<S: Store> Runtime<S> {
         }
         let source = self.deployed(&snap.deployment_id).await?;
         let dest = self.deployed(&target.id).await?;
-        let moved = engine::migrate(
+        let mut moved = engine::migrate(
             &source.process,
             &dest.process,
             snap,
