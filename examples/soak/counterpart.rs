@@ -23,8 +23,10 @@ pub struct Deliveries {
     pub by_key: BTreeMap<String, u32>,
     /// Keys per instance id.
     pub by_instance: BTreeMap<String, Vec<String>>,
-    /// Answers that got a 200.
-    pub answered: u64,
+    /// The calls whose answer a replica took, by correlation: a 200, or a
+    /// 404 after a try whose reply was lost (a kill between the answer's
+    /// commit and its 200); re-deliveries' answers count once.
+    pub answered: std::collections::BTreeSet<String>,
     /// First deliveries refused with a 503.
     pub refused: u64,
 }
@@ -81,6 +83,8 @@ async fn hook(State(s): State<Shared>, headers: HeaderMap, body: String) -> Stat
 }
 
 async fn answer_call(s: Shared, answer: Value) {
+    let correlation = answer["correlation"].to_string();
+    let mut lost = false;
     for n in 0..600u32 {
         let url = &s.urls[n as usize % s.urls.len()];
         let sent = s
@@ -92,12 +96,23 @@ async fn answer_call(s: Shared, answer: Value) {
             .await;
         match sent.map(|r| r.status()) {
             Ok(StatusCode::OK) => {
-                s.deliveries.lock().unwrap().answered += 1;
+                s.deliveries.lock().unwrap().answered.insert(correlation);
                 return;
             }
-            // Answered already (a re-delivery): nothing waits for it any more.
-            Ok(StatusCode::NOT_FOUND) => return,
-            // Down, restarting, or the call re-issuing its request: again.
+            // Answered already: by another delivery's answer, or by this
+            // one when its reply was lost.
+            Ok(StatusCode::NOT_FOUND) => {
+                if lost {
+                    s.deliveries.lock().unwrap().answered.insert(correlation);
+                }
+                return;
+            }
+            // Down or restarting (the answer may have been taken): again.
+            Err(_) => {
+                lost = true;
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            // The call re-issuing its request: again.
             _ => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }

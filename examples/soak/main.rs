@@ -778,10 +778,10 @@ fn report(
         tally.attempts, tally.compensators, tally.journal_entries, tally.channel_calls
     );
     println!(
-        "  outbox: {} requests, {total} deliveries ({} first ones refused with a 503, {redelivered} requests delivered more than once), {} answers",
+        "  outbox: {} requests, {total} deliveries ({} first ones refused with a 503, {redelivered} requests delivered more than once), {} calls answered",
         d.by_key.len(),
         d.refused,
-        d.answered
+        d.answered.len()
     );
     if tally.violations.is_empty() {
         println!("soak: OK, no violation");
