@@ -8,8 +8,9 @@
 //!    5,000 inner tasks/s.
 //! 2. The same body sequential over 1,000 items.
 //! 3. Per-token cost of joins, in process on SQLite: start → fork of 8 →
-//!    join → end, with a parallel gateway pair and with an inclusive pair
-//!    (every condition true); the time per instance over 8 tokens.
+//!    join → end, with a parallel gateway pair, an inclusive pair (every
+//!    condition true) and a parallel split into an inclusive join (the
+//!    join's cost alone); the time per instance over 8 tokens.
 //!
 //! A figure is printed only after its check (COMPLETED, every result in
 //! order). `SUTRA_BENCH_SUTRA_BIN` runs another build of `sutra` (an A/B
@@ -69,15 +70,18 @@ fn mi(id: &str, sequential: bool) -> String {
     )
 }
 
-/// start → split (8 flows) → join → end; `inclusive`: inclusive gateways,
-/// each flow conditioned `true`.
-fn joins(id: &str, inclusive: bool) -> String {
-    let gw = if inclusive {
-        "inclusiveGateway"
-    } else {
-        "parallelGateway"
+/// start → split (8 flows) → join → end, each gateway parallel or
+/// inclusive (`true`); an inclusive split's flows are each conditioned `true`.
+fn joins(id: &str, inclusive_split: bool, inclusive_join: bool) -> String {
+    let gw = |inclusive: bool| {
+        if inclusive {
+            "inclusiveGateway"
+        } else {
+            "parallelGateway"
+        }
     };
-    let cond = if inclusive {
+    let (split, join) = (gw(inclusive_split), gw(inclusive_join));
+    let cond = if inclusive_split {
         "<bpmn:conditionExpression>true</bpmn:conditionExpression>"
     } else {
         ""
@@ -93,8 +97,8 @@ fn joins(id: &str, inclusive: bool) -> String {
 <bpmn:definitions xmlns:bpmn="http://www.omg.org/spec/BPMN/20100524/MODEL" id="defs" targetNamespace="https://example.com">
   <bpmn:process id="{id}" isExecutable="true">
     <bpmn:startEvent id="start"/>
-    <bpmn:{gw} id="split"/>
-    <bpmn:{gw} id="join"/>
+    <bpmn:{split} id="split"/>
+    <bpmn:{join} id="join"/>
     <bpmn:endEvent id="end"/>
     <bpmn:sequenceFlow id="f0" sourceRef="start" targetRef="split"/>
     {flows}
@@ -289,12 +293,19 @@ async fn join_cost() -> Result<()> {
     let mut opts = RuntimeOptions::new(Config::default());
     opts.cache_dir = Some(dir.path().join("cache"));
     let rt = Runtime::new(store, opts)?;
-    rt.deploy(TENANT, &joins("parallel8", false), &BTreeMap::new())
-        .await?;
-    rt.deploy(TENANT, &joins("inclusive8", true), &BTreeMap::new())
-        .await?;
+    // The inclusive pair also evaluates its split's 8 conditions; the
+    // parallel split into an inclusive join is the join's own cost.
+    let shapes = [
+        ("parallel8", false, false),
+        ("inclusive8", true, true),
+        ("parallel-split-inclusive-join8", false, true),
+    ];
+    for (id, split, join) in shapes {
+        rt.deploy(TENANT, &joins(id, split, join), &BTreeMap::new())
+            .await?;
+    }
     const N: usize = 500;
-    for process in ["parallel8", "inclusive8"] {
+    for (process, _, _) in shapes {
         let mut times = Vec::with_capacity(N);
         for i in 0..N + 20 {
             let t0 = Instant::now();
