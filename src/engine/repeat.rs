@@ -28,6 +28,17 @@ use serde_json::{json, Map, Value};
 
 pub(super) const LOOP_COUNTER: &str = "loopCounter";
 
+/// The variable `e` is, when it is nothing but a variable's name.
+fn bare_variable(e: &Expr) -> Option<&str> {
+    let name = e.source().trim();
+    let mut chars = name.chars();
+    let ident = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    (ident && name != LOOP_COUNTER && e.variables().iter().any(|v| v == name)).then_some(name)
+}
+
 impl<'a> Machine<'a> {
     pub(super) fn repeat_of(&self, token: u64) -> Option<(&'a Node, &'a Fanout, &'a Repeat)> {
         let node = self.node_of(token)?;
@@ -129,6 +140,12 @@ impl<'a> Machine<'a> {
             },
             Over::Loop { .. } => (0, Vec::new()),
         };
+        // A collection named as is: the stored snapshot may leave out the
+        // elements not started yet while the variable still holds them.
+        let items_of = match &rep.over {
+            Over::Collection(e) => bare_variable(e).map(str::to_string),
+            _ => None,
+        };
         self.arm_boundaries(token, node);
         self.set_state(&node.id, NodeState::Running);
         self.journal(
@@ -142,6 +159,7 @@ impl<'a> Machine<'a> {
                 results: vec![None; count],
                 items,
                 items_at: None,
+                items_of,
                 input: Value::Null,
                 next: 0,
                 attempt: 1,

@@ -341,6 +341,11 @@ pub struct FanoutState {
     /// list is stored once, in that document, not copied here as well.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items_at: Option<String>,
+    /// The variable a multi-instance body iterates, when its collection is
+    /// one named as is (read from the body token's scopes): the stored text
+    /// may then leave out the elements not started yet ([`Snapshot::to_json`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_of: Option<String>,
     /// The fan-out's effective input (branches and item selectors read it).
     #[serde(default)]
     pub input: Value,
@@ -494,12 +499,31 @@ pub struct Elided {
     /// `input` equals `variables`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub input_is_variables: bool,
+    /// The fan-out tokens whose items are their collection variable
+    /// (`FanoutState::items_of`) as it is, each element started so far
+    /// taken (`null`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub items_in_variables: Vec<u64>,
 }
 
 impl Elided {
     fn is_none(&self) -> bool {
-        self.variables_of.is_none() && !self.input_is_variables
+        self.variables_of.is_none()
+            && !self.input_is_variables
+            && self.items_in_variables.is_empty()
     }
+}
+
+/// A multi-instance body's items as its collection variable `of` gives
+/// them: the elements from `next` on, each one before taken (`null`).
+fn items_from(of: &[Value], next: u32) -> impl Iterator<Item = Value> + '_ {
+    of.iter().enumerate().map(move |(i, v)| {
+        if i < next as usize {
+            Value::Null
+        } else {
+            v.clone()
+        }
+    })
 }
 
 /// The variables that mirror a top-level document: the object itself, or
@@ -578,7 +602,9 @@ impl Snapshot {
     /// The stored text. A copy the text can do without is left out and
     /// rebuilt by [`Snapshot::from_json`] (format [`SNAPSHOT_FORMAT_ELIDED`]):
     /// the variables when they mirror a top-level token's document, the
-    /// start input when it equals the variables. Each is checked by
+    /// start input when it equals the variables, a multi-instance body's
+    /// elements not started yet when its collection variable still holds
+    /// them (`FanoutState::items_of`). Each is checked by
     /// comparing in place, so nothing is left out that would load changed.
     /// Takes `&mut` only to move the left-out maps aside while it writes;
     /// the snapshot is as it was when it returns.
@@ -593,20 +619,38 @@ impl Snapshot {
                 .find(|t| t.doc.as_ref().is_some_and(|d| mirrors(&self.variables, d)))
                 .map(|t| t.id)
         };
+        let items_in_variables: Vec<u64> = self
+            .tokens
+            .iter()
+            .filter(|t| self.items_in_variable(t))
+            .map(|t| t.id)
+            .collect();
         let elided = Elided {
             variables_of,
             input_is_variables,
+            items_in_variables,
         };
         if elided.is_none() {
             return self.write();
         }
         let input = input_is_variables.then(|| std::mem::take(&mut self.input));
         let variables = variables_of.map(|_| std::mem::take(&mut self.variables));
+        let mut items = Vec::new();
+        for &id in &elided.items_in_variables {
+            if let Some(TokenStatus::Fanout(st)) = self.token_mut(id).map(|t| &mut t.status) {
+                items.push((id, std::mem::take(&mut st.items)));
+            }
+        }
         let format = std::mem::replace(&mut self.format, SNAPSHOT_FORMAT_ELIDED);
         self.elided = elided;
         let text = self.write();
         self.elided = Elided::default();
         self.format = format;
+        for (id, list) in items {
+            if let Some(TokenStatus::Fanout(st)) = self.token_mut(id).map(|t| &mut t.status) {
+                st.items = list;
+            }
+        }
         if let Some(v) = variables {
             self.variables = v;
         }
@@ -614,6 +658,43 @@ impl Snapshot {
             self.input = i;
         }
         text
+    }
+
+    /// Whether `t` is a fan-out whose items are exactly what its
+    /// collection variable gives ([`items_from`]), compared in place.
+    fn items_in_variable(&self, t: &Token) -> bool {
+        let TokenStatus::Fanout(st) = &t.status else {
+            return false;
+        };
+        let (Some(name), false) = (&st.items_of, st.items.is_empty()) else {
+            return false;
+        };
+        match self.visible_var(t.id, name) {
+            Some(Value::Array(of)) => {
+                of.len() == st.items.len()
+                    && st.items.iter().zip(of).enumerate().all(|(i, (have, was))| {
+                        if i < st.next as usize {
+                            have.is_null()
+                        } else {
+                            have == was
+                        }
+                    })
+            }
+            _ => false,
+        }
+    }
+
+    /// Variable `name` as token `id` sees it: the innermost scope of its
+    /// own that has it (`Token::vars`), else the instance's variables.
+    pub fn visible_var(&self, id: u64, name: &str) -> Option<&Value> {
+        let mut cur = self.token(id);
+        while let Some(t) = cur {
+            if let Some(v) = t.vars.as_ref().and_then(|v| v.get(name)) {
+                return Some(v);
+            }
+            cur = t.scope.and_then(|s| self.token(s));
+        }
+        self.variables.get(name)
     }
 
     fn write(&self) -> String {
@@ -656,6 +737,24 @@ impl Snapshot {
         }
         if elided.input_is_variables {
             snap.input = snap.variables.clone();
+        }
+        for id in elided.items_in_variables {
+            let st = match snap.token(id).map(|t| &t.status) {
+                Some(TokenStatus::Fanout(st)) => st,
+                _ => return Err(format!("the snapshot's token {id} is no fan-out")),
+            };
+            let (name, next) = (st.items_of.clone().unwrap_or_default(), st.next);
+            let items: Vec<Value> = match snap.visible_var(id, &name) {
+                Some(Value::Array(of)) => items_from(of, next).collect(),
+                _ => {
+                    return Err(format!(
+                        "the items of fan-out token {id} are variable `{name}`, which is no array"
+                    ))
+                }
+            };
+            if let Some(TokenStatus::Fanout(st)) = snap.token_mut(id).map(|t| &mut t.status) {
+                st.items = items;
+            }
         }
         snap.format = SNAPSHOT_FORMAT;
         Ok(snap)

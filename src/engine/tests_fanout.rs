@@ -204,11 +204,60 @@ fn a_wide_multi_instance_body_does_not_store_its_start_input_again() {
     let step = begin(&p, json!({ "items": items, "who": "ada" }));
     let (text, back, end) = run_from_store(&p, step);
     // Slot 0 ended in the first step: its element is in the variables and
-    // its result, not a third time in the start input.
+    // its result, not a third time in the start input; slot 1,999 has not
+    // started: it is in the variables only, not again in the body's items.
     assert_eq!(occurrences(&text, "\"i-00000\""), 2);
+    assert_eq!(occurrences(&text, "\"i-01999\""), 1);
     assert_eq!(back.input["who"], json!("ada"));
     assert_eq!(end.variables["out"], json!(items));
     assert_eq!(end.input["items"], json!(items));
+}
+
+#[test]
+fn a_multi_instance_body_keeps_its_collection_when_the_variable_changes_under_it() {
+    // The body waits, so the instance does; an operator then replaces the
+    // collection variable: the body still runs over the elements it began
+    // with (BPMN reads the collection once), and the stored snapshot, which
+    // can no longer take them from the variable, keeps them itself.
+    let p = load(&bpmn(
+        r#"<bpmn:subProcess id="T">
+  <bpmn:multiInstanceLoopCharacteristics><bpmn:extensionElements><q:multiInstance collection="items" element="item" outputCollection="out" outputElement="item"/></bpmn:extensionElements></bpmn:multiInstanceLoopCharacteristics>
+  <bpmn:startEvent id="s0"/>
+  <bpmn:intermediateCatchEvent id="w"><bpmn:timerEventDefinition><bpmn:timeDuration>PT5S</bpmn:timeDuration></bpmn:timerEventDefinition></bpmn:intermediateCatchEvent>
+  <bpmn:endEvent id="s9"/>
+  <bpmn:sequenceFlow id="s1" sourceRef="s0" targetRef="w"/>
+  <bpmn:sequenceFlow id="s2" sourceRef="w" targetRef="s9"/>
+</bpmn:subProcess>"#,
+    ));
+    let items: Vec<String> = (0..300).map(|i| format!("k-{i:05}")).collect();
+    let mut snap = begin(&p, json!({ "items": items })).snapshot;
+    assert_eq!(snap.state, InstanceState::Waiting, "{:?}", snap.error);
+    assert_eq!(occurrences(&snap.to_json(), "\"k-00299\""), 1);
+    let set = json!({ "items": ["other"] }).as_object().cloned().unwrap();
+    let edit = Event::EditVariables {
+        set,
+        unset: Vec::new(),
+        by: None,
+    };
+    snap = apply(&p, snap, edit, &inputs()).unwrap().snapshot;
+    let text = snap.to_json();
+    // In the body's items, and in the start input (no longer equal to the
+    // variables).
+    assert_eq!(occurrences(&text, "\"k-00299\""), 2);
+    let later = Inputs {
+        now: inputs().now + chrono::Duration::seconds(5),
+        ..inputs()
+    };
+    snap = Snapshot::from_json(&text).unwrap();
+    while !snap.state.is_terminal() {
+        let park = *snap.parks.keys().next().unwrap();
+        let mut next = apply(&p, snap, Event::ParkFired { park }, &later).unwrap();
+        snap = Snapshot::from_json(&next.snapshot.to_json()).unwrap();
+        assert_eq!(snap, next.snapshot);
+    }
+    assert_eq!(snap.state, InstanceState::Completed, "{:?}", snap.error);
+    assert_eq!(snap.variables["out"], json!(items));
+    assert_eq!(snap.variables["items"], json!(["other"]));
 }
 
 #[test]
