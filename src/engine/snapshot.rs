@@ -14,9 +14,8 @@ use std::collections::BTreeMap;
 /// with `SUTRA.RUNTIME.SNAPSHOT_VERSION`.
 pub const SNAPSHOT_FORMAT: u32 = 1;
 
-/// The format of a snapshot that leaves out a copy it can rebuild (the
-/// variables that mirror a top-level token's document, the start input when
-/// it equals the variables: [`Snapshot::to_json`]). A snapshot with nothing
+/// The format of a snapshot that leaves out a copy it can rebuild (what
+/// [`Elided`] names: [`Snapshot::to_json`]). A snapshot with nothing
 /// left out is still written as [`SNAPSHOT_FORMAT`], so a build that knows
 /// only format 1 reads every snapshot it can read correctly and refuses the
 /// rest with `SUTRA.RUNTIME.SNAPSHOT_VERSION`, never reading empty variables.
@@ -488,8 +487,9 @@ pub struct Snapshot {
 
 /// The copies a stored snapshot leaves out, to be rebuilt on load: a wide
 /// fan-out's list is in the start input, the variables (a States machine's
-/// mirror of its document) and the fan-out token's document, and each
-/// commit of its steps would write it three times (issue 33, item 1).
+/// mirror of its document, or a multi-instance body's collection) and the
+/// fan-out token's document or the body's items, and each commit of its
+/// steps would write it that many times (issue 33, item 1).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Elided {
     /// `variables` are the mirror of this top-level token's document
