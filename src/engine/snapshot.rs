@@ -516,14 +516,11 @@ impl Elided {
 
 /// A multi-instance body's items as its collection variable `of` gives
 /// them: the elements from `next` on, each one before taken (`null`).
-fn items_from(of: &[Value], next: u32) -> impl Iterator<Item = Value> + '_ {
-    of.iter().enumerate().map(move |(i, v)| {
-        if i < next as usize {
-            Value::Null
-        } else {
-            v.clone()
-        }
-    })
+fn items_from(of: &[Value], next: u32) -> impl Iterator<Item = &Value> + '_ {
+    static TAKEN: Value = Value::Null;
+    of.iter()
+        .enumerate()
+        .map(move |(i, v)| if i < next as usize { &TAKEN } else { v })
 }
 
 /// The variables that mirror a top-level document: the object itself, or
@@ -670,16 +667,7 @@ impl Snapshot {
             return false;
         };
         match self.visible_var(t.id, name) {
-            Some(Value::Array(of)) => {
-                of.len() == st.items.len()
-                    && st.items.iter().zip(of).enumerate().all(|(i, (have, was))| {
-                        if i < st.next as usize {
-                            have.is_null()
-                        } else {
-                            have == was
-                        }
-                    })
-            }
+            Some(Value::Array(of)) => st.items.iter().eq(items_from(of, st.next)),
             _ => false,
         }
     }
@@ -745,7 +733,7 @@ impl Snapshot {
             };
             let (name, next) = (st.items_of.clone().unwrap_or_default(), st.next);
             let items: Vec<Value> = match snap.visible_var(id, &name) {
-                Some(Value::Array(of)) => items_from(of, next).collect(),
+                Some(Value::Array(of)) => items_from(of, next).cloned().collect(),
                 _ => {
                     return Err(format!(
                         "the items of fan-out token {id} are variable `{name}`, which is no array"
