@@ -518,6 +518,7 @@ fn a_runaway_loop_fails_with_the_loop_limit() {
         now: Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap(),
         draw: 0.5,
         attempt_lease: std::time::Duration::from_secs(35),
+        journal: true,
     };
     let new = NewInstance {
         instance_id: "i",

@@ -64,6 +64,7 @@ fn inputs() -> sutra::engine::Inputs {
         now: t0(),
         draw: 0.5,
         attempt_lease: std::time::Duration::from_secs(35),
+        journal: true,
     }
 }
 

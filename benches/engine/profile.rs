@@ -284,6 +284,7 @@ fn engine_step(process: &sutra::model::Process, id: &str) -> Result<()> {
         now: chrono::Utc::now(),
         draw: 0.5,
         attempt_lease: Duration::from_secs(60),
+        journal: true,
     };
     let step = engine::start(
         process,

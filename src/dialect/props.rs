@@ -33,6 +33,7 @@ fn inputs(now: chrono::DateTime<chrono::Utc>) -> Inputs {
         now,
         draw: 0.5,
         attempt_lease: std::time::Duration::from_secs(35),
+        journal: true,
     }
 }
 

@@ -135,7 +135,8 @@ impl<'a> Machine<'a> {
                 since: self.inputs.now,
             });
         }
-        self.journal(
+        journal!(
+            self,
             "request_issued",
             Some(&node.id),
             json!({ "attempt": attempt, "token": token, "channel": channel, "request": id, "due": due }),
@@ -231,7 +232,8 @@ impl<'a> Machine<'a> {
             },
             o => o,
         };
-        self.journal(
+        journal!(
+            self,
             "response_received",
             Some(&node.id),
             json!({ "token": token, "attempt": state.attempt, "outcome": outcome.label() }),
@@ -287,7 +289,8 @@ impl<'a> Machine<'a> {
                     message: Some(message),
                     item: self.attempt_item(token),
                 }));
-                self.journal(
+                journal!(
+                    self,
                     "task_skipped",
                     Some(&node_id),
                     json!({ "reason": "timeout" }),
@@ -311,7 +314,8 @@ impl<'a> Machine<'a> {
             matches!(&state.phase, TaskPhase::Calling { request: r, .. } if r == request)
         });
         let Some((node, task, state)) = current else {
-            self.journal(
+            journal!(
+                self,
                 "event_ignored",
                 None,
                 json!({ "token": token, "request": request, "reason": "the request is no longer current" }),
@@ -321,7 +325,8 @@ impl<'a> Machine<'a> {
         let node_id = node.id.clone();
         if task.retries.is_empty() {
             // No policy: the call keeps waiting (its timeout, an operator).
-            self.journal(
+            journal!(
+                self,
                 "delivery_poisoned",
                 Some(&node_id),
                 json!({ "request": request, "message": message }),
@@ -377,6 +382,7 @@ mod tests {
                 + chrono::Duration::seconds(secs),
             draw: 0.5,
             attempt_lease: std::time::Duration::from_secs(35),
+            journal: true,
         }
     }
 

@@ -275,7 +275,8 @@ impl<'a> Machine<'a> {
             });
         }
         self.set_state(&node.id, NodeState::Running);
-        self.journal(
+        journal!(
+            self,
             "child_started",
             Some(&node.id),
             json!({ "attempt": attempt, "token": token, "process": process, "child": instance, "due": due }),
@@ -391,7 +392,8 @@ impl<'a> Machine<'a> {
                 message: Some(message.clone()),
                 item: self.attempt_item(token),
             }));
-            self.journal(
+            journal!(
+                self,
                 "child_ended",
                 Some(&node.id),
                 json!({ "attempt": state.attempt, "child": outcome.instance, "state": outcome.state.as_str(), "outcome": "business_error", "code": code, "message": message }),
@@ -429,7 +431,8 @@ impl<'a> Machine<'a> {
             message: message.clone(),
             item: self.attempt_item(token),
         }));
-        self.journal(
+        journal!(
+            self,
             "child_ended",
             Some(&node.id),
             json!({ "attempt": state.attempt, "child": outcome.instance, "state": outcome.state.as_str(), "outcome": label, "code": code, "message": message }),

@@ -93,7 +93,8 @@ impl Machine<'_> {
 
     /// Raise a data-flow error from `token` at `node` (its catchers see it).
     pub(super) fn raise_doc_error(&mut self, token: u64, node: &Node, e: DocError) {
-        self.journal(
+        journal!(
+            self,
             "data_flow_failed",
             Some(&node.id),
             json!({ "code": e.code.as_str(), "message": e.message }),
@@ -505,7 +506,7 @@ impl Machine<'_> {
                 return None;
             }
         };
-        self.journal("timer_armed", Some(&node.id), json!({ "due": due }));
+        journal!(self, "timer_armed", Some(&node.id), json!({ "due": due }));
         Some(self.arm(Park {
             kind: ParkKind::Timer,
             token,

@@ -47,7 +47,8 @@ impl Machine<'_> {
                 format!("variable `{name}` is both set and unset"),
             ));
         }
-        self.journal(
+        journal!(
+            self,
             "variables_edited",
             None,
             json!({ "by": by, "set": set, "unset": unset }),

@@ -22,7 +22,12 @@ use serde_json::json;
 impl<'a> Machine<'a> {
     /// The token at escalation throw `node` throws `code`.
     pub(super) fn escalate(&mut self, token: u64, node: &'a Node, code: &str) {
-        self.journal("escalation_thrown", Some(&node.id), json!({ "code": code }));
+        journal!(
+            self,
+            "escalation_thrown",
+            Some(&node.id),
+            json!({ "code": code })
+        );
         let scope = self.snap.token(token).and_then(|t| t.scope);
         self.route_escalation(scope, code, &node.id);
         if self.snap.state.is_terminal() || self.snap.token(token).is_none() {
@@ -51,7 +56,8 @@ impl<'a> Machine<'a> {
             if !from_event_sub {
                 if let Some((esub, start)) = self.event_sub_for(current, &Raised::Escalation(code))
                 {
-                    self.journal(
+                    journal!(
+                        self,
                         "escalation_caught",
                         Some(&esub.id),
                         json!({ "code": code, "from": origin, "by": start.id }),
@@ -73,7 +79,12 @@ impl<'a> Machine<'a> {
             from_event_sub = matches!(activity.kind, NodeKind::EventSubProcess { .. });
             current = self.snap.token(tok).and_then(|t| t.scope);
         }
-        self.journal("escalation_uncaught", Some(origin), json!({ "code": code }));
+        journal!(
+            self,
+            "escalation_uncaught",
+            Some(origin),
+            json!({ "code": code })
+        );
         if !self.snap.escalations.iter().any(|c| c == code) {
             self.snap.escalations.push(code.to_string());
         }
@@ -113,7 +124,8 @@ impl<'a> Machine<'a> {
         };
         let bnode = self.process.node(b);
         let scope = self.snap.token(tok).and_then(|t| t.scope);
-        self.journal(
+        journal!(
+            self,
             "escalation_caught",
             Some(&bnode.id),
             json!({ "code": code, "from": origin, "interrupting": interrupting }),

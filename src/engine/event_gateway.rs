@@ -63,7 +63,8 @@ impl<'a> Machine<'a> {
             .map(|f| f.id.clone());
         self.set_state(&gateway.id, NodeState::Succeeded);
         self.snap.completed.push(gateway.id.clone());
-        self.journal(
+        journal!(
+            self,
             "event_gateway_decided",
             Some(&gateway.id),
             json!({ "winner": catch.id, "withdrawn": losers.len() }),

@@ -192,7 +192,8 @@ impl<'a> Machine<'a> {
             t.status = TokenStatus::InSubProcess;
         }
         self.set_state(&esub.id, NodeState::Running);
-        self.journal(
+        journal!(
+            self,
             "event_subprocess_started",
             Some(&esub.id),
             json!({ "start": start.id, "interrupting": interrupting, "token": token }),
@@ -246,7 +247,8 @@ impl<'a> Machine<'a> {
         let Some((esub, start)) = self.event_sub_for(scope, &Raised::Error(code)) else {
             return false;
         };
-        self.journal(
+        journal!(
+            self,
             "error_caught",
             Some(&esub.id),
             json!({ "code": code, "from": origin, "by": start.id }),

@@ -105,7 +105,8 @@ impl<'a> Machine<'a> {
                 cycle: None,
             });
             let next = self.fan_state(token).map_or(0, |s| s.next);
-            self.journal(
+            journal!(
+                self,
                 "fanout_continues",
                 Some(&node.id),
                 json!({ "next": next, "park": park }),
@@ -206,7 +207,8 @@ impl<'a> Machine<'a> {
         if attempt == 1 {
             self.arm_boundaries(token, node);
         }
-        self.journal(
+        journal!(
+            self,
             "fanout_started",
             Some(&node.id),
             json!({ "branches": count, "attempt": attempt }),
@@ -332,7 +334,8 @@ impl<'a> Machine<'a> {
         if let Some(t) = self.snap.token_mut(b) {
             t.status = TokenStatus::Branch { slot, item };
         }
-        self.journal(
+        journal!(
+            self,
             "branch_started",
             Some(&node.id),
             json!({ "slot": slot, "token": b }),
@@ -358,7 +361,7 @@ impl<'a> Machine<'a> {
         let mut scope = Scope::new(&context, &mut draws);
         match doc::complete(&df, raw, results, &mut scope) {
             Ok((out, vars)) => {
-                self.journal("fanout_completed", Some(&node.id), json!({}));
+                journal!(self, "fanout_completed", Some(&node.id), json!({}));
                 if let Some(t) = self.snap.token_mut(token) {
                     t.doc = Some(out);
                 }
@@ -416,7 +419,7 @@ impl<'a> Machine<'a> {
         }
         self.discard(branch);
         let node = self.node_of(fan).map(|n| n.id.clone());
-        self.journal(kind, node.as_deref(), json!({ "slot": slot }));
+        journal!(self, kind, node.as_deref(), json!({ "slot": slot }));
         let Some(st) = self.fan_state_mut(fan) else {
             return;
         };
@@ -454,7 +457,8 @@ impl<'a> Machine<'a> {
                         .is_some_and(|p| u64::from(failed) * 100_000 > p.saturating_mul(total));
                 if over {
                     self.discard(token);
-                    self.journal(
+                    journal!(
+                        self,
                         "tolerance_exceeded",
                         Some(&node.id),
                         json!({ "failed": failed, "items": total }),

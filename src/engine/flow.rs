@@ -227,7 +227,8 @@ impl Machine<'_> {
             let j = self.snap.joins.remove(pos);
             if j.satisfied.is_empty() {
                 self.set_state(&target.id, NodeState::Skipped);
-                self.journal(
+                journal!(
+                    self,
                     "node_skipped",
                     Some(&target.id),
                     json!({ "reason": "every incoming edge is dead (a branch not taken)", "dead": j.dead }),
@@ -289,7 +290,8 @@ impl Machine<'_> {
             .filter(|&&(_, satisfied)| satisfied)
             .map(|&(f, _)| self.process.node(self.process.flow(f).target).id.as_str())
             .collect();
-        self.journal(
+        journal!(
+            self,
             "error_handled",
             Some(&node.id),
             json!({ "code": raised.code, "message": raised.message, "cause": cause, "from": origin, "to": handlers }),

@@ -137,7 +137,8 @@ impl<'a> Machine<'a> {
         }
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
-        m.journal(
+        journal!(
+            m,
             "instance_started",
             Some(&start.id),
             json!({ "variables": new.variables }),
@@ -177,7 +178,7 @@ impl<'a> Machine<'a> {
         }
         let snap = Self::fresh_snapshot(process, &new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
-        m.journal("instance_resumed", Some(node), json!({}));
+        journal!(m, "instance_resumed", Some(node), json!({}));
         let doc = n
             .data
             .as_ref()
@@ -213,7 +214,7 @@ impl<'a> Machine<'a> {
                         format!("instance is already {}", m.snap.state.as_str()),
                     ));
                 }
-                m.journal("instance_cancelled", None, json!({ "reason": reason }));
+                journal!(m, "instance_cancelled", None, json!({ "reason": reason }));
                 m.end(InstanceState::Terminated);
             }
             Event::Resume => m.resume()?,
@@ -237,7 +238,8 @@ impl<'a> Machine<'a> {
                 ))
             }
             _ if terminal => {
-                m.journal(
+                journal!(
+                    m,
                     "event_ignored",
                     None,
                     json!({ "reason": "instance is terminal" }),
@@ -284,7 +286,8 @@ impl<'a> Machine<'a> {
         let terminal = snap.state.is_terminal();
         let mut m = Machine::new(process, snap, inputs);
         if terminal {
-            m.journal(
+            journal!(
+                m,
                 "event_ignored",
                 None,
                 json!({ "reason": "instance is terminal" }),
@@ -342,6 +345,8 @@ impl<'a> Machine<'a> {
 
     // ---------------------------------------------------------------- helpers
 
+    /// One journal entry (called through `journal!`, which skips building
+    /// `data` when the journal is not wanted).
     pub(super) fn journal(&mut self, kind: &str, node: Option<&str>, data: Value) {
         let seq = self.snap.next_journal;
         self.snap.next_journal += 1;
@@ -352,6 +357,11 @@ impl<'a> Machine<'a> {
             node: node.map(str::to_string),
             data,
         }));
+    }
+
+    /// A journal entry not kept: its sequence number is used all the same.
+    pub(super) fn skip_journal(&mut self) {
+        self.snap.next_journal += 1;
     }
 
     pub(super) fn node_of(&self, token: u64) -> Option<&'a Node> {
@@ -549,7 +559,7 @@ impl<'a> Machine<'a> {
                 let Some(node) = self.node_of(sub) else {
                     return;
                 };
-                self.journal("subprocess_completed", Some(&node.id), json!({}));
+                journal!(self, "subprocess_completed", Some(&node.id), json!({}));
                 self.snap.completed.push(node.id.clone());
                 self.leave(sub);
             }
@@ -597,7 +607,7 @@ impl<'a> Machine<'a> {
             _ => "instance_failed",
         };
         let data = json!({ "error": self.snap.error });
-        self.journal(kind, None, data);
+        journal!(self, kind, None, data);
         self.effects.push(Effect::Ended { state });
     }
 
@@ -712,7 +722,7 @@ impl<'a> Machine<'a> {
                     }
                     EndKind::Terminate => {
                         let scope = self.snap.token(token).and_then(|t| t.scope);
-                        self.journal("terminate_end", Some(&node.id), json!({}));
+                        journal!(self, "terminate_end", Some(&node.id), json!({}));
                         match scope {
                             None => self.end(InstanceState::Completed),
                             Some(sub) => {
@@ -877,7 +887,7 @@ impl<'a> Machine<'a> {
         for t in take {
             self.discard(t);
         }
-        self.journal("joined", Some(&node.id), json!({}));
+        journal!(self, "joined", Some(&node.id), json!({}));
         let merged = self.spawn(node.ix, scope, None);
         // The merged token leaves at once (it must not join again).
         self.queue.retain(|&q| q != merged);
@@ -954,7 +964,8 @@ impl<'a> Machine<'a> {
         }
         self.set_state(&node.id, NodeState::Running);
         let idempotency_key = format!("{}:{}:{}", self.snap.instance_id, node.id, token);
-        self.journal(
+        journal!(
+            self,
             "attempt_started",
             Some(&node.id),
             json!({ "attempt": attempt, "token": token }),
@@ -1063,10 +1074,14 @@ impl<'a> Machine<'a> {
                     Some(f) => (&f.code, &f.message),
                     None => (&raised.code, &raised.message),
                 };
-                self.journal(
+                journal!(
+                    self,
                     "error_caught",
                     Some(&bnode.id),
-                    super::outcome::tag_item(json!({ "code": name, "message": cause, "raised": raised.code, "from": origin }), item),
+                    super::outcome::tag_item(
+                        json!({ "code": name, "message": cause, "raised": raised.code, "from": origin }),
+                        item
+                    ),
                 );
                 if let Some(path) = result_path {
                     let cause = raised

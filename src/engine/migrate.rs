@@ -145,7 +145,8 @@ impl Machine<'_> {
         let error = self.snap.error.take();
         self.snap.state = InstanceState::Running;
         self.snap.ended_at = None;
-        self.journal(
+        journal!(
+            self,
             "instance_resumed",
             Some(&node),
             json!({ "after": error.map(|e| e.code) }),

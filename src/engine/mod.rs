@@ -15,6 +15,19 @@
 //! - an event that no longer applies (a late attempt result for a token that
 //!   left, a park already withdrawn) changes nothing but the journal.
 
+/// `journal!(m, kind, node, data)`: [`machine::Machine::journal`], building
+/// `data` only when the journal is wanted ([`Inputs::journal`]).
+macro_rules! journal {
+    ($m:expr, $kind:expr, $node:expr, $data:expr $(,)?) => {
+        if $m.inputs.journal {
+            let data = $data;
+            $m.journal($kind, $node, data)
+        } else {
+            $m.skip_journal()
+        }
+    };
+}
+
 mod channel;
 mod child;
 mod choice;
@@ -161,6 +174,11 @@ pub struct Inputs {
     /// How long an attempt may be in flight before its attempt park falls due
     /// and it is presumed lost (the sandbox deadline plus a margin).
     pub attempt_lease: std::time::Duration,
+    /// Whether the step's journal entries are wanted ([`Effect::Journal`]):
+    /// the runtime keeps them only with `sutra.audit.sql`; without it they
+    /// are not built (their sequence numbers advance all the same, so the
+    /// snapshot is the same either way).
+    pub journal: bool,
 }
 
 /// One attempt to run.

@@ -89,7 +89,7 @@ impl<'a> Machine<'a> {
             for t in take {
                 self.discard(t);
             }
-            self.journal("joined", Some(&node.id), json!({ "inclusive": true }));
+            journal!(self, "joined", Some(&node.id), json!({ "inclusive": true }));
             let merged = self.spawn(ix, scope, None);
             // The merged token leaves at once (it must not join again).
             self.queue.retain(|&q| q != merged);

@@ -48,7 +48,8 @@ impl Machine<'_> {
                 s.clone()
             }
             _ => {
-                self.journal(
+                journal!(
+                    self,
                     "attempt_result_discarded",
                     None,
                     json!({ "token": token, "attempt": attempt, "reason": "the attempt is no longer current" }),
@@ -93,7 +94,7 @@ impl Machine<'_> {
             message: message.clone(),
             item: self.attempt_item(token),
         }));
-        self.journal(
+        journal!(self,
             "attempt_ended",
             Some(&node.id),
             self.with_item(token, json!({ "attempt": attempt, "outcome": outcome.label(), "code": code, "message": message })),
@@ -171,7 +172,8 @@ impl Machine<'_> {
                             return;
                         }
                         OnTimeout::Skip => {
-                            self.journal(
+                            journal!(
+                                self,
                                 "task_skipped",
                                 Some(&node.id),
                                 json!({ "reason": "timeout" }),
@@ -356,7 +358,7 @@ impl Machine<'_> {
             message: None,
             cycle: None,
         });
-        self.journal(
+        journal!(self,
             "retry_scheduled",
             Some(node_id),
             self.with_item(token, json!({ "next_attempt": next_attempt, "due": due, "delay_ms": delay.as_millis() as u64, "code": code })),

@@ -27,7 +27,7 @@ impl<'a> Machine<'a> {
             armed_at: now,
             slot: 0,
         });
-        self.journal("timer_armed", Some(&node.id), json!({ "due": due }));
+        journal!(self, "timer_armed", Some(&node.id), json!({ "due": due }));
         Some(self.arm(Park {
             kind: ParkKind::Timer,
             token,
@@ -59,7 +59,8 @@ impl<'a> Machine<'a> {
                 }
             },
         };
-        self.journal(
+        journal!(
+            self,
             "message_awaited",
             Some(&node.id),
             json!({ "name": m.name, "key": key }),
@@ -101,7 +102,8 @@ impl<'a> Machine<'a> {
 
     pub(super) fn park_fired(&mut self, seq: u64, variables: Map<String, Value>) {
         let Some(park) = self.snap.parks.get(&seq).cloned() else {
-            self.journal(
+            journal!(
+                self,
                 "park_ignored",
                 None,
                 json!({ "park": seq, "reason": "already withdrawn" }),
@@ -124,7 +126,8 @@ impl<'a> Machine<'a> {
         match park.kind {
             ParkKind::Attempt => {
                 // The runner of this attempt was lost: run the same attempt again.
-                self.journal(
+                journal!(
+                    self,
                     "attempt_lost",
                     Some(&node.id),
                     json!({ "token": park.token }),
@@ -147,7 +150,7 @@ impl<'a> Machine<'a> {
                     ParkKind::Condition => "condition_met",
                     _ => "message_received",
                 };
-                self.journal(kind, Some(&node.id), json!({ "token": park.token }));
+                journal!(self, kind, Some(&node.id), json!({ "token": park.token }));
                 if self.event_gateway_fired(seq, &park, node) {
                     return;
                 }

@@ -148,7 +148,8 @@ impl<'a> Machine<'a> {
         };
         self.arm_boundaries(token, node);
         self.set_state(&node.id, NodeState::Running);
-        self.journal(
+        journal!(
+            self,
             "fanout_started",
             Some(&node.id),
             json!({ "branches": count, "attempt": 1 }),
@@ -306,7 +307,8 @@ impl<'a> Machine<'a> {
         }
         let branch_id = self.process.node(branch).id.clone();
         self.set_state(&branch_id, NodeState::Running);
-        self.journal(
+        journal!(
+            self,
             "branch_started",
             Some(&node.id),
             json!({ "slot": slot, "token": b }),
@@ -354,7 +356,12 @@ impl<'a> Machine<'a> {
         } = &rep.over
         {
             self.discard(branch);
-            self.journal("branch_completed", Some(&node.id), json!({ "slot": slot }));
+            journal!(
+                self,
+                "branch_completed",
+                Some(&node.id),
+                json!({ "slot": slot })
+            );
             let done = slot + 1;
             if maximum.is_some_and(|m| u64::from(done) >= m) {
                 self.repeat_finish(fan);
@@ -456,7 +463,12 @@ impl<'a> Machine<'a> {
             }
         };
         self.discard(branch);
-        self.journal("branch_completed", Some(&node.id), json!({ "slot": slot }));
+        journal!(
+            self,
+            "branch_completed",
+            Some(&node.id),
+            json!({ "slot": slot })
+        );
         if done {
             let rest: Vec<u64> = self
                 .snap
@@ -465,7 +477,8 @@ impl<'a> Machine<'a> {
                 .filter(|t| t.scope == Some(fan) && matches!(t.status, TokenStatus::Branch { .. }))
                 .map(|t| t.id)
                 .collect();
-            self.journal(
+            journal!(
+                self,
                 "completion_condition_met",
                 Some(&node.id),
                 json!({ "completed": completed, "cancelled": rest.len(), "instances": total }),
@@ -495,7 +508,7 @@ impl<'a> Machine<'a> {
                 Value::Array(results.into_iter().map(Option::unwrap_or_default).collect());
             self.vars_home(token).insert(name.clone(), results);
         }
-        self.journal("fanout_completed", Some(&node.id), json!({}));
+        journal!(self, "fanout_completed", Some(&node.id), json!({}));
         self.complete_task(token, &node.id);
     }
 }

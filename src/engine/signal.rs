@@ -57,7 +57,12 @@ pub(super) struct OwnThrow {
 
 impl<'a> Machine<'a> {
     pub(super) fn signal_park(&mut self, token: u64, node: &Node, name: &str) -> Option<u64> {
-        self.journal("signal_awaited", Some(&node.id), json!({ "name": name }));
+        journal!(
+            self,
+            "signal_awaited",
+            Some(&node.id),
+            json!({ "name": name })
+        );
         Some(self.arm(Park {
             kind: ParkKind::Signal,
             token,
@@ -108,7 +113,8 @@ impl<'a> Machine<'a> {
     pub(super) fn signal_arrived(&mut self, seq: u64, variables: Map<String, Value>) {
         match self.snap.parks.get(&seq) {
             Some(p) if p.kind == ParkKind::Signal => self.park_fired(seq, variables),
-            _ => self.journal(
+            _ => journal!(
+                self,
                 "park_ignored",
                 None,
                 json!({ "park": seq, "reason": "no signal wait (already fired or withdrawn)" }),
@@ -172,7 +178,8 @@ impl<'a> Machine<'a> {
                     (ThrownKind::Message, name, key)
                 }
             };
-            self.journal(
+            journal!(
+                self,
                 &format!("{}_thrown", kind.as_str()),
                 Some(&node.id),
                 json!({ "name": name, "key": key }),

@@ -170,6 +170,7 @@ fn inputs(now: DateTime<Utc>) -> Inputs {
         now,
         draw: 0.5,
         attempt_lease: std::time::Duration::from_secs(60),
+        journal: true,
     }
 }
 
@@ -377,6 +378,63 @@ fn a_task_runs_and_its_output_merges_into_the_variables() {
         .effects
         .iter()
         .any(|e| matches!(e, Effect::RecordAttempt(a) if a.outcome == "completed")));
+}
+
+/// Without the journal (the runtime's default, `sutra.audit.sql` off) a
+/// step carries no journal entry and leaves the very snapshot it leaves with
+/// it: the entries' sequence numbers advance all the same.
+#[test]
+fn without_the_journal_the_steps_and_snapshots_are_the_same_but_for_its_entries() {
+    let p = linear(vec![policy(2, 1_000, 2.0)]);
+    let run = |journal: bool| {
+        let on = |now| Inputs {
+            journal,
+            ..inputs(now)
+        };
+        let new = NewInstance {
+            instance_id: "i1",
+            tenant: "t",
+            deployment_id: "d1",
+            start_node: None,
+            variables: json!({"x": 1}).as_object().cloned().unwrap(),
+        };
+        let mut steps = vec![start(&p, new, &on(t0())).unwrap()];
+        for (n, outcome) in [(1, failed("X")), (2, completed(json!({"y": 2})))] {
+            let last = steps.last().unwrap();
+            let token = last.snapshot.tokens[0].id;
+            let mut step = apply(
+                &p,
+                last.snapshot.clone(),
+                Event::AttemptEnded {
+                    token,
+                    attempt: n,
+                    outcome,
+                },
+                &on(secs(n as i64)),
+            )
+            .unwrap();
+            if n == 1 {
+                let park = *step.snapshot.parks.keys().next().unwrap();
+                let fired = apply(&p, step.snapshot, Event::ParkFired { park }, &on(secs(2)));
+                step = fired.unwrap();
+            }
+            steps.push(step);
+        }
+        steps
+    };
+    let (with, without) = (run(true), run(false));
+    let is_journal = |e: &Effect| matches!(e, Effect::Journal(_));
+    assert!(with.iter().any(|s| s.effects.iter().any(is_journal)));
+    assert!(!without.iter().any(|s| s.effects.iter().any(is_journal)));
+    assert_eq!(
+        with.last().unwrap().snapshot.state,
+        InstanceState::Completed
+    );
+    for (a, b) in with.iter().zip(&without) {
+        assert_eq!(a.snapshot, b.snapshot);
+        let kept: Vec<&Effect> = a.effects.iter().filter(|e| !is_journal(e)).collect();
+        assert_eq!(kept, b.effects.iter().collect::<Vec<_>>());
+    }
 }
 
 #[test]

@@ -20,6 +20,7 @@ fn inputs() -> Inputs {
         now: chrono::Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
         draw: 0.5,
         attempt_lease: std::time::Duration::from_secs(60),
+        journal: true,
     }
 }
 

@@ -84,7 +84,8 @@ impl Machine<'_> {
         self.clear_queue();
         let order: Vec<&str> = pending.iter().map(|c| c.node.as_str()).collect();
         let error = self.snap.error.clone();
-        self.journal(
+        journal!(
+            self,
             "unwind_started",
             error.as_ref().and_then(|e| e.node.as_deref()),
             json!({ "code": error.as_ref().map(|e| e.code.clone()), "compensate": order }),
@@ -131,7 +132,8 @@ impl Machine<'_> {
         let Some(node) = self.process.find(&c.compensator) else {
             return;
         };
-        self.journal(
+        journal!(
+            self,
             "compensation_started",
             Some(&c.compensator),
             json!({ "compensates": c.node }),
@@ -178,7 +180,8 @@ impl Machine<'_> {
         };
         self.set_state(&c.compensator, NodeState::Succeeded);
         self.set_state(&c.node, NodeState::Compensated);
-        self.journal(
+        journal!(
+            self,
             "compensated",
             Some(&c.node),
             json!({ "compensator": c.compensator }),
@@ -239,7 +242,8 @@ impl Machine<'_> {
             *class = Some(Code::CompensationFailed.class());
             *message = Some(format!("{}: {}", cause.code, cause.message));
         }
-        self.journal(
+        journal!(
+            self,
             "compensation_failed",
             Some(&c.node),
             json!({
@@ -278,7 +282,8 @@ impl<'a> Machine<'a> {
             None => self.collect_compensations(scope, None, &mut seen, &mut pending),
         }
         let order: Vec<&str> = pending.iter().map(|c| c.node.as_str()).collect();
-        self.journal(
+        journal!(
+            self,
             "compensation_thrown",
             Some(&node.id),
             json!({ "compensate": order }),
@@ -353,7 +358,7 @@ impl<'a> Machine<'a> {
         if let Some(t) = self.snap.token_mut(token) {
             t.status = TokenStatus::Ready;
         }
-        self.journal("compensation_completed", Some(&node.id), json!({}));
+        journal!(self, "compensation_completed", Some(&node.id), json!({}));
         match node.kind {
             NodeKind::End(_) => self.consume(token),
             _ => {

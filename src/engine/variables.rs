@@ -59,7 +59,12 @@ impl Machine<'_> {
         };
         let scope = self.var_scopes(token)[0];
         let names: Vec<&String> = vars.keys().collect();
-        self.journal("variables_assigned", Some(node), json!({ "names": names }));
+        journal!(
+            self,
+            "variables_assigned",
+            Some(node),
+            json!({ "names": names })
+        );
         self.snap.assigned.entry(scope).or_default().extend(vars);
     }
 }

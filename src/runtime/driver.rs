@@ -124,6 +124,7 @@ impl<S: Store> Runtime<S> {
             now: self.inner.clock.now(),
             draw,
             attempt_lease: self.inner.limits.deadline + super::LEASE_MARGIN,
+            journal: self.inner.config.audit_sql,
         }
     }
 

@@ -20,6 +20,7 @@ fn inputs(s: i64) -> Inputs {
             + chrono::Duration::seconds(s),
         draw: 0.5,
         attempt_lease: std::time::Duration::from_secs(60),
+        journal: true,
     }
 }
 
