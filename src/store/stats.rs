@@ -170,10 +170,14 @@ pub fn moved(
 /// The deltas of `steps` and of the children they start, summed by row and
 /// in key order, zero sums dropped.
 pub(super) fn collect<'a>(steps: impl IntoIterator<Item = &'a StepWrite>) -> Vec<StatDelta> {
-    let mut sums: BTreeMap<(&str, &str, &str, i64), i64> = BTreeMap::new();
+    // Summed under a key that compares its cheap parts first: a batch's
+    // deltas mostly share one long deployment id, which a key leading with
+    // it compares in full at every step of every lookup (a thousand steps
+    // make thousands of lookups); the few sums are then put in key order.
+    let mut sums: BTreeMap<(i64, &str, &str, &str), i64> = BTreeMap::new();
     let mut add = |d: &'a StatDelta| {
         *sums
-            .entry((&d.deployment_id, &d.node, &d.state, d.slot))
+            .entry((d.slot, &d.node, &d.state, &d.deployment_id))
             .or_default() += d.n;
     };
     for step in steps {
@@ -182,16 +186,26 @@ pub(super) fn collect<'a>(steps: impl IntoIterator<Item = &'a StepWrite>) -> Vec
             c.step.stats.iter().for_each(&mut add);
         }
     }
-    sums.into_iter()
+    let mut out: Vec<StatDelta> = sums
+        .into_iter()
         .filter(|(_, n)| *n != 0)
-        .map(|((deployment_id, node, state, slot), n)| StatDelta {
+        .map(|((slot, node, state, deployment_id), n)| StatDelta {
             deployment_id: deployment_id.to_string(),
             node: node.to_string(),
             state: state.to_string(),
             slot,
             n,
         })
-        .collect()
+        .collect();
+    out.sort_unstable_by(|a, b| {
+        (&a.deployment_id, &a.node, &a.state, a.slot).cmp(&(
+            &b.deployment_id,
+            &b.node,
+            &b.state,
+            b.slot,
+        ))
+    });
+    out
 }
 
 /// Rows per upsert statement.
@@ -356,6 +370,46 @@ mod tests {
                 .sum::<i64>()
         };
         assert_eq!((sum("d1"), sum("d2")), (-2, 2));
+    }
+
+    /// The sums a transaction writes: one per row, zero sums dropped, in
+    /// (deployment, node, state, slot) order whatever order they came in
+    /// (every writer takes the rows in that one order).
+    #[test]
+    fn a_batch_sums_each_row_once_in_key_order() {
+        let step = |deltas: &[(&str, &str, &str, i64, i64)]| StepWrite {
+            stats: deltas
+                .iter()
+                .map(|&(dep, node, state, slot, n)| StatDelta {
+                    deployment_id: dep.into(),
+                    node: node.into(),
+                    state: state.into(),
+                    slot,
+                    n,
+                })
+                .collect(),
+            ..StepWrite::default()
+        };
+        let steps = [
+            step(&[("d2", "", "COMPLETED", 1, 1), ("d1", "t", "FAILED", 0, 1)]),
+            step(&[("d1", "", "RUNNING", 5, 1), ("d1", "", "COMPLETED", 9, 1)]),
+            step(&[("d1", "", "RUNNING", 5, -1), ("d1", "", "COMPLETED", 9, 1)]),
+            step(&[("d1", "", "COMPLETED", 2, 1), ("d2", "", "COMPLETED", 1, 1)]),
+        ];
+        let rows: Vec<(String, String, String, i64, i64)> = collect(&steps)
+            .into_iter()
+            .map(|d| (d.deployment_id, d.node, d.state, d.slot, d.n))
+            .collect();
+        let row = |d: &str, n: &str, s: &str, slot, k| (d.into(), n.into(), s.into(), slot, k);
+        assert_eq!(
+            rows,
+            vec![
+                row("d1", "", "COMPLETED", 2, 1),
+                row("d1", "", "COMPLETED", 9, 2),
+                row("d1", "t", "FAILED", 0, 1),
+                row("d2", "", "COMPLETED", 1, 2),
+            ]
+        );
     }
 
     #[test]
