@@ -606,8 +606,7 @@ impl<'a> Machine<'a> {
             InstanceState::Compensated => "instance_compensated",
             _ => "instance_failed",
         };
-        let data = json!({ "error": self.snap.error });
-        journal!(self, kind, None, data);
+        journal!(self, kind, None, json!({ "error": self.snap.error }));
         self.effects.push(Effect::Ended { state });
     }
 
