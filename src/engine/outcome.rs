@@ -94,7 +94,8 @@ impl Machine<'_> {
             message: message.clone(),
             item: self.attempt_item(token),
         }));
-        journal!(self,
+        journal!(
+            self,
             "attempt_ended",
             Some(&node.id),
             self.with_item(token, json!({ "attempt": attempt, "outcome": outcome.label(), "code": code, "message": message })),
@@ -358,7 +359,8 @@ impl Machine<'_> {
             message: None,
             cycle: None,
         });
-        journal!(self,
+        journal!(
+            self,
             "retry_scheduled",
             Some(node_id),
             self.with_item(token, json!({ "next_attempt": next_attempt, "due": due, "delay_ms": delay.as_millis() as u64, "code": code })),

@@ -58,12 +58,11 @@ impl Machine<'_> {
             return;
         };
         let scope = self.var_scopes(token)[0];
-        let names: Vec<&String> = vars.keys().collect();
         journal!(
             self,
             "variables_assigned",
             Some(node),
-            json!({ "names": names })
+            json!({ "names": vars.keys().collect::<Vec<_>>() })
         );
         self.snap.assigned.entry(scope).or_default().extend(vars);
     }
