@@ -9,7 +9,7 @@ use sutra::store::tenancy::TenancyStore;
 use sutra::store::{
     AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
     EndedInstance, InstanceFilter, JournalRow, KeyHolder, NewDeployment, NewInstance, NewPark,
-    ParkClaim, StepWrite, Store, StoreError,
+    NewStart, ParkClaim, StepWrite, Store, StoreError,
 };
 
 const T: &str = "acme";
@@ -239,6 +239,32 @@ backends::store_tests! {
         let g = db.insert_deployment(&new_deployment("g1", "globex", "order")).await.unwrap();
         let created = db.create_instance(&new_instance("g-i1", &g, Some("k")), &running).await.unwrap();
         assert_eq!(created, Created::New);
+    }
+
+    /// The owned create (the runtime's start path) writes what the borrowed
+    /// one writes and hands the step back whole, written or refused.
+    async fn an_owned_create_writes_the_step_and_hands_it_back(db) {
+        let d = deploy(&*db, "d1").await;
+        let start = |id: &str, key: Option<&str>, step: &StepWrite| {
+            Box::new(NewStart { instance: new_instance(id, &d, key), step: step.clone() })
+        };
+        let first = StepWrite { arm: vec![timer(1, 500)], ..step("WAITING", "{\"n\":1}", 100) };
+        let (created, back) = db.create_instance_owned(start("i1", Some("k"), &first)).await;
+        assert_eq!(created.unwrap(), Created::New);
+        assert_eq!(*back, *start("i1", Some("k"), &first));
+        let i1 = db.load_instance("i1").await.unwrap().unwrap();
+        assert_eq!((i1.version, i1.state.as_str(), i1.snapshot.as_str()), (1, "WAITING", "{\"n\":1}"));
+        assert_eq!(db.parks_of("i1").await.unwrap().len(), 1);
+        // A reused key answers the first instance; a reused id is refused: the step comes back either way.
+        let again = step("RUNNING", "{\"n\":2}", 100);
+        let (created, back) = db.create_instance_owned(start("i2", Some("k"), &again)).await;
+        assert_eq!(created.unwrap(), Created::Existing("i1".to_string()));
+        assert_eq!(back.step, again);
+        assert_eq!(db.load_instance("i2").await.unwrap(), None);
+        let (created, back) = db.create_instance_owned(start("i1", None, &again)).await;
+        assert!(matches!(created, Err(StoreError::Duplicate(_))), "{created:?}");
+        assert_eq!(back.step, again);
+        assert_eq!(db.load_instance("i1").await.unwrap().unwrap().snapshot, "{\"n\":1}");
     }
 
     /// Issue 33 item 5: an instance deleted at its end (retention PT0S)

@@ -7,8 +7,8 @@
 
 use super::{
     AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
-    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, PgStore,
-    SqliteStore, StepWrite, Store, StoreResult,
+    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, NewStart, ParkRecord,
+    PgStore, SqliteStore, StepWrite, Store, StoreResult,
 };
 
 /// One of the two backends.
@@ -127,6 +127,13 @@ impl Store for AnyStore {
 
     async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
         delegate!(self, s => s.create_instance(inst, step).await)
+    }
+
+    async fn create_instance_owned(
+        &self,
+        start: Box<NewStart>,
+    ) -> (StoreResult<Created>, Box<NewStart>) {
+        delegate!(self, s => s.create_instance_owned(start).await)
     }
 
     async fn load_instance(&self, id: &str) -> StoreResult<Option<InstanceRecord>> {

@@ -1,7 +1,8 @@
 //! A crash at a chosen commit (test-only): with `SUTRA_CRASH_AT_COMMIT=k`
 //! (or `k:before`, `k:after`) the process aborts right before (the default)
 //! or right after the k-th instance commit it makes — counted over
-//! [`Store::create_instance`](super::Store::create_instance),
+//! [`Store::create_instance`](super::Store::create_instance) (and its owned
+//! form),
 //! [`Store::commit_step`](super::Store::commit_step) and
 //! [`Store::commit_steps`](super::Store::commit_steps), the one funnel of
 //! every instance write on both backends. While the variable is set, each
@@ -24,9 +25,33 @@ pub(super) async fn around<T, E>(commit: impl Future<Output = Result<T, E>>) -> 
     commit.await
 }
 
+/// [`around`] for a commit that hands its request back beside its result.
+#[cfg(not(debug_assertions))]
+#[inline(always)]
+pub(super) async fn around_returning<T, E, R>(
+    commit: impl Future<Output = (Result<T, E>, R)>,
+) -> (Result<T, E>, R) {
+    commit.await
+}
+
 /// Runs one instance commit under the failpoint.
 #[cfg(debug_assertions)]
 pub(super) async fn around<T, E>(commit: impl Future<Output = Result<T, E>>) -> Result<T, E> {
+    counted(commit, Result::is_ok).await
+}
+
+/// [`around`] for a commit that hands its request back beside its result.
+#[cfg(debug_assertions)]
+pub(super) async fn around_returning<T, E, R>(
+    commit: impl Future<Output = (Result<T, E>, R)>,
+) -> (Result<T, E>, R) {
+    counted(commit, |(done, _)| done.is_ok()).await
+}
+
+/// One commit counted, crashing before it or after it succeeded (`ok`) if
+/// it is the planned one.
+#[cfg(debug_assertions)]
+async fn counted<O>(commit: impl Future<Output = O>, ok: impl Fn(&O) -> bool) -> O {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNT: AtomicU64 = AtomicU64::new(0);
     let Some((at, when)) = *plan() else {
@@ -39,7 +64,7 @@ pub(super) async fn around<T, E>(commit: impl Future<Output = Result<T, E>>) -> 
         crash(n, "before");
     }
     let done = commit.await;
-    if n == at && when == When::After && done.is_ok() {
+    if n == at && when == When::After && ok(&done) {
         crash(n, "after");
     }
     done

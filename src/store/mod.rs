@@ -173,7 +173,14 @@ pub struct DeploymentRecord {
 /// Instance states as stored. RUNNING and WAITING are live; the rest terminal.
 pub const LIVE_STATES: [&str; 2] = ["RUNNING", "WAITING"];
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A new instance and its first step ([`Store::create_instance_owned`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewStart {
+    pub instance: NewInstance,
+    pub step: StepWrite,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewInstance {
     pub id: String,
     pub tenant: String,
@@ -601,6 +608,14 @@ pub trait Store:
         inst: &NewInstance,
         step: &StepWrite,
     ) -> impl Future<Output = StoreResult<Created>> + Send;
+    /// [`Self::create_instance`] taking the instance and its first step by
+    /// value and handing them back (the caller goes on with the step): the
+    /// SQLite writer thread takes them without a copy. Boxed, so the futures
+    /// on the way (each holds its arguments) stay small.
+    fn create_instance_owned(
+        &self,
+        start: Box<NewStart>,
+    ) -> impl Future<Output = (StoreResult<Created>, Box<NewStart>)> + Send;
     fn load_instance(
         &self,
         id: &str,

@@ -36,8 +36,8 @@ use super::rows::{
 };
 use super::{
     AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
-    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, ParkRecord, StepWrite,
-    Store, StoreError, StoreResult,
+    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, NewStart, ParkRecord,
+    StepWrite, Store, StoreError, StoreResult,
 };
 use sqlx::{
     ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type,
@@ -161,6 +161,17 @@ pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 's
         inst: &NewInstance,
         step: &StepWrite,
     ) -> impl Future<Output = StoreResult<Created>> + Send;
+    /// [`Self::create`], the write moved in and handed back: a backend
+    /// whose writer is another thread sends it there instead of a copy.
+    fn create_owned(
+        &self,
+        start: Box<NewStart>,
+    ) -> impl Future<Output = (StoreResult<Created>, Box<NewStart>)> + Send {
+        async move {
+            let created = self.create(&start.instance, &start.step).await;
+            (created, start)
+        }
+    }
     fn commit(
         &self,
         id: &str,
@@ -347,6 +358,13 @@ where
 
     async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
         super::failpoint::around(self.create(inst, step)).await
+    }
+
+    async fn create_instance_owned(
+        &self,
+        start: Box<NewStart>,
+    ) -> (StoreResult<Created>, Box<NewStart>) {
+        super::failpoint::around_returning(self.create_owned(start)).await
     }
 
     async fn load_instance(&self, id: &str) -> StoreResult<Option<InstanceRecord>> {

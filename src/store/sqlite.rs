@@ -35,7 +35,7 @@ use super::outbox_write::{OutboxDone, OutboxOp, OutboxPath};
 use super::queries::{Claim, SqlBackend};
 use super::sqlite_group::GroupCommit;
 use super::sqlite_writer::{Done, Op, Writer};
-use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
+use super::{Created, NewInstance, NewStart, ParkRecord, StepWrite, StoreError, StoreResult};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
@@ -280,6 +280,30 @@ impl SqlBackend for SqliteStore {
         self.submit(Op::Create(inst.clone(), step.clone()))
             .await?
             .created()
+    }
+
+    async fn create_owned(&self, start: Box<NewStart>) -> (StoreResult<Created>, Box<NewStart>) {
+        if let Err(e) = super::failpoint::refuse_write() {
+            return (Err(e), start);
+        }
+        let writer = match &self.writes {
+            WritePath::Thread(writer) => writer,
+            WritePath::Group(group) => {
+                let op = Op::Create(start.instance.clone(), start.step.clone());
+                return (group.submit(op).await.and_then(Done::created), start);
+            }
+        };
+        let NewStart { instance, step } = *start;
+        let (done, op) = writer.submit_returning(Op::Create(instance, step)).await;
+        // `None` only if the writer died holding it: `done` is an error then.
+        let back = match op {
+            Some(Op::Create(instance, step)) => NewStart { instance, step },
+            _ => NewStart {
+                instance: NewInstance::default(),
+                step: StepWrite::default(),
+            },
+        };
+        (done.and_then(Done::created), Box::new(back))
     }
 
     async fn commit(&self, id: &str, expected_version: i64, step: &StepWrite) -> StoreResult<()> {

@@ -142,7 +142,10 @@ pub(super) fn stopped() -> StoreError {
     StoreError::Other("the SQLite writer stopped".to_string())
 }
 
-type Reply = oneshot::Sender<StoreResult<Done>>;
+/// The answer, and the request itself handed back: its caller drops it (or
+/// keeps what it carries, see [`Writer::submit_returning`]), so this thread,
+/// every write's bottleneck, never frees what the callers' threads allocated.
+type Reply = oneshot::Sender<(StoreResult<Done>, Op)>;
 
 // `Close` is sent once per store; boxing every request to shrink it would
 // cost an allocation per write for nothing.
@@ -177,11 +180,24 @@ impl Writer {
 
     /// Runs `op` in the next transaction; answers once that committed.
     pub(super) async fn submit(&self, op: Op) -> StoreResult<Done> {
+        self.submit_returning(op).await.0
+    }
+
+    /// [`Self::submit`], handing `op` back (`None` only if the thread died
+    /// holding it).
+    pub(super) async fn submit_returning(&self, op: Op) -> (StoreResult<Done>, Option<Op>) {
         let (reply, answer) = oneshot::channel();
-        self.queue
-            .send(Msg::Run(op, reply))
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        if let Err(mpsc::SendError(msg)) = self.queue.send(Msg::Run(op, reply)) {
+            let op = match msg {
+                Msg::Run(op, _) => Some(op),
+                Msg::Close(_) => None,
+            };
+            return (Err(stopped()), op);
+        }
+        match answer.await {
+            Ok((done, op)) => (done, Some(op)),
+            Err(_) => (Err(stopped()), None),
+        }
     }
 
     /// Stops the thread after the requests queued so far and closes its
@@ -252,8 +268,8 @@ fn execute(conn: &mut Connection, batch: Vec<(Op, Reply)>) {
     let outcome = catch_unwind(AssertUnwindSafe(|| run_batch(conn, &ops)));
     let failure = match outcome {
         Ok(Ok(results)) => {
-            for (reply, result) in replies.into_iter().zip(results) {
-                let _ = reply.send(result);
+            for ((reply, result), op) in replies.into_iter().zip(results).zip(ops) {
+                let _ = reply.send((result, op));
             }
             return;
         }
@@ -265,8 +281,8 @@ fn execute(conn: &mut Connection, batch: Vec<(Op, Reply)>) {
         // BEGIN fails and reports it.
         let _ = conn.execute_batch("ROLLBACK");
     }
-    for reply in replies {
-        let _ = reply.send(Err(StoreError::Other(failure.clone())));
+    for (reply, op) in replies.into_iter().zip(ops) {
+        let _ = reply.send((Err(StoreError::Other(failure.clone())), op));
     }
 }
 
