@@ -66,7 +66,9 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn fresh_snapshot(process: &Process, new: &NewInstance<'_>, now: DateTime<Utc>) -> Snapshot {
+    /// A new instance's first snapshot; its variables are moved in (and
+    /// copied once, as the instance's input).
+    fn fresh_snapshot(process: &Process, new: NewInstance<'_>, now: DateTime<Utc>) -> Snapshot {
         Snapshot {
             format: SNAPSHOT_FORMAT,
             instance_id: new.instance_id.to_string(),
@@ -74,8 +76,8 @@ impl<'a> Machine<'a> {
             deployment_id: new.deployment_id.to_string(),
             process_id: process.id.clone(),
             state: InstanceState::Running,
-            variables: new.variables.clone(),
             input: new.variables.clone(),
+            variables: new.variables,
             tokens: Vec::new(),
             parks: Default::default(),
             next_token: 1,
@@ -135,18 +137,18 @@ impl<'a> Machine<'a> {
                 ),
             ));
         }
-        let snap = Self::fresh_snapshot(process, &new, inputs.now);
+        let snap = Self::fresh_snapshot(process, new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
         journal!(
             m,
             "instance_started",
             Some(&start.id),
-            json!({ "variables": new.variables }),
+            json!({ "variables": m.snap.input }),
         );
         let doc = start
             .data
             .as_ref()
-            .map(|_| super::document::input_document(&new.variables));
+            .map(|_| super::document::input_document(&m.snap.input));
         m.spawn_doc(start.ix, None, None, doc);
         m.arm_event_subs(None, None);
         m.run();
@@ -176,13 +178,10 @@ impl<'a> Machine<'a> {
                 format!("cannot resume at `{node}`: {why}; retry with mode=full"),
             ));
         }
-        let snap = Self::fresh_snapshot(process, &new, inputs.now);
+        let snap = Self::fresh_snapshot(process, new, inputs.now);
         let mut m = Machine::new(process, snap, inputs);
         journal!(m, "instance_resumed", Some(node), json!({}));
-        let doc = n
-            .data
-            .as_ref()
-            .map(|_| Value::Object(new.variables.clone()));
+        let doc = n.data.as_ref().map(|_| Value::Object(m.snap.input.clone()));
         m.spawn_doc(n.ix, None, None, doc);
         m.arm_event_subs(None, None);
         m.run();

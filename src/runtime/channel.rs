@@ -346,6 +346,12 @@ impl<S: Store> Runtime<S> {
         if write.requests.is_empty() {
             return;
         }
+        // Boxed: every commit awaits this; most write no request.
+        Box::pin(self.claim_push_requests(tenant, write)).await
+    }
+
+    /// [`Self::claim_requests`] for a step that writes requests.
+    async fn claim_push_requests(&self, tenant: &str, write: &mut StepWrite) {
         let until = ms(self.inner.clock.now()).saturating_add(self.delivery_lease_ms());
         for r in &mut write.requests {
             match self.channel(tenant, &r.channel).await {

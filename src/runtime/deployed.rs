@@ -280,12 +280,29 @@ impl<S: Store> Runtime<S> {
         tenant: &str,
         process_id: &str,
     ) -> RuntimeResult<Option<Arc<Deployed>>> {
+        // The usual case answers from memory; the reads are in a boxed future
+        // of their own, so every start's future (moved whole by whoever
+        // spawns it) does not carry a store read's state.
         let key = (tenant.to_string(), process_id.to_string());
         let known = self.inner.active.lock().ok().and_then(|m| {
             m.get(&key)
                 .filter(|(at, _)| at.elapsed() < ACTIVE_TTL)
                 .map(|(_, id)| id.clone())
         });
+        if let Some(loaded) = known.as_deref().and_then(|id| self.loaded(id)) {
+            return Ok(Some(loaded));
+        }
+        Box::pin(self.read_active_deployed(key, known)).await
+    }
+
+    /// [`Self::active_deployed`] past the memory: the deployment known
+    /// active loaded, or the active one read from the store.
+    async fn read_active_deployed(
+        &self,
+        key: (String, String),
+        known: Option<String>,
+    ) -> RuntimeResult<Option<Arc<Deployed>>> {
+        let (tenant, process_id) = (key.0.as_str(), key.1.as_str());
         if let Some(id) = known {
             return self.deployed(&id).await.map(Some);
         }
@@ -377,15 +394,23 @@ impl<S: Store> Runtime<S> {
 
     /// The loaded deployment (from the cache, else rebuilt from the store).
     pub async fn deployed(&self, deployment_id: &str) -> RuntimeResult<Arc<Deployed>> {
-        if let Some(d) = self
-            .inner
+        if let Some(d) = self.loaded(deployment_id) {
+            return Ok(d);
+        }
+        Box::pin(self.load_deployed(deployment_id)).await
+    }
+
+    /// A deployment already loaded by this runtime.
+    fn loaded(&self, deployment_id: &str) -> Option<Arc<Deployed>> {
+        self.inner
             .deployed
             .lock()
             .ok()
             .and_then(|m| m.get(deployment_id).cloned())
-        {
-            return Ok(d);
-        }
+    }
+
+    /// [`Self::deployed`] from the store: read, translated, its modules loaded.
+    async fn load_deployed(&self, deployment_id: &str) -> RuntimeResult<Arc<Deployed>> {
         let record = self
             .inner
             .store

@@ -177,17 +177,25 @@ impl<S: Store> Runtime<S> {
                 .and_then(|var| business_key_of(req.variables.get(var)?));
         }
         let inputs = self.inputs();
+        // `create` reads the request's variables only for a key's fingerprint.
+        let variables = match req.idempotency_key {
+            Some(_) => req.variables.clone(),
+            None => std::mem::take(&mut req.variables),
+        };
         let step = deployed.start(
             engine::NewInstance {
                 instance_id: &id,
                 tenant: &req.tenant,
                 deployment_id: &deployed.record.id,
                 start_node: req.start_node.as_deref(),
-                variables: req.variables.clone(),
+                variables,
             },
             &inputs,
         )?;
-        self.create(&deployed, id, step, &req).await
+        // Boxed: a start's future is spawned and moved whole by its callers
+        // (a task per request); boxed, they move a pointer, not the kilobytes
+        // of the create's state (its attempt, its commit).
+        Box::pin(self.create(&deployed, id, step, &req)).await
     }
 
     /// Resume a FAILED instance from its failed node, as a new instance.
@@ -237,7 +245,7 @@ impl<S: Store> Runtime<S> {
             idempotency_key,
             ..StartRequest::default()
         };
-        self.create(&deployed, id, step, &req).await
+        Box::pin(self.create(&deployed, id, step, &req)).await
     }
 
     async fn create(
@@ -257,7 +265,7 @@ impl<S: Store> Runtime<S> {
             )
         });
         if let (Some(key), Some(f)) = (&req.idempotency_key, &fingerprint) {
-            if let Some(existing) = self.replayed(&req.tenant, key, f).await? {
+            if let Some(existing) = Box::pin(self.replayed(&req.tenant, key, f)).await? {
                 return Ok(existing);
             }
         }
@@ -284,12 +292,20 @@ impl<S: Store> Runtime<S> {
         self.claim_requests(&req.tenant, &mut write).await;
         // Tenant quota (tenancy.rs): held until the instance row is written.
         let admission = self.admit(req).await?;
-        let created = self.inner.store.create_instance(&new, &write).await?;
+        // The write goes to the store whole and comes back with the answer
+        // (the SQLite writer thread takes it without a copy).
+        let start = Box::new(crate::store::NewStart {
+            instance: new,
+            step: write,
+        });
+        let (created, start) = self.inner.store.create_instance_owned(start).await;
+        let write = start.step;
+        let created = created?;
         drop(admission);
         if let Created::Existing(existing) = created {
             // A concurrent start took the key first: the same check.
             if let (Some(key), Some(f)) = (&req.idempotency_key, &fingerprint) {
-                if let Some(replayed) = self.replayed(&req.tenant, key, f).await? {
+                if let Some(replayed) = Box::pin(self.replayed(&req.tenant, key, f)).await? {
                     return Ok(replayed);
                 }
             }

@@ -192,23 +192,25 @@ impl<S: Store> Runtime<S> {
     pub(crate) fn spec_of(&self, step: Step, event: Option<Event>) -> Spec {
         let Step { snapshot, effects } = step;
         let mut spec = Spec::new(snapshot);
-        self.fold(&mut spec, &effects, event);
+        self.fold(&mut spec, effects, event);
         spec
     }
 
     /// Fold one more step into `spec`.
     pub(crate) fn absorb(&self, spec: &mut Spec, step: Step, event: Option<Event>) {
         let Step { snapshot, effects } = step;
-        self.fold(spec, &effects, event);
+        self.fold(spec, effects, event);
         spec.snapshot = snapshot;
     }
 
-    fn fold(&self, spec: &mut Spec, effects: &[Effect], event: Option<Event>) {
+    /// The step's effects are moved in (an attempt's request and a child's
+    /// start keep what they carry, uncopied).
+    fn fold(&self, spec: &mut Spec, effects: Vec<Effect>, event: Option<Event>) {
         let mut w = StepWrite::default();
         for e in effects {
             match e {
                 Effect::Arm { seq, park } => {
-                    let seq = *seq as i64;
+                    let seq = seq as i64;
                     if let Some(due) = park.due {
                         spec.dues.insert(seq, due);
                     }
@@ -217,62 +219,60 @@ impl<S: Store> Runtime<S> {
                         kind: park.kind.as_str().to_string(),
                         // Rounded up: a park never becomes claimable before its instant.
                         due_at: park.due.map(crate::time::to_millis_ceil),
-                        message_name: park.message.as_ref().map(|m| m.name.clone()),
                         correlation_key: park.message.as_ref().and_then(|m| m.key.clone()),
+                        message_name: park.message.map(|m| m.name),
                         claim: None,
                     });
                 }
-                Effect::Withdraw { seq } => w.withdraw.push(*seq as i64),
+                Effect::Withdraw { seq } => w.withdraw.push(seq as i64),
                 Effect::RecordAttempt(a) => w.attempts.push(AttemptRow {
                     token: a.token as i64,
-                    node: a.node.clone(),
+                    node: a.node,
                     attempt: i64::from(a.attempt),
                     started_at: ms(a.started_at),
                     ended_at: ms(a.ended_at),
-                    outcome: a.outcome.clone(),
-                    code: a.code.clone(),
+                    outcome: a.outcome,
+                    code: a.code,
                     class: a.class.map(|c| c.as_str().to_string()),
-                    message: a.message.clone(),
+                    message: a.message,
                     calls: None,
-                    item_node: a.item.as_ref().map(|i| i.node.clone()),
                     item_index: a.item.as_ref().map(|i| i64::from(i.index)),
+                    item_node: a.item.map(|i| i.node),
                 }),
                 Effect::Journal(j) if self.inner.config.audit_sql => w.journal.push(JournalRow {
                     seq: j.seq as i64,
                     at: ms(j.at),
-                    kind: j.kind.clone(),
-                    node: j.node.clone(),
+                    kind: j.kind,
+                    node: j.node,
                     data: j.data.to_string(),
                 }),
                 Effect::Journal(_) => {}
-                Effect::RunAttempt(a) => spec.pending.push(a.clone()),
+                Effect::RunAttempt(a) => spec.pending.push(a),
                 // Written with the step, delivered after its commit (signals.rs).
                 Effect::Throw(t) => w.signals.push(crate::store::signals::NewSignal {
                     id: super::new_id(ms(self.inner.clock.now())),
                     kind: t.kind.as_str().to_string(),
-                    name: t.name.clone(),
-                    correlation_key: t.key.clone(),
-                    variables: serde_json::Value::Object(t.variables.clone()).to_string(),
+                    name: t.name,
+                    correlation_key: t.key,
+                    variables: serde_json::Value::Object(t.variables).to_string(),
                     origin: Some(spec.snapshot.instance_id.clone()),
                     created_at: ms(self.inner.clock.now()),
                 }),
                 // The transactional outbox: the request is written with the step.
                 Effect::Request(r) => w.requests.push(NewRequest {
-                    id: r.id.clone(),
-                    park_seq: r.park as i64,
-                    channel: r.channel.clone(),
-                    node: r.node.clone(),
-                    call_attempt: i64::from(r.attempt),
-                    correlation: r.correlation.clone(),
                     payload: r.input.to_string(),
+                    id: r.id,
+                    park_seq: r.park as i64,
+                    channel: r.channel,
+                    node: r.node,
+                    call_attempt: i64::from(r.attempt),
+                    correlation: r.correlation,
                     created_at: ms(self.inner.clock.now()),
                     claim: None,
                 }),
                 // Child flows: created with the commit, cancelled after it (children.rs).
-                Effect::StartChild(c) => spec.child_starts.push(c.clone()),
-                Effect::CancelChild { instance, reason } => {
-                    spec.cancels.push((instance.clone(), reason.clone()))
-                }
+                Effect::StartChild(c) => spec.child_starts.push(c),
+                Effect::CancelChild { instance, reason } => spec.cancels.push((instance, reason)),
                 // Stopped once this step is committed (interrupt.rs); a
                 // non-idempotent task's attempt runs to its end. Either way
                 // its result is discarded.
@@ -281,12 +281,12 @@ impl<S: Store> Runtime<S> {
                     attempt,
                     interruptible: true,
                     ..
-                } => spec.abandoned.push((*token, *attempt)),
+                } => spec.abandoned.push((token, attempt)),
                 Effect::AttemptAbandoned { .. } => {}
                 Effect::Ended { state } => {
                     w.withdraw_all = true;
                     // Retention PT0S: no history at all, but FAILED is always retained.
-                    w.delete = *state != InstanceState::Failed
+                    w.delete = state != InstanceState::Failed
                         && self.inner.config.retention.as_std().is_zero();
                     // Its idempotency key outlives it (store::KEEP_KEY).
                     w.key_window_ms =

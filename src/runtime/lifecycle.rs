@@ -80,6 +80,12 @@ impl<S: Store> Runtime<S> {
         if self.known_active(deployment_id) {
             return;
         }
+        // Boxed: every terminal commit awaits this, the read is rare.
+        Box::pin(self.check_drained(deployment_id)).await
+    }
+
+    /// [`Self::after_terminal`] once the deployment is not known active.
+    async fn check_drained(&self, deployment_id: &str) {
         let read = {
             let _refresh = self.inner.active_refresh.lock().await;
             if self.known_active(deployment_id) {

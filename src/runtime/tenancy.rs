@@ -54,7 +54,10 @@ impl<S: Store> Runtime<S> {
                 }
             }
         }
-        let limits = self.inner.store.get_tenant(tenant).await?.map(|t| t.limits);
+        // Boxed: every start and attempt awaits this; the read is rare.
+        let limits = Box::pin(self.inner.store.get_tenant(tenant))
+            .await?
+            .map(|t| t.limits);
         if let Ok(mut m) = self.inner.tenancy.limits.lock() {
             if m.len() > 10_000 {
                 m.clear();
@@ -89,6 +92,12 @@ impl<S: Store> Runtime<S> {
         else {
             return Ok(None);
         };
+        // Boxed: every start awaits this; a quota is the rare case.
+        Box::pin(self.admit_counted(req, max)).await
+    }
+
+    /// [`Self::admit`] for a tenant with a quota of `max` live instances.
+    async fn admit_counted(&self, req: &StartRequest, max: i64) -> RuntimeResult<Admission> {
         let guard = self.admission_lock(&req.tenant).lock_owned().await;
         if let Some(key) = &req.idempotency_key {
             if self
