@@ -6,7 +6,7 @@ use super::inline::Spec;
 use super::output::Written;
 use super::{Deployed, Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
-use crate::engine::{self, AttemptRequest, Event, Snapshot, Step, TaskOutcome};
+use crate::engine::{self, AttemptRequest, Event, Snapshot, TaskOutcome};
 use crate::sandbox::{Outcome, Reuse, TaskContext};
 use crate::store::{Created, NewInstance, StepWrite, Store, StoreError};
 use serde_json::{Map, Value};
@@ -195,7 +195,8 @@ impl<S: Store> Runtime<S> {
         // Boxed: a start's future is spawned and moved whole by its callers
         // (a task per request); boxed, they move a pointer, not the kilobytes
         // of the create's state (its attempt, its commit).
-        Box::pin(self.create(&deployed, id, step, &req)).await
+        let spec = Box::new(self.spec_of(step, None));
+        Box::pin(self.create(&deployed, id, spec, &req)).await
     }
 
     /// Resume a FAILED instance from its failed node, as a new instance.
@@ -245,14 +246,17 @@ impl<S: Store> Runtime<S> {
             idempotency_key,
             ..StartRequest::default()
         };
-        Box::pin(self.create(&deployed, id, step, &req)).await
+        let spec = Box::new(self.spec_of(step, None));
+        Box::pin(self.create(&deployed, id, spec, &req)).await
     }
 
+    /// Create the instance whose first step `spec` holds (boxed, as the
+    /// futures holding it are moved whole), run it to its first wait.
     async fn create(
         &self,
         deployed: &Arc<Deployed>,
         id: String,
-        step: Step,
+        mut spec: Box<Spec>,
         req: &StartRequest,
     ) -> RuntimeResult<String> {
         // A reused idempotency key answers the instance it started (nothing
@@ -269,37 +273,33 @@ impl<S: Store> Runtime<S> {
                 return Ok(existing);
             }
         }
-        let new = NewInstance {
-            id: id.clone(),
-            tenant: req.tenant.clone(),
-            deployment_id: deployed.record.id.clone(),
-            process_id: deployed.record.process_id.clone(),
-            idempotency_key: req.idempotency_key.clone(),
-            idempotency_fingerprint: fingerprint.clone(),
-            retry_of: req.retry_of.clone(),
-            started_at: ms(step.snapshot.started_at),
-            business_key: req.business_key.clone(),
-        };
         let lock = self.lock_for(&id);
         let guard = lock.lock().await;
-        let mut spec = self.spec_of(step, None);
         spec.search_base = Some(Vec::new());
         // Run to the first wait before the first commit (inline.rs).
         self.speculate(&id, deployed, &mut spec).await;
         // The child flows it starts are created with it (children.rs).
         self.start_children(deployed, &mut spec).await?;
-        let mut write = self.finish_write(&mut spec);
-        self.claim_requests(&req.tenant, &mut write).await;
+        // The row and the write go to the store whole (boxed) and come back
+        // with the answer: the SQLite writer thread takes them uncopied.
+        let mut start = Box::new(crate::store::NewStart {
+            instance: NewInstance {
+                id: id.clone(),
+                tenant: req.tenant.clone(),
+                deployment_id: deployed.record.id.clone(),
+                process_id: deployed.record.process_id.clone(),
+                idempotency_key: req.idempotency_key.clone(),
+                idempotency_fingerprint: fingerprint.clone(),
+                retry_of: req.retry_of.clone(),
+                started_at: ms(spec.snapshot.started_at),
+                business_key: req.business_key.clone(),
+            },
+            step: self.finish_write(&mut spec),
+        });
+        self.claim_requests(&req.tenant, &mut start.step).await;
         // Tenant quota (tenancy.rs): held until the instance row is written.
         let admission = self.admit(req).await?;
-        // The write goes to the store whole and comes back with the answer
-        // (the SQLite writer thread takes it without a copy).
-        let start = Box::new(crate::store::NewStart {
-            instance: new,
-            step: write,
-        });
         let (created, start) = self.inner.store.create_instance_owned(start).await;
-        let write = start.step;
         let created = created?;
         drop(admission);
         if let Created::Existing(existing) = created {
@@ -312,7 +312,7 @@ impl<S: Store> Runtime<S> {
             return Ok(existing);
         }
         tracing::debug!(instance = %id, "started");
-        self.committed(&id, 1, &mut spec, &write).await;
+        self.committed(&id, 1, &mut spec, &start.step).await;
         self.remember_armed(&id, &mut spec);
         drop(guard);
         if req.answer_at_commit {
@@ -328,7 +328,7 @@ impl<S: Store> Runtime<S> {
     }
 
     /// What follows a start's first commit, until every token waits.
-    async fn carry_on_start(&self, id: String, deployed: Arc<Deployed>, mut spec: Spec) {
+    async fn carry_on_start(&self, id: String, deployed: Arc<Deployed>, mut spec: Box<Spec>) {
         self.after_commit(&mut spec).await;
         // Drive until every token waits: attempts still running, then the rest.
         for task in std::mem::take(&mut spec.running) {

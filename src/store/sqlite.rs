@@ -289,12 +289,18 @@ impl SqlBackend for SqliteStore {
         let writer = match &self.writes {
             WritePath::Thread(writer) => writer,
             WritePath::Group(group) => {
+                // (In-memory databases: the group commit's connection.)
                 let op = Op::Create(start.instance.clone(), start.step.clone());
-                return (group.submit(op).await.and_then(Done::created), start);
+                let done = Box::pin(group.submit(op)).await;
+                return (done.and_then(Done::created), start);
             }
         };
         let NewStart { instance, step } = *start;
-        let (done, op) = writer.submit_returning(Op::Create(instance, step)).await;
+        // Queued before the await, so this future holds no copy of it.
+        let (done, op) = match writer.send(Op::Create(instance, step)) {
+            Ok(answer) => Writer::answer(answer).await,
+            Err(op) => (Err(super::sqlite_writer::stopped()), Some(*op)),
+        };
         // `None` only if the writer died holding it: `done` is an error then.
         let back = match op {
             Some(Op::Create(instance, step)) => NewStart { instance, step },

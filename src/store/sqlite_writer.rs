@@ -146,6 +146,8 @@ pub(super) fn stopped() -> StoreError {
 /// keeps what it carries, see [`Writer::submit_returning`]), so this thread,
 /// every write's bottleneck, never frees what the callers' threads allocated.
 type Reply = oneshot::Sender<(StoreResult<Done>, Op)>;
+/// The receiving end of a [`Reply`].
+pub(super) type Answer = oneshot::Receiver<(StoreResult<Done>, Op)>;
 
 // `Close` is sent once per store; boxing every request to shrink it would
 // cost an allocation per write for nothing.
@@ -186,14 +188,26 @@ impl Writer {
     /// [`Self::submit`], handing `op` back (`None` only if the thread died
     /// holding it).
     pub(super) async fn submit_returning(&self, op: Op) -> (StoreResult<Done>, Option<Op>) {
-        let (reply, answer) = oneshot::channel();
-        if let Err(mpsc::SendError(msg)) = self.queue.send(Msg::Run(op, reply)) {
-            let op = match msg {
-                Msg::Run(op, _) => Some(op),
-                Msg::Close(_) => None,
-            };
-            return (Err(stopped()), op);
+        match self.send(op) {
+            Ok(answer) => Self::answer(answer).await,
+            Err(op) => (Err(stopped()), Some(*op)),
         }
+    }
+
+    /// Queues `op` (synchronously: a future that awaits only the answer
+    /// holds no request); `Err(op)` if the thread is gone (boxed: the rare case).
+    pub(super) fn send(&self, op: Op) -> Result<Answer, Box<Op>> {
+        let (reply, answer) = oneshot::channel();
+        match self.queue.send(Msg::Run(op, reply)) {
+            Ok(()) => Ok(answer),
+            Err(mpsc::SendError(Msg::Run(op, _))) => Err(Box::new(op)),
+            // (Only requests are sent here.)
+            Err(mpsc::SendError(Msg::Close(_))) => Ok(answer),
+        }
+    }
+
+    /// The answer to a request [`Self::send`] queued, and the request.
+    pub(super) async fn answer(answer: Answer) -> (StoreResult<Done>, Option<Op>) {
         match answer.await {
             Ok((done, op)) => (done, Some(op)),
             Err(_) => (Err(stopped()), None),
