@@ -143,7 +143,7 @@ pub(super) fn stopped() -> StoreError {
 }
 
 /// The answer, and the request itself handed back: its caller drops it (or
-/// keeps what it carries, see [`Writer::submit_returning`]), so this thread,
+/// keeps what it carries, as a start's create does), so this thread,
 /// every write's bottleneck, never frees what the callers' threads allocated.
 type Reply = oneshot::Sender<(StoreResult<Done>, Op)>;
 /// The receiving end of a [`Reply`].
@@ -182,15 +182,9 @@ impl Writer {
 
     /// Runs `op` in the next transaction; answers once that committed.
     pub(super) async fn submit(&self, op: Op) -> StoreResult<Done> {
-        self.submit_returning(op).await.0
-    }
-
-    /// [`Self::submit`], handing `op` back (`None` only if the thread died
-    /// holding it).
-    pub(super) async fn submit_returning(&self, op: Op) -> (StoreResult<Done>, Option<Op>) {
         match self.send(op) {
-            Ok(answer) => Self::answer(answer).await,
-            Err(op) => (Err(stopped()), Some(*op)),
+            Ok(answer) => Self::answer(answer).await.0,
+            Err(_) => Err(stopped()),
         }
     }
 
