@@ -40,6 +40,9 @@ pub struct LoadedComponent {
 pub(crate) struct LoadedInner {
     pub(crate) digest: String,
     pub(crate) imports: Vec<String>,
+    /// Where in `imports` the first that needs an egress grant is (found
+    /// once: every attempt asks).
+    egress: Option<usize>,
     ready: RwLock<Arc<Ready>>,
     /// `true` once no better code is coming (optimised, or its compile gave up).
     settled: tokio::sync::watch::Sender<bool>,
@@ -61,6 +64,7 @@ impl LoadedComponent {
         LoadedComponent {
             inner: Arc::new(LoadedInner {
                 digest,
+                egress: imports.iter().position(|n| needs_egress_grant(n)),
                 imports,
                 ready: RwLock::new(Arc::new(Ready { pre, tier })),
                 settled: tokio::sync::watch::Sender::new(tier == Tier::Optimized),
@@ -116,11 +120,8 @@ impl LoadedComponent {
 
     /// The first import that needs an egress grant (outbound HTTP), if any.
     pub fn egress_import(&self) -> Option<&str> {
-        self.inner
-            .imports
-            .iter()
-            .map(String::as_str)
-            .find(|n| needs_egress_grant(n))
+        let at = self.inner.egress?;
+        self.inner.imports.get(at).map(String::as_str)
     }
 }
 
