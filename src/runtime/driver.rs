@@ -542,7 +542,8 @@ impl<S: Store> Runtime<S> {
                 .max_by_key(|(v, _)| *v);
             let (mut version, snap) = match newest {
                 Some(kept) => kept,
-                None => rt.load(&id).await?,
+                // Boxed: a store read's state would make every drive's future larger.
+                None => Box::pin(rt.load(&id)).await?,
             };
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let stored = crate::store::search_vars(&snap.variables);
@@ -551,7 +552,8 @@ impl<S: Store> Runtime<S> {
             let step = super::deployed::off_executor(wide, || {
                 deployed.apply(snap, event.clone(), &rt.inputs())
             })?;
-            let mut spec = rt.spec_of(step, Some(event));
+            // Boxed: this future is moved whole into its box, the spec is 2 KB.
+            let mut spec = Box::new(rt.spec_of(step, Some(event)));
             spec.search_base = Some(stored);
             spec.stats_base = counted;
             spec.outputs.extend(written);
@@ -579,11 +581,11 @@ impl<S: Store> Runtime<S> {
                     Err(StoreError::Conflict(_)) if tries < CONFLICT_RETRIES => {
                         // Lost a race with another replica: replay on its state.
                         tries += 1;
-                        let (v, snap) = rt.load(&id).await?;
+                        let (v, snap) = Box::pin(rt.load(&id)).await?;
                         version = v;
                         deployed = rt.deployed(&snap.deployment_id).await?;
                         let outputs = std::mem::take(&mut spec.outputs);
-                        spec = rt.replay(&deployed, snap, &spec.events, &spec.inflight);
+                        spec = Box::new(rt.replay(&deployed, snap, &spec.events, &spec.inflight));
                         spec.outputs = outputs;
                     }
                     Err(StoreError::Conflict(_)) => {
