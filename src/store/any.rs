@@ -7,8 +7,8 @@
 
 use super::{
     AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
-    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, NewStart, ParkRecord,
-    PgStore, SqliteStore, StepWrite, Store, StoreResult,
+    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewStart, ParkRecord, PgStore,
+    SqliteStore, StepWrite, Store, StoreResult,
 };
 
 /// One of the two backends.
@@ -123,10 +123,6 @@ impl Store for AnyStore {
         journal: Option<JournalRow>,
     ) -> StoreResult<bool> {
         delegate!(self, s => s.close_instance(id, at, reason, journal).await)
-    }
-
-    async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
-        delegate!(self, s => s.create_instance(inst, step).await)
     }
 
     async fn create_instance_owned(

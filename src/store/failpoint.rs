@@ -1,8 +1,8 @@
 //! A crash at a chosen commit (test-only): with `SUTRA_CRASH_AT_COMMIT=k`
 //! (or `k:before`, `k:after`) the process aborts right before (the default)
 //! or right after the k-th instance commit it makes — counted over
-//! [`Store::create_instance`](super::Store::create_instance) (and its owned
-//! form),
+//! [`Store::create_instance_owned`](super::Store::create_instance_owned)
+//! (which `create_instance` goes through),
 //! [`Store::commit_step`](super::Store::commit_step) and
 //! [`Store::commit_steps`](super::Store::commit_steps), the one funnel of
 //! every instance write on both backends. While the variable is set, each

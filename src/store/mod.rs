@@ -603,11 +603,19 @@ pub trait Store:
     /// Inserts the instance (version 1) and applies its first step, in one
     /// transaction. A reused (tenant, idempotency_key) writes nothing and
     /// answers `Created::Existing(id)`.
+    /// (A copy of the two, through [`Self::create_instance_owned`], the one
+    /// path every backend implements.)
     fn create_instance(
         &self,
         inst: &NewInstance,
         step: &StepWrite,
-    ) -> impl Future<Output = StoreResult<Created>> + Send;
+    ) -> impl Future<Output = StoreResult<Created>> + Send {
+        let start = Box::new(NewStart {
+            instance: inst.clone(),
+            step: step.clone(),
+        });
+        async move { self.create_instance_owned(start).await.0 }
+    }
     /// [`Self::create_instance`] taking the instance and its first step by
     /// value and handing them back (the caller goes on with the step): the
     /// SQLite writer thread takes them without a copy. Boxed, so the futures

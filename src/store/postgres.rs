@@ -29,7 +29,7 @@ use super::outbox_write::{self, OutboxDone, OutboxOp, OutboxPath};
 use super::queries::{Claim, SqlBackend};
 use super::queries_steps::{StepSql, INSERT_INSTANCE};
 use super::rows::{duplicate_or_db, sort_claimed, ParkRow, PARK_COLUMNS};
-use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
+use super::{Created, NewInstance, NewStart, ParkRecord, StepWrite, StoreError, StoreResult};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, Postgres, Transaction};
 use std::str::FromStr;
@@ -234,10 +234,11 @@ impl SqlBackend for PgStore {
 
     /// Queued to the group commit (pg_group.rs): written together with
     /// the other replica's writes queued meanwhile.
-    async fn create(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
-        self.group
-            .submit(pg_group::Op::Create(inst.clone(), step.clone()))
-            .await
+    async fn create_owned(&self, start: Box<NewStart>) -> (StoreResult<Created>, Box<NewStart>) {
+        // The group commit's request is a copy (its batch borrows it across
+        // awaits); the start goes back whole.
+        let op = pg_group::Op::Create(start.instance.clone(), start.step.clone());
+        (self.group.submit(op).await, start)
     }
 
     /// Queued to the group commit (pg_group.rs), as `create`.

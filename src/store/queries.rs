@@ -36,8 +36,8 @@ use super::rows::{
 };
 use super::{
     AttemptOutput, AttemptRow, Created, DeploymentLoad, DeploymentRecord, DeploymentState,
-    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewInstance, NewStart, ParkRecord,
-    StepWrite, Store, StoreError, StoreResult,
+    InstanceFilter, InstanceRecord, JournalRow, NewDeployment, NewStart, ParkRecord, StepWrite,
+    Store, StoreError, StoreResult,
 };
 use sqlx::{
     ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type,
@@ -156,22 +156,13 @@ pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 's
     // The instance writes and claims: [`Store::create_instance`],
     // [`Store::commit_step`], [`Store::commit_steps`] (never empty),
     // [`Store::claim_due`] (`limit > 0`) and [`Store::release_claim`].
-    fn create(
-        &self,
-        inst: &NewInstance,
-        step: &StepWrite,
-    ) -> impl Future<Output = StoreResult<Created>> + Send;
-    /// [`Self::create`], the write moved in and handed back: a backend
-    /// whose writer is another thread sends it there instead of a copy.
+    /// The create, the instance and its first step moved in and handed
+    /// back: a backend whose writer is another thread sends them there
+    /// instead of a copy.
     fn create_owned(
         &self,
         start: Box<NewStart>,
-    ) -> impl Future<Output = (StoreResult<Created>, Box<NewStart>)> + Send {
-        async move {
-            let created = self.create(&start.instance, &start.step).await;
-            (created, start)
-        }
-    }
+    ) -> impl Future<Output = (StoreResult<Created>, Box<NewStart>)> + Send;
     fn commit(
         &self,
         id: &str,
@@ -354,10 +345,6 @@ where
         .fetch_all(self.reads())
         .await?;
         Ok(load_from_counts(&rows))
-    }
-
-    async fn create_instance(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
-        super::failpoint::around(self.create(inst, step)).await
     }
 
     async fn create_instance_owned(

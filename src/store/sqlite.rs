@@ -276,12 +276,6 @@ impl SqlBackend for SqliteStore {
         Ok(())
     }
 
-    async fn create(&self, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
-        self.submit(Op::Create(inst.clone(), step.clone()))
-            .await?
-            .created()
-    }
-
     async fn create_owned(&self, start: Box<NewStart>) -> (StoreResult<Created>, Box<NewStart>) {
         if let Err(e) = super::failpoint::refuse_write() {
             return (Err(e), start);
