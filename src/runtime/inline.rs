@@ -545,6 +545,13 @@ impl<S: Store> Runtime<S> {
         }
         let end0 = tokio::time::Instant::now() + window;
         let mut flying: FuturesUnordered<AttemptFuture> = FuturesUnordered::new();
+        // One timer for the whole window, registered with tokio's time driver
+        // (a lock shared by every worker) only when it is first polled: the
+        // select below polls the attempts first, so an attempt that finishes
+        // on its first poll (a quick guest) never registers it.
+        let window_end = tokio::time::sleep_until(end0);
+        tokio::pin!(window_end);
+        let mut armed_at = end0;
         loop {
             // Never past a wait of this instance falling due: it must find the
             // step committed and the attempt in flight, as without speculation.
@@ -575,9 +582,14 @@ impl<S: Store> Runtime<S> {
             if flying.is_empty() {
                 break;
             }
+            if end != armed_at {
+                window_end.as_mut().reset(end);
+                armed_at = end;
+            }
             tokio::select! {
+                biased;
                 Some((req, outcome)) = flying.next() => self.apply_outcome(deployed, spec, req, outcome),
-                _ = tokio::time::sleep_until(end) => break,
+                _ = window_end.as_mut() => break,
             }
         }
         // Still running: durable with the commit (their attempt parks), then
