@@ -90,6 +90,10 @@ const SHARED: &[(&str, &str)] = &[
         "0025_attempt_item.sql",
         include_str!("../../migrations/shared/0025_attempt_item.sql"),
     ),
+    (
+        "0026_deployment_held_index.sql",
+        include_str!("../../migrations/shared/0026_deployment_held_index.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.

@@ -16,7 +16,7 @@
 //! - every write runs in [`SqlBackend::begin_write`]'s transaction, every
 //!   read on [`SqlBackend::reads`];
 //! - each SQL list of instance states exists once, below ([`LIVE`],
-//!   [`HOLDING`], [`SWEPT`]).
+//!   [`SWEPT`], and [`HOLDING`], a condition rather than a list).
 //!
 //! Rules both backends keep: `next_due` is the earliest instant at which
 //! `claim_due` could hand out a park — an unclaimed timed park's `due_at`,
@@ -61,8 +61,20 @@ const VAR_IN_TENANT: &str = "id IN (SELECT instance_id FROM instance_vars \
 const VAR_ANY_TENANT: &str =
     "id IN (SELECT instance_id FROM instance_vars WHERE name = $? AND value = $?)";
 /// The states that keep a deployment from retiring: live, or FAILED (an
-/// operator may still retry it).
-pub(super) const HOLDING: &str = "'RUNNING', 'WAITING', 'FAILED'";
+/// operator may still retry it), as a condition on `state`. Also the
+/// predicate of the partial index `instances_deployment_held` (migration
+/// 0026), which [`DEPLOYMENT_LOAD`] repeats (SQLite uses a partial index
+/// only for a query that has its predicate): change both together. An OR
+/// of equalities, as an IN list in an index's predicate costs SQLite a
+/// table built on every insert.
+pub(super) const HOLDING: &str = "state = 'RUNNING' OR state = 'WAITING' OR state = 'FAILED'";
+/// `$1` deployment id → (state, count) of the instances holding it.
+pub(super) static DEPLOYMENT_LOAD: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT state, COUNT(*) FROM instances WHERE deployment_id = $1 \
+         AND ({HOLDING}) AND NOT ({RELEASED_FAILURE}) GROUP BY state"
+    )
+});
 /// A FAILED instance that does not hold its deployment: closed by an
 /// operator, or a child flow (its failure went to its parent). SQL over `instances`.
 pub(super) const RELEASED_FAILURE: &str =
@@ -337,13 +349,10 @@ where
     }
 
     async fn deployment_load(&self, id: &str) -> StoreResult<DeploymentLoad> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
-            "SELECT state, COUNT(*) FROM instances WHERE deployment_id = $1 \
-             AND state IN ({HOLDING}) AND NOT ({RELEASED_FAILURE}) GROUP BY state"
-        ))
-        .bind(id)
-        .fetch_all(self.reads())
-        .await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(&DEPLOYMENT_LOAD)
+            .bind(id)
+            .fetch_all(self.reads())
+            .await?;
         Ok(load_from_counts(&rows))
     }
 
@@ -708,6 +717,52 @@ mod tests {
             .map(|s| format!("'{s}'"))
             .collect();
         assert_eq!(super::LIVE, quoted.join(", "));
-        assert!(super::HOLDING.starts_with(super::LIVE));
+        // The holding states are the live ones and FAILED.
+        let held: Vec<String> = super::super::LIVE_STATES
+            .iter()
+            .chain(&["FAILED"])
+            .map(|s| format!("state = '{s}'"))
+            .collect();
+        assert_eq!(super::HOLDING, held.join(" OR "));
+    }
+
+    /// The retirement gate reads the partial index of the instances holding
+    /// a deployment (migration 0026), whose predicate is `HOLDING`: a
+    /// predicate that drifted from the query's would leave SQLite walking
+    /// another index.
+    #[tokio::test]
+    async fn the_deployment_load_reads_the_index_of_held_instances_on_sqlite() {
+        let migration = include_str!("../../migrations/shared/0026_deployment_held_index.sql");
+        assert!(
+            migration.contains(&format!("WHERE {};", super::HOLDING)),
+            "the index's predicate is HOLDING"
+        );
+        let store = super::super::SqliteStore::open("sqlite::memory:")
+            .await
+            .unwrap();
+        let plan: Vec<(i64, i64, i64, String)> =
+            sqlx::query_as(&format!("EXPLAIN QUERY PLAN {}", *super::DEPLOYMENT_LOAD))
+                .bind("d1")
+                .fetch_all(&store.read)
+                .await
+                .unwrap();
+        assert!(
+            plan.iter()
+                .any(|r| r.3.contains("USING INDEX instances_deployment_held")),
+            "{plan:?}"
+        );
+        // Nor does an instance's insert pay for the predicate: an IN list
+        // there is a table SQLite builds on every insert (`OpenEphemeral`).
+        let sql = format!("EXPLAIN {}", super::super::queries_steps::INSERT_INSTANCE);
+        let mut explain = sqlx::query_as::<_, (i64, String)>(&sql);
+        for _ in 0..13 {
+            explain = explain.bind("x");
+        }
+        let program = explain.fetch_all(&store.read).await.unwrap();
+        assert!(
+            program.iter().all(|(_, op)| op != "OpenEphemeral"),
+            "{program:?}"
+        );
+        store.close().await;
     }
 }
