@@ -112,6 +112,18 @@ pub(super) const UPDATE_INSTANCE: &str = "UPDATE instances SET snapshot = $1, st
      version = version + 1, updated_at = $3, ended_at = COALESCE($4, ended_at) \
      WHERE id = $5 AND version = $6 RETURNING tenant, deployment_id";
 
+/// [`UPDATE_INSTANCE`] without its version check and its `RETURNING`, for
+/// a writer that read the row's version (and what it returns) first
+/// ([`INSTANCE_OWNER`]) under the write lock: SQLite's writer thread, where
+/// `RETURNING` costs a table SQLite builds on every execution.
+pub(super) const WRITE_INSTANCE: &str = "UPDATE instances SET snapshot = $1, state = $2, \
+     version = version + 1, updated_at = $3, ended_at = COALESCE($4, ended_at) \
+     WHERE id = $5";
+
+/// `$1` id → the instance's (tenant, deployment_id, version).
+pub(super) const INSTANCE_OWNER: &str =
+    "SELECT tenant, deployment_id, version FROM instances WHERE id = $1";
+
 /// `$1` id → a row if the instance exists.
 pub(super) const INSTANCE_EXISTS: &str = "SELECT 1 FROM instances WHERE id = $1";
 
@@ -500,6 +512,17 @@ mod tests {
 
     fn squash(s: &str) -> String {
         s.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn the_writers_update_is_the_checked_update_less_its_check() {
+        assert_eq!(
+            format!(
+                "{} AND version = $6 RETURNING tenant, deployment_id",
+                squash(WRITE_INSTANCE)
+            ),
+            squash(UPDATE_INSTANCE)
+        );
     }
 
     #[test]
