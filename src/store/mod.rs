@@ -55,6 +55,7 @@ mod rows;
 pub mod signals;
 pub mod sqlite;
 mod sqlite_group;
+mod sqlite_held;
 mod sqlite_writer;
 pub mod stats;
 pub mod tenancy;

@@ -2,8 +2,8 @@
 //! (`create_instance`, `commit_step`, `commit_steps`), park claims
 //! (`claim_due`, `release_claim`) and the outbox's frequent writes
 //! (`outbox_write.rs`) run on one dedicated `std::thread` that owns
-//! a `rusqlite` connection to the store's file and calls SQLite synchronously
-//! with cached prepared statements.
+//! a `rusqlite` connection to the store's file and calls SQLite synchronously,
+//! each of its statements prepared once and held (`sqlite_held.rs`).
 //!
 //! A caller sends its request on a channel and awaits a oneshot reply; the
 //! thread blocks on the channel, drains what is queued (up to [`MAX_BATCH`]),
@@ -50,6 +50,7 @@ use super::queries::Claim;
 use super::queries_steps as sql;
 use super::rows::{park_claim_columns, sort_claimed};
 use super::sqlite::Synchronous;
+use super::sqlite_held::Held;
 use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -61,8 +62,9 @@ use tokio::sync::oneshot;
 /// The most requests one transaction carries.
 pub(super) const MAX_BATCH: usize = 512;
 
-/// Prepared statements kept per connection (every step statement of
-/// `queries_steps.rs`, the two below, and the transaction control ones fit).
+/// Prepared statements rusqlite's cache keeps for the helpers that take the
+/// connection itself (the outbox's, the signals', the counts'); this file's
+/// own statements are held by [`Held`].
 const STATEMENT_CACHE: usize = 64;
 
 /// `$1` instance id, `$2` seq: one withdrawn park. The writer deletes seq by
@@ -244,7 +246,8 @@ fn open(path: &Path, synchronous: Synchronous, busy_timeout: Duration) -> StoreR
     Ok(conn)
 }
 
-fn run(mut conn: Connection, rx: mpsc::Receiver<Msg>) {
+fn run(conn: Connection, rx: mpsc::Receiver<Msg>) {
+    let held = Held::new(&conn);
     while let Ok(first) = rx.recv() {
         let mut batch = Vec::new();
         let mut close = None;
@@ -260,9 +263,10 @@ fn run(mut conn: Connection, rx: mpsc::Receiver<Msg>) {
             }
         }
         if !batch.is_empty() {
-            execute(&mut conn, batch);
+            execute(&held, batch);
         }
         if let Some(done) = close {
+            drop(held);
             drop(conn);
             let _ = done.send(());
             return;
@@ -271,7 +275,7 @@ fn run(mut conn: Connection, rx: mpsc::Receiver<Msg>) {
 }
 
 /// Runs one batch and answers every request of it.
-fn execute(conn: &mut Connection, batch: Vec<(Op, Reply)>) {
+fn execute(conn: &Held, batch: Vec<(Op, Reply)>) {
     let (ops, replies): (Vec<Op>, Vec<Reply>) = batch.into_iter().unzip();
     let outcome = catch_unwind(AssertUnwindSafe(|| run_batch(conn, &ops)));
     let failure = match outcome {
@@ -294,8 +298,8 @@ fn execute(conn: &mut Connection, batch: Vec<(Op, Reply)>) {
     }
 }
 
-fn exec(conn: &Connection, statement: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(statement)?.execute([])?;
+fn exec(conn: &Held, statement: &'static str) -> rusqlite::Result<()> {
+    conn.with(statement, |s| s.execute([]))?;
     Ok(())
 }
 
@@ -308,7 +312,7 @@ fn exec(conn: &Connection, statement: &str) -> rusqlite::Result<()> {
 /// The count deltas of every step the transaction applied are summed and
 /// written once, just before its commit (stats.rs): a batch of a thousand
 /// steps of one deployment touches a few dozen count rows, not thousands.
-fn run_batch(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
+fn run_batch(conn: &Held, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
     exec(conn, "BEGIN IMMEDIATE")?;
     let mut out = Vec::with_capacity(ops.len());
     let mut applied = Vec::with_capacity(ops.len());
@@ -337,7 +341,7 @@ fn run_batch(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<
 /// Runs a batch in one transaction with each request in its own savepoint
 /// (the counts of the requests that stay written once at the end, as
 /// [`run_batch`]).
-fn run_isolated(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
+fn run_isolated(conn: &Held, ops: &[Op]) -> rusqlite::Result<Vec<StoreResult<Done>>> {
     exec(conn, "BEGIN IMMEDIATE")?;
     let mut out = Vec::with_capacity(ops.len());
     let mut applied = Vec::with_capacity(ops.len());
@@ -360,12 +364,12 @@ fn run_isolated(conn: &Connection, ops: &[Op]) -> rusqlite::Result<Vec<StoreResu
 }
 
 /// The count deltas of `steps` (and of the children they start), summed.
-fn write_counts(conn: &Connection, steps: &[&StepWrite]) -> rusqlite::Result<()> {
+fn write_counts(conn: &Held, steps: &[&StepWrite]) -> rusqlite::Result<()> {
     super::stats::write_rusqlite(conn, &super::stats::collect(steps.iter().copied()))
 }
 
 /// Runs `op`; every step it applied goes to `applied` (for its counts).
-fn apply<'a>(conn: &Connection, op: &'a Op, applied: &mut Vec<&'a StepWrite>) -> StoreResult<Done> {
+fn apply<'a>(conn: &Held, op: &'a Op, applied: &mut Vec<&'a StepWrite>) -> StoreResult<Done> {
     match op {
         Op::Create(inst, step) => {
             let created = create_one(conn, inst, step)?;
@@ -393,8 +397,9 @@ fn apply<'a>(conn: &Connection, op: &'a Op, applied: &mut Vec<&'a StepWrite>) ->
             seq,
             owner,
         } => {
-            conn.prepare_cached(sql::RELEASE_CLAIM)?
-                .execute(params![instance_id, seq, owner])?;
+            conn.with(sql::RELEASE_CLAIM, |s| {
+                s.execute(params![instance_id, seq, owner])
+            })?;
             Ok(Done::Written)
         }
     }
@@ -417,12 +422,12 @@ fn duplicate_or_db(e: rusqlite::Error, what: impl FnOnce() -> String) -> StoreEr
 
 /// Inserts an instance and applies its first step. A reused idempotency key
 /// writes nothing and answers `Existing`.
-fn create_one(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
+fn create_one(conn: &Held, inst: &NewInstance, step: &StepWrite) -> StoreResult<Created> {
     if let Some(key) = &inst.idempotency_key {
-        let existing: Option<String> = conn
-            .prepare_cached(sql::INSTANCE_BY_KEY)?
-            .query_row(params![inst.tenant, key, inst.started_at], |r| r.get(0))
-            .optional()?;
+        let existing: Option<String> = conn.with(sql::INSTANCE_BY_KEY, |s| {
+            s.query_row(params![inst.tenant, key, inst.started_at], |r| r.get(0))
+                .optional()
+        })?;
         if let Some(id) = existing {
             return Ok(Created::Existing(id));
         }
@@ -433,9 +438,9 @@ fn create_one(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreR
 }
 
 /// The instance row of a new instance (version 1).
-fn insert_instance(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> StoreResult<()> {
-    conn.prepare_cached(sql::INSERT_INSTANCE)?
-        .execute(params![
+fn insert_instance(conn: &Held, inst: &NewInstance, step: &StepWrite) -> StoreResult<()> {
+    conn.with(sql::INSERT_INSTANCE, |s| {
+        s.execute(params![
             inst.id,
             inst.tenant,
             inst.deployment_id,
@@ -450,7 +455,8 @@ fn insert_instance(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> S
             inst.idempotency_fingerprint,
             inst.business_key,
         ])
-        .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
+    })
+    .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
     Ok(())
 }
 
@@ -462,25 +468,22 @@ fn insert_instance(conn: &Connection, inst: &NewInstance, step: &StepWrite) -> S
 /// RETURNING rows in a table it builds on every execution, dearer than this
 /// primary-key read (benches/README "Session 22"). Nothing moves the row
 /// between the two: the writer's transaction holds the database's write lock.
-fn commit_one(
-    conn: &Connection,
-    id: &str,
-    expected_version: i64,
-    step: &StepWrite,
-) -> StoreResult<()> {
-    let row: Option<(String, String, i64)> = conn
-        .prepare_cached(sql::INSTANCE_OWNER)?
-        .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
+fn commit_one(conn: &Held, id: &str, expected_version: i64, step: &StepWrite) -> StoreResult<()> {
+    let row: Option<(String, String, i64)> = conn.with(sql::INSTANCE_OWNER, |s| {
+        s.query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()
+    })?;
     match row {
         Some((tenant, deployment_id, version)) if version == expected_version => {
-            conn.prepare_cached(sql::WRITE_INSTANCE)?.execute(params![
-                step.snapshot,
-                step.state,
-                step.updated_at,
-                step.ended_at,
-                id,
-            ])?;
+            conn.with(sql::WRITE_INSTANCE, |s| {
+                s.execute(params![
+                    step.snapshot,
+                    step.state,
+                    step.updated_at,
+                    step.ended_at,
+                    id,
+                ])
+            })?;
             apply_step(conn, id, &tenant, &deployment_id, step)
         }
         Some(_) => Err(StoreError::Conflict(id.to_string())),
@@ -492,7 +495,7 @@ fn commit_one(
 /// `queries_steps::StepSql::apply`): its rows, then the parent's wake-up of
 /// a child's final step and the children the step starts (children.rs).
 fn apply_step(
-    conn: &Connection,
+    conn: &Held,
     id: &str,
     tenant: &str,
     deployment_id: &str,
@@ -505,11 +508,9 @@ fn apply_step(
     }
     for c in &step.children {
         insert_instance(conn, &c.instance, &c.step)?;
-        conn.prepare_cached(children::SET_PARENT)?.execute(params![
-            c.parent_id,
-            c.parent_park,
-            c.instance.id
-        ])?;
+        conn.with(children::SET_PARENT, |s| {
+            s.execute(params![c.parent_id, c.parent_park, c.instance.id])
+        })?;
         let child = &c.instance;
         apply_rows(
             conn,
@@ -528,114 +529,129 @@ fn apply_step(
 }
 
 /// A child's end on its parent's child park (if the park still exists).
-fn wake_parent(conn: &Connection, w: &children::ChildEnd) -> StoreResult<()> {
+fn wake_parent(conn: &Held, w: &children::ChildEnd) -> StoreResult<()> {
     let (claimed_by, claimed_until) = children::wake_claim(w);
-    conn.prepare_cached(children::WAKE_PARENT)?
-        .execute(params![
+    conn.with(children::WAKE_PARENT, |s| {
+        s.execute(params![
             w.due_at,
             w.payload,
             claimed_by,
             claimed_until,
             w.parent_id,
             w.park_seq
-        ])?;
+        ])
+    })?;
     Ok(())
 }
 
 /// The rows of one instance's step: parks, attempts, journal, outbox
 /// requests, or the deletion of the whole instance.
 fn apply_rows(
-    conn: &Connection,
+    conn: &Held,
     id: &str,
     tenant: &str,
     deployment_id: &str,
     step: &StepWrite,
 ) -> StoreResult<()> {
     if step.delete {
-        conn.prepare_cached(sql::KEEP_KEY)?
-            .execute(params![step.key_window_ms, id])?;
+        conn.with(sql::KEEP_KEY, |s| {
+            s.execute(params![step.key_window_ms, id])
+        })?;
         for statement in sql::DELETE_INSTANCE_ALL {
-            conn.prepare_cached(statement)?.execute(params![id])?;
+            conn.with(statement, |s| s.execute(params![id]))?;
         }
         return Ok(());
     }
     if step.withdraw_all {
-        conn.prepare_cached(sql::DELETE_PARKS_OF)?
-            .execute(params![id])?;
+        conn.with(sql::DELETE_PARKS_OF, |s| s.execute(params![id]))?;
     }
     if !step.withdraw.is_empty() {
-        let mut delete = conn.prepare_cached(DELETE_PARK)?;
-        for seq in &step.withdraw {
-            delete.execute(params![id, seq])?;
-        }
+        conn.with(DELETE_PARK, |delete| {
+            for seq in &step.withdraw {
+                delete.execute(params![id, seq])?;
+            }
+            Ok(())
+        })?;
     }
     if !step.arm.is_empty() {
-        let mut insert = conn.prepare_cached(sql::INSERT_PARK)?;
-        for p in &step.arm {
-            let (claimed_by, claimed_until) = park_claim_columns(p);
-            insert
-                .execute(params![
-                    id,
-                    p.seq,
-                    p.kind,
-                    tenant,
-                    deployment_id,
-                    p.due_at,
-                    p.message_name,
-                    p.correlation_key,
-                    claimed_by,
-                    claimed_until,
-                ])
-                .map_err(|e| {
-                    duplicate_or_db(e, || format!("park {id}/{} is already armed", p.seq))
-                })?;
-        }
+        // The park whose insert failed, if one did (not the statement's prepare).
+        let mut failed = None;
+        conn.with(sql::INSERT_PARK, |insert| {
+            for p in &step.arm {
+                let (claimed_by, claimed_until) = park_claim_columns(p);
+                insert
+                    .execute(params![
+                        id,
+                        p.seq,
+                        p.kind,
+                        tenant,
+                        deployment_id,
+                        p.due_at,
+                        p.message_name,
+                        p.correlation_key,
+                        claimed_by,
+                        claimed_until,
+                    ])
+                    .inspect_err(|_| failed = Some(p.seq))?;
+            }
+            Ok(())
+        })
+        .map_err(|e| match failed {
+            Some(seq) => duplicate_or_db(e, || format!("park {id}/{seq} is already armed")),
+            None => StoreError::from(e),
+        })?;
     }
     if !step.attempts.is_empty() {
-        let mut insert = conn.prepare_cached(sql::INSERT_ATTEMPT)?;
-        for a in &step.attempts {
-            let out = sql::output_of(step, a);
-            insert.execute(params![
-                id,
-                a.token,
-                a.node,
-                a.attempt,
-                a.started_at,
-                a.ended_at,
-                a.outcome,
-                a.code,
-                a.message,
-                out.and_then(|o| o.stderr.as_deref()),
-                out.and_then(|o| o.logs.as_deref()),
-                a.class,
-                out.and_then(|o| o.calls.as_deref()),
-                out.and_then(|o| o.input.as_deref()),
-                out.and_then(|o| o.output.as_deref()),
-                a.item_node,
-                a.item_index,
-            ])?;
-        }
+        conn.with(sql::INSERT_ATTEMPT, |insert| {
+            for a in &step.attempts {
+                let out = sql::output_of(step, a);
+                insert.execute(params![
+                    id,
+                    a.token,
+                    a.node,
+                    a.attempt,
+                    a.started_at,
+                    a.ended_at,
+                    a.outcome,
+                    a.code,
+                    a.message,
+                    out.and_then(|o| o.stderr.as_deref()),
+                    out.and_then(|o| o.logs.as_deref()),
+                    a.class,
+                    out.and_then(|o| o.calls.as_deref()),
+                    out.and_then(|o| o.input.as_deref()),
+                    out.and_then(|o| o.output.as_deref()),
+                    a.item_node,
+                    a.item_index,
+                ])?;
+            }
+            Ok(())
+        })?;
     }
     if !step.journal.is_empty() {
-        let mut insert = conn.prepare_cached(sql::INSERT_JOURNAL)?;
-        for j in &step.journal {
-            insert.execute(params![id, j.seq, j.at, j.kind, j.node, j.data])?;
-        }
+        conn.with(sql::INSERT_JOURNAL, |insert| {
+            for j in &step.journal {
+                insert.execute(params![id, j.seq, j.at, j.kind, j.node, j.data])?;
+            }
+            Ok(())
+        })?;
     }
     if let Some(vars) = &step.search {
         if step.search_replaces {
-            conn.prepare_cached(sql::DELETE_SEARCH_VARS)?
-                .execute(params![id])?;
+            conn.with(sql::DELETE_SEARCH_VARS, |s| s.execute(params![id]))?;
         }
-        let mut insert = conn.prepare_cached(sql::INSERT_SEARCH_VAR)?;
-        for v in vars {
-            insert.execute(params![id, tenant, v.name, v.value])?;
-        }
+        conn.with(sql::INSERT_SEARCH_VAR, |insert| {
+            for v in vars {
+                insert.execute(params![id, tenant, v.name, v.value])?;
+            }
+            Ok(())
+        })?;
     }
     // The error code and failed node the listing filters on (stats.rs).
     if let Some(f) = &step.failure {
-        conn.prepare_cached(super::stats::SET_FAILURE)?
-            .execute(params![f.error_code, f.failed_node, id])?;
+        conn.with(super::stats::SET_FAILURE, |s| {
+            s.execute(params![f.error_code, f.failed_node, id])
+        })?;
     }
     // Thrown signals and messages with their deliveries (signals.rs).
     super::signals::write_signals_rusqlite(conn, tenant, &step.signals)?;
@@ -644,23 +660,24 @@ fn apply_rows(
 }
 
 /// Claims up to `limit` parks due at `now` (see `Store::claim_due`).
-fn claim_due(conn: &Connection, claim: &Claim) -> StoreResult<Vec<ParkRecord>> {
-    let mut statement = conn.prepare_cached(CLAIM_DUE)?;
+fn claim_due(conn: &Held, claim: &Claim) -> StoreResult<Vec<ParkRecord>> {
     let binds = params![claim.owner, claim.until, claim.now, claim.limit];
-    let rows = statement
-        .query_map(binds, |r| {
-            Ok(ParkRecord {
-                instance_id: r.get(0)?,
-                seq: r.get(1)?,
-                tenant: r.get(2)?,
-                deployment_id: r.get(3)?,
-                kind: r.get(4)?,
-                due_at: r.get(5)?,
-                message_name: r.get(6)?,
-                correlation_key: r.get(7)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let rows = conn.with(CLAIM_DUE, |statement| {
+        statement
+            .query_map(binds, |r| {
+                Ok(ParkRecord {
+                    instance_id: r.get(0)?,
+                    seq: r.get(1)?,
+                    tenant: r.get(2)?,
+                    deployment_id: r.get(3)?,
+                    kind: r.get(4)?,
+                    due_at: r.get(5)?,
+                    message_name: r.get(6)?,
+                    correlation_key: r.get(7)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()
+    })?;
     Ok(sort_claimed(rows))
 }
 
@@ -798,7 +815,7 @@ mod tests {
         // Two new instances, one that repeats an id (rolled back alone) and
         // one whose idempotency key is known (answered, not applied).
         let first = [created("a", Some("k")), created("b", None)];
-        let results = super::run_batch(&conn, &first).unwrap();
+        let results = super::run_batch(&super::Held::new(&conn), &first).unwrap();
         assert!(results.iter().all(Result::is_ok), "{results:?}");
         assert_eq!(counted(&conn), 2);
         let second = [
@@ -807,7 +824,7 @@ mod tests {
             created("d", Some("k")),
             created("e", None),
         ];
-        let results = super::run_batch(&conn, &second).unwrap();
+        let results = super::run_batch(&super::Held::new(&conn), &second).unwrap();
         assert!(results[1].is_err(), "a repeated id is refused");
         assert!(matches!(
             results[2],
