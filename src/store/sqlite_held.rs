@@ -50,26 +50,27 @@ impl<'c> Held<'c> {
         f: impl FnOnce(&mut Statement<'c>) -> rusqlite::Result<T>,
     ) -> rusqlite::Result<T> {
         let key = (sql.as_ptr() as usize, sql.len());
-        let kept = self
-            .statements
-            .borrow_mut()
-            .iter_mut()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, s)| s.take());
+        // A text's slot never moves: the list only grows.
+        let slot = {
+            let mut statements = self.statements.borrow_mut();
+            match statements.iter().position(|(k, _)| *k == key) {
+                Some(slot) => slot,
+                None => {
+                    statements.push((key, None));
+                    statements.len() - 1
+                }
+            }
+        };
+        let kept = self.statements.borrow_mut()[slot].1.take();
         let mut statement = match kept {
             Some(s) => s,
             None => self.conn.prepare(sql)?,
         };
         let out = f(&mut statement);
-        let mut statements = self.statements.borrow_mut();
-        match statements.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, slot)) => {
-                // (A copy prepared while the kept one was in use is dropped.)
-                if slot.is_none() {
-                    *slot = Some(statement);
-                }
-            }
-            None => statements.push((key, Some(statement))),
+        let held = &mut self.statements.borrow_mut()[slot].1;
+        // (A copy prepared while the kept one was in use is dropped.)
+        if held.is_none() {
+            *held = Some(statement);
         }
         out
     }
