@@ -231,9 +231,20 @@ fn cpu_now() -> Cpu {
 fn cpu_per(before: Cpu, n: usize, unit: &str) -> String {
     let after = cpu_now();
     let n = n.max(1) as f64;
+    // By thread too ([`Role`]): one at a time, the bench's own thread is
+    // where each start runs (it awaits it), so it carries the runtime's share.
+    let split: Vec<String> = Role::ALL
+        .iter()
+        .map(|r| {
+            let i = *r as usize;
+            let ns = after.by_role[i].saturating_sub(before.by_role[i]);
+            format!("{} {:.0}", r.name(), ns as f64 / 1e3 / n)
+        })
+        .collect();
     format!(
-        "{:.0} µs CPU (all threads), {:.1} context switches per {unit}",
+        "{:.0} µs CPU (all threads: {}), {:.1} context switches per {unit}",
         after.ns.saturating_sub(before.ns) as f64 / 1e3 / n,
+        split.join(", "),
         after.switches.saturating_sub(before.switches) as f64 / n
     )
 }
