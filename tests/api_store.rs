@@ -7,13 +7,17 @@ mod backends;
 use sutra::store::tenancy::{
     ApiKeyRecord, ScheduleEvent, ScheduleRecord, TenancyStore, TenantLimits, TenantRecord,
 };
-use sutra::store::{DeploymentState, NewDeployment, Store, StoreError};
+use sutra::store::{DeploymentState, NewDeployment, NewInstance, StepWrite, Store, StoreError};
 
 async fn deployment<S: Store>(store: &S, id: &str) {
+    deployment_of(store, id, "acme").await;
+}
+
+async fn deployment_of<S: Store>(store: &S, id: &str, tenant: &str) {
     store
         .insert_deployment(&NewDeployment {
             id: id.into(),
-            tenant: "acme".into(),
+            tenant: tenant.into(),
             process_id: "p".into(),
             dialect: "bpmn".into(),
             source: "<x/>".into(),
@@ -37,6 +41,34 @@ fn schedule(dep: &str, next_due: i64) -> ScheduleRecord {
         fires: 0,
         skipped: 0,
         refused: 0,
+    }
+}
+
+/// A new instance `id` of deployment `dep` of `tenant`, in `state` after its
+/// first step (ended if it is not live).
+async fn instance<S: Store>(store: &S, id: &str, tenant: &str, dep: &str, state: &str) {
+    let inst = NewInstance {
+        id: id.into(),
+        tenant: tenant.into(),
+        deployment_id: dep.into(),
+        process_id: "p".into(),
+        idempotency_key: None,
+        idempotency_fingerprint: None,
+        retry_of: None,
+        started_at: 1,
+        business_key: None,
+    };
+    store.create_instance(&inst, &step(state)).await.unwrap();
+}
+
+fn step(state: &str) -> StepWrite {
+    let live = matches!(state, "RUNNING" | "WAITING");
+    StepWrite {
+        snapshot: "{}".into(),
+        state: state.into(),
+        updated_at: 2,
+        ended_at: (!live).then_some(2),
+        ..StepWrite::default()
     }
 }
 
@@ -69,6 +101,28 @@ backends::store_tests! {
         assert_eq!(db.get_api_key("k1").await.unwrap(), Some(key));
         assert_eq!(db.get_api_key("k2").await.unwrap(), None);
         assert_eq!(db.live_instance_count("acme").await.unwrap(), 0);
+    }
+
+    async fn the_quota_counts_a_tenants_running_and_waiting_instances(db) {
+        deployment(&db.store, "d1").await;
+        deployment_of(&db.store, "g1", "globex").await;
+        for (id, state) in [
+            ("i1", "RUNNING"), ("i2", "WAITING"), ("i3", "COMPLETED"),
+            ("i4", "FAILED"), ("i5", "TERMINATED"), ("i6", "COMPENSATED"),
+        ] {
+            instance(&db.store, id, "acme", "d1", state).await;
+        }
+        instance(&db.store, "g-i1", "globex", "g1", "WAITING").await;
+        assert_eq!(db.live_instance_count("acme").await.unwrap(), 2);
+        assert_eq!(db.live_instance_count("globex").await.unwrap(), 1);
+        assert_eq!(db.live_instance_count("nobody").await.unwrap(), 0);
+        // Live to live stays counted; an instance that ends leaves the count.
+        db.commit_step("i1", 1, &step("WAITING")).await.unwrap();
+        assert_eq!(db.live_instance_count("acme").await.unwrap(), 2);
+        db.commit_step("i2", 1, &step("COMPLETED")).await.unwrap();
+        db.commit_step("i1", 2, &step("FAILED")).await.unwrap();
+        assert_eq!(db.live_instance_count("acme").await.unwrap(), 0);
+        assert_eq!(db.live_instance_count("globex").await.unwrap(), 1);
     }
 
     async fn keys_are_listed_revoked_and_replaced_per_tenant(db) {

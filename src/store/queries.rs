@@ -60,6 +60,11 @@ const VAR_IN_TENANT: &str = "id IN (SELECT instance_id FROM instance_vars \
 /// The same without a tenant (a local listing of every tenant).
 const VAR_ANY_TENANT: &str =
     "id IN (SELECT instance_id FROM instance_vars WHERE name = $? AND value = $?)";
+/// Live instance states as an OR of equalities on `state`: the predicate of
+/// the partial index `instances_tenant_live` (migration 0027), which the
+/// live-instance quota's query repeats (SQLite uses a partial index only for
+/// a query that has its predicate): change both together.
+pub(super) const LIVE_OR: &str = "state = 'RUNNING' OR state = 'WAITING'";
 /// The states that keep a deployment from retiring: live, or FAILED (an
 /// operator may still retry it), as a condition on `state`. Also the
 /// predicate of the partial index `instances_deployment_held` (migration
@@ -717,6 +722,11 @@ mod tests {
             .map(|s| format!("'{s}'"))
             .collect();
         assert_eq!(super::LIVE, quoted.join(", "));
+        let live: Vec<String> = super::super::LIVE_STATES
+            .iter()
+            .map(|s| format!("state = '{s}'"))
+            .collect();
+        assert_eq!(super::LIVE_OR, live.join(" OR "));
         // The holding states are the live ones and FAILED.
         let held: Vec<String> = super::super::LIVE_STATES
             .iter()
@@ -762,6 +772,37 @@ mod tests {
         assert!(
             program.iter().all(|(_, op)| op != "OpenEphemeral"),
             "{program:?}"
+        );
+        store.close().await;
+    }
+
+    /// The live-instance quota reads the partial index of live instances
+    /// (migration 0027), whose predicate is `LIVE_OR`: a finished instance
+    /// has no entry there, so a drifted predicate would leave SQLite walking
+    /// every instance of the tenant.
+    #[tokio::test]
+    async fn the_live_instance_count_reads_the_index_of_live_instances_on_sqlite() {
+        let migration = include_str!("../../migrations/shared/0027_tenant_live_index.sql");
+        assert!(
+            migration.contains(&format!("WHERE {};", super::LIVE_OR)),
+            "the index's predicate is LIVE_OR"
+        );
+        let store = super::super::SqliteStore::open("sqlite::memory:")
+            .await
+            .unwrap();
+        let sql = format!(
+            "EXPLAIN QUERY PLAN {}",
+            *super::super::queries_tenancy::LIVE_COUNT
+        );
+        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(&sql)
+            .bind("t1")
+            .fetch_all(&store.read)
+            .await
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|r| r.3.contains("USING COVERING INDEX instances_tenant_live")),
+            "{plan:?}"
         );
         store.close().await;
     }

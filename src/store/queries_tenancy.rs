@@ -2,7 +2,7 @@
 //! schedules and metric counts have no statement that differs between
 //! SQLite and PostgreSQL (see `queries.rs` for the rules).
 
-use super::queries::{Column, Conn, RowsAffected, SqlBackend, LIVE};
+use super::queries::{Column, Conn, RowsAffected, SqlBackend, LIVE_OR};
 use super::rows::{duplicate_or_db, fire_counts, EVENT_COLUMNS, SCHEDULE_COLUMNS, TENANT_COLUMNS};
 use super::tenancy::{
     ApiKeyRecord, MetricCounts, ScheduleEvent, ScheduleRecord, TenancyStore, TenantLimits,
@@ -10,6 +10,13 @@ use super::tenancy::{
 };
 use super::{KeyHolder, StoreError, StoreResult};
 use sqlx::{ColumnIndex, Database, Encode, Executor, IntoArguments, Type};
+
+/// `$1` tenant → how many of its instances are live (the quota's count): a
+/// walk of the partial index of live instances, `instances_tenant_live`
+/// (migration 0027), whose predicate `LIVE_OR` it repeats.
+pub(super) static LIVE_COUNT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!("SELECT COUNT(*) FROM instances WHERE tenant = $1 AND ({LIVE_OR})")
+});
 
 /// Columns of `api_keys` that make an [`ApiKeyRecord`].
 const KEY_COLUMNS: &str = "key_id, tenant, key_hash, created_at";
@@ -178,12 +185,10 @@ where
     }
 
     async fn live_instance_count(&self, tenant: &str) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(&format!(
-            "SELECT COUNT(*) FROM instances WHERE tenant = $1 AND state IN ({LIVE})"
-        ))
-        .bind(tenant)
-        .fetch_one(self.reads())
-        .await?)
+        Ok(sqlx::query_scalar(LIVE_COUNT.as_str())
+            .bind(tenant)
+            .fetch_one(self.reads())
+            .await?)
     }
 
     async fn instance_counts(
