@@ -462,3 +462,34 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The live-instance quota reads the partial index of live instances
+    /// (migration 0027), whose predicate is `LIVE_OR`: a finished instance
+    /// has no entry there, so a drifted predicate would leave SQLite walking
+    /// every instance of the tenant.
+    #[tokio::test]
+    async fn the_live_instance_count_reads_the_index_of_live_instances_on_sqlite() {
+        let migration = include_str!("../../migrations/shared/0027_tenant_live_index.sql");
+        assert!(
+            migration.contains(&format!("WHERE {};", super::LIVE_OR)),
+            "the index's predicate is LIVE_OR"
+        );
+        let store = super::super::SqliteStore::open("sqlite::memory:")
+            .await
+            .unwrap();
+        let sql = format!("EXPLAIN QUERY PLAN {}", *super::LIVE_COUNT);
+        let plan: Vec<(i64, i64, i64, String)> = sqlx::query_as(&sql)
+            .bind("t1")
+            .fetch_all(&store.read)
+            .await
+            .unwrap();
+        assert!(
+            plan.iter()
+                .any(|r| r.3.contains("USING COVERING INDEX instances_tenant_live")),
+            "{plan:?}"
+        );
+        store.close().await;
+    }
+}
