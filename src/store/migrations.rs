@@ -94,10 +94,6 @@ const SHARED: &[(&str, &str)] = &[
         "0026_deployment_held_index.sql",
         include_str!("../../migrations/shared/0026_deployment_held_index.sql"),
     ),
-    (
-        "0027_tenant_live_index.sql",
-        include_str!("../../migrations/shared/0027_tenant_live_index.sql"),
-    ),
 ];
 
 /// Which backend a migration is rendered for.

@@ -60,11 +60,6 @@ const VAR_IN_TENANT: &str = "id IN (SELECT instance_id FROM instance_vars \
 /// The same without a tenant (a local listing of every tenant).
 const VAR_ANY_TENANT: &str =
     "id IN (SELECT instance_id FROM instance_vars WHERE name = $? AND value = $?)";
-/// Live instance states as an OR of equalities on `state`: the predicate of
-/// the partial index `instances_tenant_live` (migration 0027), which the
-/// live-instance quota's query repeats (SQLite uses a partial index only for
-/// a query that has its predicate): change both together.
-pub(super) const LIVE_OR: &str = "state = 'RUNNING' OR state = 'WAITING'";
 /// The states that keep a deployment from retiring: live, or FAILED (an
 /// operator may still retry it), as a condition on `state`. Also the
 /// predicate of the partial index `instances_deployment_held` (migration
@@ -722,11 +717,6 @@ mod tests {
             .map(|s| format!("'{s}'"))
             .collect();
         assert_eq!(super::LIVE, quoted.join(", "));
-        let live: Vec<String> = super::super::LIVE_STATES
-            .iter()
-            .map(|s| format!("state = '{s}'"))
-            .collect();
-        assert_eq!(super::LIVE_OR, live.join(" OR "));
         // The holding states are the live ones and FAILED.
         let held: Vec<String> = super::super::LIVE_STATES
             .iter()
