@@ -56,11 +56,11 @@ def parse(log, work):
         if size:
             out["bytes"] = float(size.group(1))
         return out
-    line = re.search(r"default \(FULL\): one at a time, start→COMPLETED.*", log)
+    line = re.search(r"default \(FULL\): one at a time, start→COMPLETED.*?p50\s+([0-9.]+) ms", log)
     cost = re.search(r"default \(FULL\): one at a time, cost\s+([0-9.]+) µs CPU(.*)", log)
     if not line or not cost:
         return None
-    out = {"p50 ms": float(p50(line.group(0), "")), "µs": float(cost.group(1))}
+    out = {"p50 ms": float(line.group(1)), "µs": float(cost.group(1))}
     for name, v in re.findall(r"(\w+) ([0-9.]+)", cost.group(2).split("),")[0]):
         out[name] = float(v)
     return out

@@ -50,18 +50,19 @@ impl<'c> Held<'c> {
         f: impl FnOnce(&mut Statement<'c>) -> rusqlite::Result<T>,
     ) -> rusqlite::Result<T> {
         let key = (sql.as_ptr() as usize, sql.len());
-        // A text's slot never moves: the list only grows.
-        let slot = {
+        // A text's slot never moves: the list only grows. Its statement is
+        // taken out while it runs.
+        let (slot, kept) = {
             let mut statements = self.statements.borrow_mut();
-            match statements.iter().position(|(k, _)| *k == key) {
+            let slot = match statements.iter().position(|(k, _)| *k == key) {
                 Some(slot) => slot,
                 None => {
                     statements.push((key, None));
                     statements.len() - 1
                 }
-            }
+            };
+            (slot, statements[slot].1.take())
         };
-        let kept = self.statements.borrow_mut()[slot].1.take();
         let mut statement = match kept {
             Some(s) => s,
             None => self.conn.prepare(sql)?,
