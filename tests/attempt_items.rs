@@ -329,4 +329,122 @@ backends::store_tests! {
             );
         }
     }
+
+    /// Migration 0027 (SQLite: `attempts` without AUTOINCREMENT) keeps an
+    /// instance's attempts in the order they were recorded — not in their
+    /// tokens' order — across the migration, and when the newest attempt's
+    /// instance is deleted (its id may then be given again); on SQLite no
+    /// attempt writes `sqlite_sequence` any more.
+    async fn attempts_stay_in_recorded_order_across_migration_0027(db) {
+        let dep = deployment(&db).await;
+        for id in ["x", "y"] {
+            let inst = NewInstance {
+                id: id.into(),
+                tenant: TENANT.into(),
+                deployment_id: dep.clone(),
+                process_id: "p".into(),
+                idempotency_key: None,
+                idempotency_fingerprint: None,
+                retry_of: None,
+                business_key: None,
+                started_at: 0,
+            };
+            let step = StepWrite { snapshot: "{}".into(), state: "RUNNING".into(), updated_at: 1, ..StepWrite::default() };
+            db.create_instance(&inst, &step).await.expect("create");
+        }
+        let record = |token: i64, node: &'static str| StepWrite {
+            snapshot: "{}".into(),
+            state: "RUNNING".into(),
+            updated_at: 2,
+            attempts: vec![attempt(token, node, None)],
+            ..StepWrite::default()
+        };
+        db.commit_step("x", 1, &record(5, "C")).await.expect("x C");
+        db.commit_step("y", 1, &record(1, "Y1")).await.expect("y Y1");
+        // A database as 0026 left it: the table as it was, 0027 not applied.
+        undo_0027(&db).await;
+        let store = db.reopen().await;
+        let nodes = |rows: Vec<AttemptRow>| rows.into_iter().map(|a| a.node).collect::<Vec<_>>();
+        assert_eq!(nodes(store.attempts("x").await.unwrap()), ["C"]);
+        store.commit_step("x", 2, &record(4, "B")).await.expect("x B");
+        store.commit_step("y", 2, &record(2, "Y2")).await.expect("y Y2");
+        // y holds the newest attempt; deleting it frees the largest id.
+        let delete = StepWrite { snapshot: "{}".into(), state: "TERMINATED".into(), updated_at: 3, delete: true, ..StepWrite::default() };
+        store.commit_step("y", 3, &delete).await.expect("delete y");
+        assert!(store.attempts("y").await.unwrap().is_empty());
+        store.commit_step("x", 3, &record(3, "A")).await.expect("x A");
+        assert_eq!(nodes(store.attempts("x").await.unwrap()), ["C", "B", "A"]);
+        if db.backend == backends::Backend::Sqlite {
+            let conn = sqlite_conn(&db);
+            let (sql, sequenced): (String, i64) = conn
+                .query_row(
+                    "SELECT sql, (SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'attempts') \
+                     FROM sqlite_schema WHERE name = 'attempts'",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap();
+            assert!(!sql.contains("AUTOINCREMENT"), "{sql}");
+            assert_eq!(sequenced, 0);
+        }
+        store.close().await;
+    }
+}
+
+/// A connection of its own to the test's SQLite file.
+fn sqlite_conn(db: &backends::TestDb) -> rusqlite::Connection {
+    let file = db
+        .url
+        .trim_start_matches("sqlite://")
+        .split('?')
+        .next()
+        .unwrap();
+    rusqlite::Connection::open(file).unwrap()
+}
+
+/// Puts `attempts` back as 0026 left it (SQLite: AUTOINCREMENT, its
+/// `sqlite_sequence` row) and forgets 0027 was applied; on PostgreSQL 0027
+/// changed nothing, so only the record goes.
+async fn undo_0027(db: &backends::TestDb) {
+    const FORGET: &str = "DELETE FROM _sqlx_migrations WHERE version = 27";
+    match db.backend {
+        backends::Backend::Sqlite => {
+            let conn = sqlite_conn(db);
+            let rebuild = "BEGIN;
+                CREATE TABLE attempts_0026 (
+                    id INTEGER NOT NULL PRIMARY KEY AUTOINCREMENT,
+                    instance_id TEXT NOT NULL REFERENCES instances (id) ON DELETE CASCADE,
+                    token INTEGER NOT NULL, node TEXT NOT NULL, attempt INTEGER NOT NULL,
+                    started_at INTEGER NOT NULL, ended_at INTEGER NOT NULL, outcome TEXT NOT NULL,
+                    code TEXT, message TEXT, stderr TEXT, logs TEXT, class TEXT, calls TEXT,
+                    input TEXT, output TEXT, item_node TEXT, item_index BIGINT,
+                    UNIQUE (instance_id, token, node, attempt));
+                INSERT INTO attempts_0026 SELECT * FROM attempts;
+                DROP TABLE attempts;
+                ALTER TABLE attempts_0026 RENAME TO attempts;
+                COMMIT;";
+            conn.execute_batch(rebuild).unwrap();
+            let sequenced: i64 = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'attempts'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(sequenced, 1, "the table as 0026 left it");
+            conn.execute(FORGET, []).unwrap();
+        }
+        backends::Backend::Postgres => {
+            use sqlx::ConnectOptions;
+            use std::str::FromStr;
+            let schema = db.schema.clone().unwrap();
+            let mut conn = sqlx::postgres::PgConnectOptions::from_str(&db.url)
+                .unwrap()
+                .options([("search_path", schema.as_str())])
+                .connect()
+                .await
+                .unwrap();
+            sqlx::query(FORGET).execute(&mut conn).await.unwrap();
+        }
+    }
 }

@@ -94,6 +94,10 @@ const SHARED: &[(&str, &str)] = &[
         "0026_deployment_held_index.sql",
         include_str!("../../migrations/shared/0026_deployment_held_index.sql"),
     ),
+    (
+        "0027_attempts_rowid.sql",
+        include_str!("../../migrations/shared/0027_attempts_rowid.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.
@@ -106,7 +110,7 @@ pub(super) enum Dialect {
 /// The placeholders of a shared migration: (placeholder, SQLite, PostgreSQL).
 /// Everything else is written as both backends read it (integers `BIGINT`,
 /// which SQLite stores with INTEGER affinity, strings `TEXT`).
-pub(super) const PLACEHOLDERS: [(&str, &str, &str); 6] = [
+pub(super) const PLACEHOLDERS: [(&str, &str, &str); 8] = [
     // A generated 64-bit row id, the table's primary key.
     (
         "{{id}}",
@@ -136,6 +140,12 @@ pub(super) const PLACEHOLDERS: [(&str, &str, &str); 6] = [
     // After a text expression: compare it byte by byte (SQLite's default
     // BINARY collation; PostgreSQL's default follows the database's locale).
     ("{{bytewise}}", "", "COLLATE \"C\""),
+    // Around statements that only SQLite runs: a change of SQLite's own
+    // storage that PostgreSQL has no counterpart of (0027: a table rebuilt
+    // to drop AUTOINCREMENT). On PostgreSQL the block is a comment, so it
+    // must hold no comment delimiter of its own ([`render`] refuses one).
+    ("{{sqlite_only_begin}}", "", "/*"),
+    ("{{sqlite_only_end}}", "", "*/"),
 ];
 
 /// The migrator of `dialect`: its frozen migrations, then the shared ones.
@@ -176,6 +186,24 @@ fn shared(file: &str, text: &str, dialect: Dialect) -> Result<Migration, String>
 /// `text` with every placeholder replaced by `dialect`'s spelling; an
 /// unknown `{{..}}` is an error.
 pub(super) fn render(text: &str, dialect: Dialect) -> Result<String, String> {
+    let (begin, end) = ("{{sqlite_only_begin}}", "{{sqlite_only_end}}");
+    if text.matches(begin).count() != text.matches(end).count() {
+        return Err(format!("every {begin} needs one {end}"));
+    }
+    let mut rest = text;
+    while let Some(at) = rest.find("{{sqlite_only_begin}}") {
+        let block = &rest[at..];
+        let end = block
+            .find("{{sqlite_only_end}}")
+            .ok_or("{{sqlite_only_begin}} without {{sqlite_only_end}}")?;
+        let inner = &block["{{sqlite_only_begin}}".len()..end];
+        if inner.contains("/*") || inner.contains("*/") || inner.contains("{{sqlite_only_begin}}") {
+            return Err(
+                "a {{sqlite_only_begin}} block holds a comment delimiter or another block".into(),
+            );
+        }
+        rest = &block[end..];
+    }
     let mut out = text.to_string();
     for (placeholder, sqlite, postgres) in PLACEHOLDERS {
         let spelling = match dialect {
@@ -277,6 +305,23 @@ mod tests {
             "unknown placeholder \"{{blob\""
         );
         assert!(shared("outbox.sql", "", Dialect::Sqlite).is_err());
+        // A block only SQLite runs: a comment on PostgreSQL.
+        let text = "SELECT 1;\n{{sqlite_only_begin}}\nDROP TABLE t;\n{{sqlite_only_end}}\n";
+        assert_eq!(
+            render(text, Dialect::Sqlite).unwrap(),
+            "SELECT 1;\n\nDROP TABLE t;\n\n"
+        );
+        assert_eq!(
+            render(text, Dialect::Postgres).unwrap(),
+            "SELECT 1;\n/*\nDROP TABLE t;\n*/\n"
+        );
+        for bad in [
+            "{{sqlite_only_begin}} DROP TABLE t;",
+            "{{sqlite_only_begin}} /* x */ {{sqlite_only_end}}",
+            "{{sqlite_only_begin}} x */ {{sqlite_only_end}}",
+        ] {
+            assert!(render(bad, Dialect::Postgres).is_err(), "{bad}");
+        }
         let m = shared("0004_outbox_rows.sql", "SELECT 1;", Dialect::Postgres).unwrap();
         assert_eq!((m.version, m.description.as_ref()), (4, "outbox rows"));
     }
