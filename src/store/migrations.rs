@@ -186,23 +186,25 @@ fn shared(file: &str, text: &str, dialect: Dialect) -> Result<Migration, String>
 /// `text` with every placeholder replaced by `dialect`'s spelling; an
 /// unknown `{{..}}` is an error.
 pub(super) fn render(text: &str, dialect: Dialect) -> Result<String, String> {
+    // A block only SQLite runs must close, and hold no comment delimiter
+    // (PostgreSQL reads it as one comment) nor another block.
     let (begin, end) = ("{{sqlite_only_begin}}", "{{sqlite_only_end}}");
     if text.matches(begin).count() != text.matches(end).count() {
         return Err(format!("every {begin} needs one {end}"));
     }
     let mut rest = text;
-    while let Some(at) = rest.find("{{sqlite_only_begin}}") {
-        let block = &rest[at..];
-        let end = block
-            .find("{{sqlite_only_end}}")
-            .ok_or("{{sqlite_only_begin}} without {{sqlite_only_end}}")?;
-        let inner = &block["{{sqlite_only_begin}}".len()..end];
-        if inner.contains("/*") || inner.contains("*/") || inner.contains("{{sqlite_only_begin}}") {
-            return Err(
-                "a {{sqlite_only_begin}} block holds a comment delimiter or another block".into(),
-            );
+    while let Some(at) = rest.find(begin) {
+        let block = &rest[at + begin.len()..];
+        let close = block
+            .find(end)
+            .ok_or_else(|| format!("{begin} without {end}"))?;
+        let inner = &block[..close];
+        if inner.contains("/*") || inner.contains("*/") || inner.contains(begin) {
+            return Err(format!(
+                "a {begin} block holds a comment delimiter or another block"
+            ));
         }
-        rest = &block[end..];
+        rest = &block[close + end.len()..];
     }
     let mut out = text.to_string();
     for (placeholder, sqlite, postgres) in PLACEHOLDERS {
@@ -319,6 +321,7 @@ mod tests {
             "{{sqlite_only_begin}} DROP TABLE t;",
             "{{sqlite_only_begin}} /* x */ {{sqlite_only_end}}",
             "{{sqlite_only_begin}} x */ {{sqlite_only_end}}",
+            "{{sqlite_only_end}} x {{sqlite_only_begin}}",
         ] {
             assert!(render(bad, Dialect::Postgres).is_err(), "{bad}");
         }
