@@ -156,6 +156,28 @@ async fn deployment(store: &AnyStore) -> String {
         .id
 }
 
+/// Creates instance `id` of deployment `dep`, RUNNING, with no attempt yet.
+async fn create_running(store: &AnyStore, dep: &str, id: &str) {
+    let inst = NewInstance {
+        id: id.into(),
+        tenant: TENANT.into(),
+        deployment_id: dep.into(),
+        process_id: "p".into(),
+        idempotency_key: None,
+        idempotency_fingerprint: None,
+        retry_of: None,
+        business_key: None,
+        started_at: 0,
+    };
+    let step = StepWrite {
+        snapshot: "{}".into(),
+        state: "RUNNING".into(),
+        updated_at: 1,
+        ..StepWrite::default()
+    };
+    store.create_instance(&inst, &step).await.expect("create");
+}
+
 fn attempt(token: i64, node: &str, item: Option<(&str, i64)>) -> AttemptRow {
     AttemptRow {
         token,
@@ -278,19 +300,7 @@ backends::store_tests! {
         let dep = deployment(&db).await;
         let ids: Vec<String> = (0..40).map(|n| format!("i{n:02}")).collect();
         for id in &ids {
-            let inst = NewInstance {
-                id: id.clone(),
-                tenant: TENANT.into(),
-                deployment_id: dep.clone(),
-                process_id: "p".into(),
-                idempotency_key: None,
-                idempotency_fingerprint: None,
-                retry_of: None,
-                business_key: None,
-                started_at: 0,
-            };
-            let step = StepWrite { snapshot: "{}".into(), state: "RUNNING".into(), updated_at: 1, ..StepWrite::default() };
-            db.create_instance(&inst, &step).await.expect("create");
+            create_running(&db, &dep, id).await;
         }
         let mut set = tokio::task::JoinSet::new();
         for (n, id) in ids.iter().enumerate() {
@@ -338,19 +348,7 @@ backends::store_tests! {
     async fn attempts_stay_in_recorded_order_across_migration_0027(db) {
         let dep = deployment(&db).await;
         for id in ["x", "y"] {
-            let inst = NewInstance {
-                id: id.into(),
-                tenant: TENANT.into(),
-                deployment_id: dep.clone(),
-                process_id: "p".into(),
-                idempotency_key: None,
-                idempotency_fingerprint: None,
-                retry_of: None,
-                business_key: None,
-                started_at: 0,
-            };
-            let step = StepWrite { snapshot: "{}".into(), state: "RUNNING".into(), updated_at: 1, ..StepWrite::default() };
-            db.create_instance(&inst, &step).await.expect("create");
+            create_running(&db, &dep, id).await;
         }
         let record = |token: i64, node: &'static str| StepWrite {
             snapshot: "{}".into(),
