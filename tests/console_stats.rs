@@ -218,37 +218,5 @@ async fn undo_0024(db: &backends::TestDb) {
         "ALTER TABLE attempts DROP COLUMN output",
         "DELETE FROM _sqlx_migrations WHERE version = 24",
     ];
-    match db.backend {
-        backends::Backend::Sqlite => {
-            use sqlx::ConnectOptions;
-            let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
-                .filename(
-                    db.url
-                        .trim_start_matches("sqlite://")
-                        .split('?')
-                        .next()
-                        .unwrap(),
-                )
-                .connect()
-                .await
-                .unwrap();
-            for s in statements {
-                sqlx::query(s).execute(&mut conn).await.unwrap();
-            }
-        }
-        backends::Backend::Postgres => {
-            use sqlx::ConnectOptions;
-            use std::str::FromStr;
-            let schema = db.schema.clone().unwrap();
-            let mut conn = sqlx::postgres::PgConnectOptions::from_str(&db.url)
-                .unwrap()
-                .options([("search_path", schema.as_str())])
-                .connect()
-                .await
-                .unwrap();
-            for s in statements {
-                sqlx::query(s).execute(&mut conn).await.unwrap();
-            }
-        }
-    }
+    db.raw_execute(&statements.join(";\n")).await;
 }

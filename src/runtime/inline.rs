@@ -349,7 +349,6 @@ impl<S: Store> Runtime<S> {
             .collect();
         let search = crate::store::search_vars(&snap.variables);
         if spec.search_base.as_ref() != Some(&search) {
-            w.search_replaces = spec.search_base.as_ref().is_none_or(|b| !b.is_empty());
             spec.search_base = Some(search.clone());
             w.search = Some(search);
         }

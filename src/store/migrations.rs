@@ -98,6 +98,10 @@ const SHARED: &[(&str, &str)] = &[
         "0027_attempts_rowid.sql",
         include_str!("../../migrations/shared/0027_attempts_rowid.sql"),
     ),
+    (
+        "0028_search_one_key.sql",
+        include_str!("../../migrations/shared/0028_search_one_key.sql"),
+    ),
 ];
 
 /// Which backend a migration is rendered for.
@@ -110,7 +114,7 @@ pub(super) enum Dialect {
 /// The placeholders of a shared migration: (placeholder, SQLite, PostgreSQL).
 /// Everything else is written as both backends read it (integers `BIGINT`,
 /// which SQLite stores with INTEGER affinity, strings `TEXT`).
-pub(super) const PLACEHOLDERS: [(&str, &str, &str); 8] = [
+pub(super) const PLACEHOLDERS: [(&str, &str, &str); 9] = [
     // A generated 64-bit row id, the table's primary key.
     (
         "{{id}}",
@@ -146,6 +150,17 @@ pub(super) const PLACEHOLDERS: [(&str, &str, &str); 8] = [
     // must hold no comment delimiter of its own ([`render`] refuses one).
     ("{{sqlite_only_begin}}", "", "/*"),
     ("{{sqlite_only_end}}", "", "*/"),
+    // An expression: the JSON array of the [name, value] pairs of the
+    // `instance_vars` rows of the instance being updated (`instances.id`),
+    // as `search_rows::keys_text` writes them (0028's backfill: the JSON
+    // functions differ).
+    (
+        "{{search_keys_of_instance}}",
+        "(SELECT json_group_array(json_array(v.name, v.value)) \
+         FROM instance_vars v WHERE v.instance_id = instances.id)",
+        "(SELECT json_agg(json_build_array(v.name, v.value))::text \
+         FROM instance_vars v WHERE v.instance_id = instances.id)",
+    ),
 ];
 
 /// The migrator of `dialect`: its frozen migrations, then the shared ones.

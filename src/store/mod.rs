@@ -52,6 +52,7 @@ mod queries;
 mod queries_steps;
 mod queries_tenancy;
 mod rows;
+mod search_rows;
 pub mod signals;
 pub mod sqlite;
 mod sqlite_group;
@@ -434,13 +435,10 @@ pub struct StepWrite {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub signals: Vec<signals::NewSignal>,
     /// The instance's searchable variables after this step, when the step
-    /// changed them (`None`: as they were): they replace the stored ones.
+    /// changed them (`None`: as they were): they replace the ones the store
+    /// last wrote for it (which the instance row names, `search_rows.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<Vec<SearchVar>>,
-    /// With `search`: the store may hold some already (delete them first);
-    /// `false` for a new instance or one the runtime knows has none.
-    #[serde(default)]
-    pub search_replaces: bool,
     /// The changes of the console's counts this step makes (migration
     /// 0024, `stats.rs`): the runtime's tally of the last committed
     /// snapshot against this one.

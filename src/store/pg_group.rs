@@ -275,7 +275,7 @@ async fn together(pool: &PgPool, ops: &[&Op]) -> StoreResult<Vec<StoreResult<Cre
             }
         }
     }
-    write_rows(&mut tx, &written).await?;
+    write_rows(&mut tx, &written, creates.len()).await?;
     for i in rest {
         let answer = match ops[i] {
             Op::Create(inst, step) => {
@@ -331,13 +331,13 @@ async fn together(pool: &PgPool, ops: &[&Op]) -> StoreResult<Vec<StoreResult<Cre
 /// columns; the key and its fingerprint are NULL).
 const INSERT_INSTANCES: &str = "INSERT INTO instances (id, tenant, deployment_id, \
      process_id, state, version, snapshot, idempotency_key, retry_of, started_at, updated_at, \
-     ended_at, idempotency_fingerprint, business_key) \
+     ended_at, idempotency_fingerprint, business_key, search_keys) \
      SELECT id, tenant, deployment_id, process_id, state, 1, snapshot, NULL, retry_of, \
-     started_at, updated_at, ended_at, NULL, business_key \
+     started_at, updated_at, ended_at, NULL, business_key, search_keys \
      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
-     $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::text[]) \
+     $7::text[], $8::int8[], $9::int8[], $10::int8[], $11::text[], $12::text[]) \
      AS t(id, tenant, deployment_id, process_id, state, snapshot, retry_of, started_at, \
-     updated_at, ended_at, business_key)";
+     updated_at, ended_at, business_key, search_keys)";
 
 async fn insert_instances(
     tx: &mut Transaction<'static, Postgres>,
@@ -345,7 +345,18 @@ async fn insert_instances(
     creates: &[usize],
 ) -> StoreResult<()> {
     let mut c = Columns::default();
-    for i in creates {
+    // The search keys' texts, owned here (`Columns` borrows).
+    let keys: Vec<Option<String>> = creates
+        .iter()
+        .map(|i| {
+            ops[*i]
+                .step()
+                .search
+                .as_deref()
+                .and_then(crate::store::search_rows::keys_text)
+        })
+        .collect();
+    for (n, i) in creates.iter().enumerate() {
         if let Op::Create(inst, step) = ops[*i] {
             c.text[0].push(Some(&inst.id));
             c.text[1].push(Some(&inst.tenant));
@@ -358,6 +369,7 @@ async fn insert_instances(
             c.int[1].push(Some(step.updated_at));
             c.int[2].push(step.ended_at);
             c.text[7].push(inst.business_key.as_deref());
+            c.text[8].push(keys[n].as_deref());
         }
     }
     sqlx::query(INSERT_INSTANCES)
@@ -372,6 +384,7 @@ async fn insert_instances(
         .bind(&c.int[1])
         .bind(&c.int[2])
         .bind(&c.text[7])
+        .bind(&c.text[8])
         .execute(&mut **tx)
         .await
         .map_err(|e| duplicate_or_db(e, || "an instance of the batch already exists".into()))?;
@@ -448,17 +461,33 @@ const INSERT_JOURNALS: &str = "INSERT INTO journal (instance_id, seq, at, kind, 
      SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[], $5::text[], \
      $6::text[]) ON CONFLICT (instance_id, seq) DO NOTHING";
 
-const DELETE_SEARCH_VARS: &str = "DELETE FROM instance_vars WHERE instance_id = ANY($1)";
+/// `search_rows::SEARCH_KEYS_OF` for a batch → (id, search_keys).
+const SEARCH_KEYS_OF: &str = "SELECT id, search_keys FROM instances WHERE id = ANY($1)";
 
-const INSERT_SEARCH_VARS: &str = "INSERT INTO instance_vars (instance_id, tenant, name, value) \
-     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])";
+/// `search_rows::DELETE_SEARCH_VAR` for a batch.
+const DELETE_SEARCH_VARS: &str = "DELETE FROM instance_vars AS v \
+     USING unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+     AS d(name, value, tenant, instance_id) \
+     WHERE v.name = d.name AND v.value = d.value AND v.tenant = d.tenant \
+     AND v.instance_id = d.instance_id";
+
+/// `search_rows::SET_SEARCH_KEYS` for a batch.
+const SET_SEARCH_KEYS: &str = "UPDATE instances AS i SET search_keys = u.keys \
+     FROM unnest($1::text[], $2::text[]) AS u(id, keys) WHERE i.id = u.id";
+
+/// `search_rows::INSERT_SEARCH_VAR` for a batch.
+const INSERT_SEARCH_VARS: &str = "INSERT INTO instance_vars (name, value, tenant, instance_id) \
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+     ON CONFLICT DO NOTHING";
 
 /// The rows of the batch's plain steps, in `StepSql::apply_rows`' order:
 /// every park withdrawn, the parks withdrawn, the parks armed, attempts,
-/// journal, searchable variables.
+/// journal, searchable variables. The first `fresh` of `written` are new
+/// instances (their rows inserted with their search keys).
 async fn write_rows(
     tx: &mut Transaction<'static, Postgres>,
     written: &[Written<'_>],
+    fresh: usize,
 ) -> StoreResult<()> {
     let all: Vec<&str> = written
         .iter()
@@ -584,24 +613,60 @@ async fn write_rows(
             .execute(&mut **tx)
             .await?;
     }
-    let replaced: Vec<&str> = written
+    // Steps that changed an existing instance's variables: the rows its
+    // row names go, the row names the new ones (search_rows.rs).
+    let replaced: Vec<&Written> = written[fresh..]
         .iter()
-        .filter(|w| w.3.search.is_some() && w.3.search_replaces)
-        .map(|w| w.0)
+        .filter(|w| w.3.search.is_some())
         .collect();
     if !replaced.is_empty() {
-        sqlx::query(DELETE_SEARCH_VARS)
-            .bind(&replaced)
+        let ids: Vec<&str> = replaced.iter().map(|w| w.0).collect();
+        let stored: HashMap<String, Option<String>> = sqlx::query_as(SEARCH_KEYS_OF)
+            .bind(&ids)
+            .fetch_all(&mut **tx)
+            .await?
+            .into_iter()
+            .collect();
+        let mut gone: [Vec<String>; 4] = Default::default();
+        for (id, tenant, _, _) in &replaced {
+            let keys = stored.get(*id).and_then(Option::as_deref);
+            for (name, value) in crate::store::search_rows::parse_keys(keys)? {
+                gone[0].push(name);
+                gone[1].push(value);
+                gone[2].push(tenant.to_string());
+                gone[3].push(id.to_string());
+            }
+        }
+        if !gone[0].is_empty() {
+            sqlx::query(DELETE_SEARCH_VARS)
+                .bind(&gone[0])
+                .bind(&gone[1])
+                .bind(&gone[2])
+                .bind(&gone[3])
+                .execute(&mut **tx)
+                .await?;
+        }
+        let keys: Vec<Option<String>> = replaced
+            .iter()
+            .map(|w| {
+                w.3.search
+                    .as_deref()
+                    .and_then(crate::store::search_rows::keys_text)
+            })
+            .collect();
+        sqlx::query(SET_SEARCH_KEYS)
+            .bind(&ids)
+            .bind(&keys)
             .execute(&mut **tx)
             .await?;
     }
     let mut c = Columns::default();
     for (id, tenant, _, step) in written {
         for v in step.search.iter().flatten() {
-            c.text[0].push(Some(id));
-            c.text[1].push(Some(tenant));
-            c.text[2].push(Some(&v.name));
-            c.text[3].push(Some(&v.value));
+            c.text[0].push(Some(&v.name));
+            c.text[1].push(Some(&v.value));
+            c.text[2].push(Some(tenant));
+            c.text[3].push(Some(id));
         }
     }
     if !c.text[0].is_empty() {

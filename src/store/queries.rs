@@ -46,10 +46,11 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
-/// What a sweep's delete answers of each instance: what it counted for.
-const SWEPT_RETURNING: &str = "RETURNING id, deployment_id, state, snapshot";
+/// What a sweep's delete answers of each instance: what it counted for,
+/// and the searchable variables' rows it names (search_rows.rs).
+const SWEPT_RETURNING: &str = "RETURNING id, deployment_id, state, snapshot, tenant, search_keys";
 /// A row of [`SWEPT_RETURNING`].
-type SweptRow = (String, String, String, String);
+type SweptRow = (String, String, String, String, String, Option<String>);
 
 /// Live instance states (as [`super::LIVE_STATES`]), as an SQL list.
 pub(super) const LIVE: &str = "'RUNNING', 'WAITING'";
@@ -421,7 +422,7 @@ where
             ("error_code =", &filter.error_code),
             ("failed_node =", &filter.failed_node),
         ];
-        // Each variable is an index lookup (instance_vars_lookup, migration 0020).
+        // Each variable is a lookup on instance_vars' own key (migration 0028).
         let more: Vec<(&str, Vec<&String>)> = filter
             .vars
             .iter()
@@ -576,7 +577,8 @@ where
             return Ok(0);
         }
         let mut tx = self.begin_write().await?;
-        // attempts and journal go with the instance (ON DELETE CASCADE);
+        // attempts and journal go with the instance (ON DELETE CASCADE),
+        // its searchable variables by the keys it names (search_rows.rs);
         // what each deleted instance counted for goes with it (stats.rs).
         let mut gone: Vec<SweptRow> = sqlx::query_as(&format!(
             "DELETE FROM instances WHERE id IN ( \
@@ -614,7 +616,8 @@ where
             gone.extend(released);
         }
         let mut deltas = Vec::new();
-        for (id, deployment_id, state, snapshot) in &gone {
+        for (id, deployment_id, state, snapshot, tenant, keys) in &gone {
+            super::search_rows::delete_keys::<B::Db>(&mut *tx, id, tenant, keys.as_deref()).await?;
             let was = super::stats::Tally::of_json(state, snapshot);
             deltas.extend(super::stats::moved(id, Some((deployment_id, &was)), None));
         }

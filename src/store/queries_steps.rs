@@ -90,20 +90,15 @@ pub(super) const PURGE_KEYS: &str = "DELETE FROM idempotency_keys WHERE expires_
 /// `$1` id, `$2` tenant, `$3` deployment_id, `$4` process_id, `$5` state,
 /// `$6` snapshot, `$7` idempotency_key, `$8` retry_of, `$9` started_at,
 /// `$10` updated_at, `$11` ended_at (version 1), `$12`
-/// idempotency_fingerprint, `$13` business_key (migration 0020). The column
-/// list is `rows::INSTANCE_COLUMNS` (what reads select) plus the fingerprint
-/// and the business key (checked by a test).
+/// idempotency_fingerprint, `$13` business_key (migration 0020), `$14`
+/// search_keys (the step's searchable variables, `search_rows::keys_text`,
+/// migration 0028). The column list is `rows::INSTANCE_COLUMNS` (what reads
+/// select) plus the fingerprint, the business key and the search keys
+/// (checked by a test).
 pub(super) const INSERT_INSTANCE: &str = "INSERT INTO instances (id, tenant, deployment_id, \
      process_id, state, version, snapshot, idempotency_key, retry_of, started_at, updated_at, \
-     ended_at, idempotency_fingerprint, business_key) \
-     VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13)";
-
-/// `$1` instance id: its searchable variables, before a step rewrites them.
-pub(super) const DELETE_SEARCH_VARS: &str = "DELETE FROM instance_vars WHERE instance_id = $1";
-
-/// `$1` instance id, `$2` tenant, `$3` name, `$4` value ([`super::SearchVar`]).
-pub(super) const INSERT_SEARCH_VAR: &str =
-    "INSERT INTO instance_vars (instance_id, tenant, name, value) VALUES ($1, $2, $3, $4)";
+     ended_at, idempotency_fingerprint, business_key, search_keys) \
+     VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 /// `$1` snapshot, `$2` state, `$3` updated_at, `$4` ended_at (kept when
 /// NULL), `$5` id, `$6` expected version → the instance's (tenant,
@@ -127,7 +122,9 @@ pub(super) const INSTANCE_OWNER: &str =
 /// `$1` id → a row if the instance exists.
 pub(super) const INSTANCE_EXISTS: &str = "SELECT 1 FROM instances WHERE id = $1";
 
-/// `$1` instance id: every row of it, children first (the `delete` step).
+/// `$1` instance id: every row of it, children first (the `delete` step;
+/// its searchable variables are deleted by key before these,
+/// `search_rows::delete`).
 pub(super) const DELETE_INSTANCE_ALL: [&str; 4] = [
     "DELETE FROM parks WHERE instance_id = $1",
     "DELETE FROM attempts WHERE instance_id = $1",
@@ -213,6 +210,11 @@ where
             .bind(step.ended_at)
             .bind(&inst.idempotency_fingerprint)
             .bind(&inst.business_key)
+            .bind(
+                step.search
+                    .as_deref()
+                    .and_then(super::search_rows::keys_text),
+            )
     }
 
     /// The instance that holds (tenant, idempotency key) at `now`, if any.
@@ -264,7 +266,8 @@ where
             .fetch_optional(&mut *conn)
             .await?;
         if let Some((tenant, deployment_id)) = row {
-            return Self::apply_rows_and_children(conn, id, &tenant, &deployment_id, step).await;
+            return Self::apply_rows_and_children(conn, id, &tenant, &deployment_id, step, false)
+                .await;
         }
         let exists = sqlx::query(INSTANCE_EXISTS)
             .bind(id)
@@ -290,7 +293,7 @@ where
         deployment_id: &str,
         step: &StepWrite,
     ) -> StoreResult<()> {
-        Self::apply_rows_and_children(conn, id, tenant, deployment_id, step).await?;
+        Self::apply_rows_and_children(conn, id, tenant, deployment_id, step, true).await?;
         super::stats::write::<DB>(conn, &super::stats::collect([step])).await
     }
 
@@ -303,18 +306,21 @@ where
         deployment_id: &str,
         step: &StepWrite,
     ) -> StoreResult<()> {
-        Self::apply_rows_and_children(conn, id, tenant, deployment_id, step).await
+        Self::apply_rows_and_children(conn, id, tenant, deployment_id, step, true).await
     }
 
+    /// `fresh`: the instance row was inserted in this transaction (with
+    /// the step's search keys).
     async fn apply_rows_and_children(
         conn: &mut DB::Connection,
         id: &str,
         tenant: &str,
         deployment_id: &str,
         step: &StepWrite,
+        fresh: bool,
     ) -> StoreResult<()> {
         super::outbox::finish_requests::<DB>(conn, step).await?;
-        Self::apply_rows(conn, id, tenant, deployment_id, step).await?;
+        Self::apply_rows(conn, id, tenant, deployment_id, step, fresh).await?;
         if let Some(w) = &step.wake_parent {
             Self::wake_parent(conn, w).await?;
         }
@@ -338,6 +344,7 @@ where
                 &child.tenant,
                 &child.deployment_id,
                 &c.step,
+                true,
             )
             .await?;
             if let Some(w) = &c.step.wake_parent {
@@ -363,13 +370,15 @@ where
     }
 
     /// The rows of one instance's step: parks, attempts, journal, outbox
-    /// requests, or the deletion of the whole instance.
+    /// requests, searchable variables, or the deletion of the whole
+    /// instance (`fresh`: as [`Self::apply_rows_and_children`]).
     async fn apply_rows(
         conn: &mut DB::Connection,
         id: &str,
         tenant: &str,
         deployment_id: &str,
         step: &StepWrite,
+        fresh: bool,
     ) -> StoreResult<()> {
         if step.delete {
             sqlx::query(KEEP_KEY)
@@ -377,6 +386,7 @@ where
                 .bind(id)
                 .execute(&mut *conn)
                 .await?;
+            super::search_rows::delete::<DB>(conn, id, tenant).await?;
             for statement in DELETE_INSTANCE_ALL {
                 sqlx::query(statement).bind(id).execute(&mut *conn).await?;
             }
@@ -457,21 +467,7 @@ where
                 .await?;
         }
         if let Some(vars) = &step.search {
-            if step.search_replaces {
-                sqlx::query(DELETE_SEARCH_VARS)
-                    .bind(id)
-                    .execute(&mut *conn)
-                    .await?;
-            }
-            for v in vars {
-                sqlx::query(INSERT_SEARCH_VAR)
-                    .bind(id)
-                    .bind(tenant)
-                    .bind(&v.name)
-                    .bind(&v.value)
-                    .execute(&mut *conn)
-                    .await?;
-            }
+            super::search_rows::write::<DB>(conn, id, tenant, vars, fresh).await?;
         }
         // The error code and failed node the listing filters on (stats.rs).
         if let Some(f) = &step.failure {
@@ -528,7 +524,7 @@ mod tests {
     #[test]
     fn the_instance_insert_writes_the_shared_column_list() {
         assert!(squash(INSERT_INSTANCE).contains(&format!(
-            "({INSTANCE_COLUMNS}, idempotency_fingerprint, business_key)"
+            "({INSTANCE_COLUMNS}, idempotency_fingerprint, business_key, search_keys)"
         )));
     }
 }

@@ -433,7 +433,14 @@ fn create_one(conn: &Held, inst: &NewInstance, step: &StepWrite) -> StoreResult<
         }
     }
     insert_instance(conn, inst, step)?;
-    apply_step(conn, &inst.id, &inst.tenant, &inst.deployment_id, step)?;
+    apply_step(
+        conn,
+        &inst.id,
+        &inst.tenant,
+        &inst.deployment_id,
+        step,
+        true,
+    )?;
     Ok(Created::New)
 }
 
@@ -454,6 +461,9 @@ fn insert_instance(conn: &Held, inst: &NewInstance, step: &StepWrite) -> StoreRe
             step.ended_at,
             inst.idempotency_fingerprint,
             inst.business_key,
+            step.search
+                .as_deref()
+                .and_then(super::search_rows::keys_text),
         ])
     })
     .map_err(|e| duplicate_or_db(e, || format!("instance {} already exists", inst.id)))?;
@@ -484,7 +494,7 @@ fn commit_one(conn: &Held, id: &str, expected_version: i64, step: &StepWrite) ->
                     id,
                 ])
             })?;
-            apply_step(conn, id, &tenant, &deployment_id, step)
+            apply_step(conn, id, &tenant, &deployment_id, step, false)
         }
         Some(_) => Err(StoreError::Conflict(id.to_string())),
         None => Err(StoreError::NotFound(format!("instance {id}"))),
@@ -494,15 +504,18 @@ fn commit_one(conn: &Held, id: &str, expected_version: i64, step: &StepWrite) ->
 /// Everything of a step but the instance row itself (as
 /// `queries_steps::StepSql::apply`): its rows, then the parent's wake-up of
 /// a child's final step and the children the step starts (children.rs).
+/// `fresh`: the instance row was inserted in this transaction (with the
+/// step's search keys).
 fn apply_step(
     conn: &Held,
     id: &str,
     tenant: &str,
     deployment_id: &str,
     step: &StepWrite,
+    fresh: bool,
 ) -> StoreResult<()> {
     super::outbox::finish_requests_rusqlite(conn, step)?;
-    apply_rows(conn, id, tenant, deployment_id, step)?;
+    apply_rows(conn, id, tenant, deployment_id, step, fresh)?;
     if let Some(w) = &step.wake_parent {
         wake_parent(conn, w)?;
     }
@@ -518,6 +531,7 @@ fn apply_step(
             &child.tenant,
             &child.deployment_id,
             &c.step,
+            true,
         )?;
         if let Some(w) = &c.step.wake_parent {
             wake_parent(conn, w)?;
@@ -544,19 +558,22 @@ fn wake_parent(conn: &Held, w: &children::ChildEnd) -> StoreResult<()> {
     Ok(())
 }
 
-/// The rows of one instance's step: parks, attempts, journal, outbox
-/// requests, or the deletion of the whole instance.
+/// The rows of one instance's step: parks, attempts, journal, searchable
+/// variables, outbox requests, or the deletion of the whole instance
+/// (`fresh`: as [`apply_step`]).
 fn apply_rows(
     conn: &Held,
     id: &str,
     tenant: &str,
     deployment_id: &str,
     step: &StepWrite,
+    fresh: bool,
 ) -> StoreResult<()> {
     if step.delete {
         conn.with(sql::KEEP_KEY, |s| {
             s.execute(params![step.key_window_ms, id])
         })?;
+        super::search_rows::delete_rusqlite(conn, id, tenant)?;
         for statement in sql::DELETE_INSTANCE_ALL {
             conn.with(statement, |s| s.execute(params![id]))?;
         }
@@ -637,15 +654,7 @@ fn apply_rows(
         })?;
     }
     if let Some(vars) = &step.search {
-        if step.search_replaces {
-            conn.with(sql::DELETE_SEARCH_VARS, |s| s.execute(params![id]))?;
-        }
-        conn.with(sql::INSERT_SEARCH_VAR, |insert| {
-            for v in vars {
-                insert.execute(params![id, tenant, v.name, v.value])?;
-            }
-            Ok(())
-        })?;
+        super::search_rows::write_rusqlite(conn, id, tenant, vars, fresh)?;
     }
     // The error code and failed node the listing filters on (stats.rs).
     if let Some(f) = &step.failure {
@@ -686,11 +695,12 @@ mod tests {
     use super::super::migrations::{migrations, Dialect};
     use super::super::queries_steps as sql;
     use super::super::rows::PARK_COLUMNS;
+    use super::super::search_rows;
     use super::{CLAIM_DUE, DELETE_PARK};
     use rusqlite::Connection;
 
     /// Every statement this thread binds by position.
-    const STATEMENTS: [&str; 19] = [
+    const STATEMENTS: [&str; 21] = [
         sql::KEEP_KEY,
         super::children::SET_PARENT,
         super::children::WAKE_PARENT,
@@ -704,8 +714,10 @@ mod tests {
         sql::INSERT_PARK,
         sql::INSERT_ATTEMPT,
         sql::INSERT_JOURNAL,
-        sql::DELETE_SEARCH_VARS,
-        sql::INSERT_SEARCH_VAR,
+        search_rows::INSERT_SEARCH_VAR,
+        search_rows::DELETE_SEARCH_VAR,
+        search_rows::SEARCH_KEYS_OF,
+        search_rows::SET_SEARCH_KEYS,
         sql::RELEASE_CLAIM,
         super::super::stats::SET_FAILURE,
         DELETE_PARK,
@@ -753,10 +765,10 @@ mod tests {
             sql::DELETE_PARKS_OF,
             sql::INSERT_ATTEMPT,
             sql::INSERT_JOURNAL,
-            // (Not `DELETE_SEARCH_VARS`: SQLite deletes an instance's
-            // variables in two passes, through such a table. It runs when a
-            // step changes them; left so, benches/README "Session 22".)
-            sql::INSERT_SEARCH_VAR,
+            search_rows::INSERT_SEARCH_VAR,
+            search_rows::DELETE_SEARCH_VAR,
+            search_rows::SEARCH_KEYS_OF,
+            search_rows::SET_SEARCH_KEYS,
             super::super::stats::SET_FAILURE,
         ];
         for statement in step {
