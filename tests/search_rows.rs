@@ -157,7 +157,7 @@ backends::store_tests! {
         }
         for id in &ids {
             assert!(found(&db, "order", &format!("old-{id}")).await.is_empty(), "{id} by its old value");
-            assert_eq!(found(&db, "order", &format!("new-{id}")).await, [id.clone()]);
+            assert_eq!(found(&db, "order", &format!("new-{id}")).await, std::slice::from_ref(id));
         }
         assert!(found(&db, "kind", "x").await.is_empty());
         assert_eq!(rows(&db).await, 24);
