@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""What one more B-tree page costs a commit on SQLite, by two of the engine's
-own cases (Python's sqlite3 on a WAL file here, CPU time of this process,
+"""What one more B-tree page costs a commit on SQLite, by the engine's own
+cases (Python's sqlite3 on a WAL file here, CPU time of this process,
 the two schemas interleaved six times; needs no build).
 
-    benches/page_cost.py [OFF|NORMAL|FULL]      (synchronous, default FULL:
-                                                 the store's default durability)
+    benches/page_cost.py [OFF|NORMAL|FULL [CASE ...]]   (synchronous, default
+                          FULL: the store's default durability; every case
+                          unless some are named)
 
 - autoincrement: an attempts insert (the table's columns, the bench's row)
   with `id ... AUTOINCREMENT` (before migration 0027: every insert also
   rewrites `sqlite_sequence`) against a plain row id (0027);
 - search: a searchable variable (0020: a WITHOUT ROWID table keyed by
   instance and name, plus an index by name and value) against one B-tree
-  keyed by name, value, tenant and instance (not done: see benches/README
-  "Session 26").
+  keyed by name, value, tenant and instance (migration 0028);
+- attempts_key: an attempts insert (0027: a row-id table and its unique
+  key, two B-trees) against one WITHOUT ROWID B-tree keyed by that unique
+  key (not done: benches/README "Session 27"), with the bench's small row;
+- attempts_key_2k: the same with 2 KiB of logs in the row (SQLite advises
+  WITHOUT ROWID for small rows only).
 
 Each one row per transaction (one at a time: each B-tree a frame of its own)
 and 1,000 per transaction (at once). Figures are per insert, medians of six.
@@ -29,6 +34,17 @@ ATTEMPT_COLUMNS = """instance_id TEXT NOT NULL, token INTEGER NOT NULL, node TEX
  outcome TEXT NOT NULL, code TEXT, message TEXT, stderr TEXT, logs TEXT, class TEXT,
  calls TEXT, input TEXT, output TEXT, item_node TEXT, item_index BIGINT,
  UNIQUE (instance_id, token, node, attempt)"""
+
+ATTEMPT_INSERT = (
+    "INSERT INTO attempts (instance_id, token, node, attempt, started_at, ended_at, outcome, "
+    "input, output, logs) VALUES (?, 1, 'T', 1, 1765000000000, 1765000000001, 'completed', "
+    "'{{\"do\":\"echo\"}}', '{{\"do\":\"echo\"}}', {logs}) "
+    "ON CONFLICT (instance_id, token, node, attempt) DO NOTHING"
+)
+ATTEMPT_KEYED = ATTEMPT_COLUMNS.replace(
+    "UNIQUE (instance_id, token, node, attempt)",
+    "id INTEGER, PRIMARY KEY (instance_id, token, node, attempt)",
+)
 
 CASES = {
     "autoincrement": (
@@ -52,6 +68,16 @@ CASES = {
          "PRIMARY KEY (name, value, tenant, instance_id)) WITHOUT ROWID"],
         "INSERT INTO instance_vars (instance_id, tenant, name, value) "
         "VALUES (?, 'default', 'do', 'echo')",
+    ),
+    "attempts_key": (
+        [f"CREATE TABLE attempts (id INTEGER NOT NULL PRIMARY KEY, {ATTEMPT_COLUMNS})"],
+        [f"CREATE TABLE attempts ({ATTEMPT_KEYED}) WITHOUT ROWID"],
+        ATTEMPT_INSERT.format(logs="NULL"),
+    ),
+    "attempts_key_2k": (
+        [f"CREATE TABLE attempts (id INTEGER NOT NULL PRIMARY KEY, {ATTEMPT_COLUMNS})"],
+        [f"CREATE TABLE attempts ({ATTEMPT_KEYED}) WITHOUT ROWID"],
+        ATTEMPT_INSERT.format(logs="'" + "x" * 2048 + "'"),
     ),
 }
 
@@ -85,8 +111,11 @@ def main():
     sync = sys.argv[1] if len(sys.argv) > 1 else "FULL"
     if sync not in ("OFF", "NORMAL", "FULL"):
         sys.exit(__doc__)
+    only = sys.argv[2:]
     work = tempfile.mkdtemp(prefix="page-cost-")
     for case, (before, after, sql) in CASES.items():
+        if only and case not in only:
+            continue
         for per_tx, n in ((1, 20_000), (1000, 200_000)):
             runs = {"before": [], "after": []}
             for r in range(6):
