@@ -12,12 +12,14 @@
 mod backends;
 mod common;
 
+use backends::{deployment, new_instance};
+
 use chrono::{TimeZone, Utc};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use sutra::config::Config;
 use sutra::runtime::{InstanceView, ItemRef, Runtime, RuntimeOptions, StartRequest};
-use sutra::store::{AnyStore, AttemptRow, NewDeployment, NewInstance, StepWrite, Store};
+use sutra::store::{AnyStore, AttemptRow, StepWrite, Store};
 
 const TENANT: &str = "acme";
 
@@ -139,42 +141,15 @@ fn multi_instance(process: &str) -> String {
     )
 }
 
-async fn deployment(store: &AnyStore) -> String {
-    store
-        .insert_deployment(&NewDeployment {
-            id: "dep-1".into(),
-            tenant: TENANT.into(),
-            process_id: "p".into(),
-            dialect: "bpmn".into(),
-            source: "<definitions/>".into(),
-            modules: BTreeMap::from([("chaos".to_string(), "0".repeat(64))]),
-            reusable: Default::default(),
-            created_at: 0,
-        })
-        .await
-        .expect("deployment")
-        .id
-}
-
 /// Creates instance `id` of deployment `dep`, RUNNING, with no attempt yet.
 async fn create_running(store: &AnyStore, dep: &str, id: &str) {
-    let inst = NewInstance {
-        id: id.into(),
-        tenant: TENANT.into(),
-        deployment_id: dep.into(),
-        process_id: "p".into(),
-        idempotency_key: None,
-        idempotency_fingerprint: None,
-        retry_of: None,
-        business_key: None,
-        started_at: 0,
-    };
     let step = StepWrite {
         snapshot: "{}".into(),
         state: "RUNNING".into(),
         updated_at: 1,
         ..StepWrite::default()
     };
+    let inst = new_instance(id, dep);
     store.create_instance(&inst, &step).await.expect("create");
 }
 

@@ -13,47 +13,11 @@
 #[path = "common/backends.rs"]
 mod backends;
 
-use backends::{Backend, POSTGRES_URL_VAR};
-use std::collections::{BTreeMap, BTreeSet};
+use backends::{deployment, new_instance, Backend, POSTGRES_URL_VAR};
+use std::collections::BTreeSet;
 use sutra::store::{
-    AnyStore, AttemptRow, NewDeployment, NewInstance, NewPark, PgOptions, PgStore, StepWrite,
-    Store, StoreError,
+    AnyStore, AttemptRow, NewPark, PgOptions, PgStore, StepWrite, Store, StoreError,
 };
-
-const TENANT: &str = "acme";
-
-async fn deployment(store: &AnyStore) -> String {
-    let mut modules = BTreeMap::new();
-    modules.insert("chaos".to_string(), "0".repeat(64));
-    store
-        .insert_deployment(&NewDeployment {
-            id: "dep-1".into(),
-            tenant: TENANT.into(),
-            process_id: "p".into(),
-            dialect: "bpmn".into(),
-            source: "<definitions/>".into(),
-            modules,
-            reusable: Default::default(),
-            created_at: 0,
-        })
-        .await
-        .expect("deployment")
-        .id
-}
-
-fn new_instance(id: &str, deployment: &str) -> NewInstance {
-    NewInstance {
-        id: id.into(),
-        tenant: TENANT.into(),
-        deployment_id: deployment.into(),
-        process_id: "p".into(),
-        idempotency_key: None,
-        idempotency_fingerprint: None,
-        retry_of: None,
-        business_key: None,
-        started_at: 0,
-    }
-}
 
 fn timer(seq: i64, due_at: i64) -> NewPark {
     NewPark {

@@ -10,29 +10,9 @@
 #[path = "common/backends.rs"]
 mod backends;
 
-use std::collections::BTreeMap;
-use sutra::store::{
-    AnyStore, InstanceFilter, NewDeployment, NewInstance, SearchVar, StepWrite, Store,
-};
+use backends::{deployment, new_instance, TENANT};
 
-const TENANT: &str = "acme";
-
-async fn deployment(store: &AnyStore) -> String {
-    store
-        .insert_deployment(&NewDeployment {
-            id: "dep-1".into(),
-            tenant: TENANT.into(),
-            process_id: "p".into(),
-            dialect: "bpmn".into(),
-            source: "<definitions/>".into(),
-            modules: BTreeMap::new(),
-            reusable: Default::default(),
-            created_at: 0,
-        })
-        .await
-        .expect("deployment")
-        .id
-}
+use sutra::store::{AnyStore, InstanceFilter, SearchVar, StepWrite, Store};
 
 fn vars(pairs: &[(&str, &str)]) -> Vec<SearchVar> {
     pairs
@@ -60,17 +40,7 @@ fn step(state: &str, now: Option<&[(&str, &str)]>) -> StepWrite {
 
 /// Creates instance `id` of `dep` with its first step.
 async fn create(store: &AnyStore, dep: &str, id: &str, first: &StepWrite) {
-    let inst = NewInstance {
-        id: id.into(),
-        tenant: TENANT.into(),
-        deployment_id: dep.into(),
-        process_id: "p".into(),
-        idempotency_key: None,
-        idempotency_fingerprint: None,
-        retry_of: None,
-        business_key: None,
-        started_at: 0,
-    };
+    let inst = new_instance(id, dep);
     store.create_instance(&inst, first).await.expect("create");
 }
 

@@ -39,8 +39,9 @@ pub(super) fn keys_text(vars: &[SearchVar]) -> Option<String> {
     if vars.is_empty() {
         return None;
     }
-    let pairs: Vec<[&str; 2]> = vars.iter().map(|v| [&*v.name, &*v.value]).collect();
-    Some(serde_json::to_string(&pairs).unwrap_or_default())
+    use serde_json::Value;
+    let pair = |v: &SearchVar| Value::from(vec![v.name.as_str(), v.value.as_str()]);
+    Some(Value::Array(vars.iter().map(pair).collect()).to_string())
 }
 
 /// The [name, value] pairs a `search_keys` column names. A column the store

@@ -36,7 +36,7 @@
 
 use std::future::Future;
 use std::ops::Deref;
-use sutra::store::{AnyStore, PgOptions, PgStore, SqliteStore};
+use sutra::store::{AnyStore, NewDeployment, NewInstance, PgOptions, PgStore, SqliteStore, Store};
 
 /// The environment variable naming the PostgreSQL test server.
 pub const POSTGRES_URL_VAR: &str = "SUTRA_TEST_POSTGRES_URL";
@@ -120,6 +120,44 @@ impl TestDb {
                     .expect("an SQLite connection of the test's own"),
             ),
         }
+    }
+}
+
+/// The tenant of [`deployment`] and [`new_instance`].
+pub const TENANT: &str = "acme";
+
+/// Deployment `dep-1` of process `p` for [`TENANT`] (one module, `chaos`)
+/// → its id: what a test of the store's rows needs before an instance.
+pub async fn deployment(store: &AnyStore) -> String {
+    store
+        .insert_deployment(&NewDeployment {
+            id: "dep-1".into(),
+            tenant: TENANT.into(),
+            process_id: "p".into(),
+            dialect: "bpmn".into(),
+            source: "<definitions/>".into(),
+            modules: std::collections::BTreeMap::from([("chaos".to_string(), "0".repeat(64))]),
+            reusable: Default::default(),
+            created_at: 0,
+        })
+        .await
+        .expect("deployment")
+        .id
+}
+
+/// Instance `id` of `deployment` (process `p`, [`TENANT`]), started at 0,
+/// without an idempotency key, a retry or a business key.
+pub fn new_instance(id: &str, deployment: &str) -> NewInstance {
+    NewInstance {
+        id: id.into(),
+        tenant: TENANT.into(),
+        deployment_id: deployment.into(),
+        process_id: "p".into(),
+        idempotency_key: None,
+        idempotency_fingerprint: None,
+        retry_of: None,
+        business_key: None,
+        started_at: 0,
     }
 }
 
