@@ -99,6 +99,29 @@ backends::store_tests! {
         assert_eq!(rows(&db).await, 1, "only a's");
     }
 
+    /// One sweep of many finished instances (PostgreSQL deletes their rows
+    /// in one statement) takes every row of each and none of the live ones,
+    /// even where a live instance has the same name and value.
+    async fn one_sweep_of_many_instances_takes_exactly_their_rows(db) {
+        let dep = deployment(&db).await;
+        for n in 0..30 {
+            let (id, order) = (format!("done{n:02}"), format!("D-{n}"));
+            let first = match n % 3 {
+                0 => step("COMPLETED", None),
+                1 => step("COMPLETED", Some(&[("order", order.as_str())])),
+                _ => step("COMPLETED", Some(&[("order", order.as_str()), ("kind", "x")])),
+            };
+            create(&db, &dep, &id, &first).await;
+        }
+        create(&db, &dep, "live", &step("RUNNING", Some(&[("order", "L-1"), ("kind", "x")]))).await;
+        assert_eq!(rows(&db).await, 10 + 20 + 2);
+        assert_eq!(db.sweep(1_000, 100).await.expect("sweep"), 30);
+        assert_eq!(rows(&db).await, 2, "only the live instance's rows are left");
+        assert_eq!(found(&db, "kind", "x").await, ["live"]);
+        assert_eq!(found(&db, "order", "L-1").await, ["live"]);
+        assert!(found(&db, "order", "D-1").await.is_empty());
+    }
+
     /// Many at once: creates and changes committed concurrently (batched
     /// into shared transactions) leave exactly the current rows.
     async fn steps_written_together_keep_exactly_the_current_rows(db) {

@@ -39,6 +39,7 @@
 use super::{commit_alone, create_alone, Steps};
 use crate::store::queries_steps::{output_of, INSERT_INSTANCE};
 use crate::store::rows::{duplicate_or_db, park_claim_columns};
+use crate::store::search_rows;
 use crate::store::{Created, NewInstance, StepWrite, StoreError, StoreResult};
 use sqlx::{PgPool, Postgres, Transaction};
 use std::collections::{HashMap, HashSet};
@@ -353,7 +354,7 @@ async fn insert_instances(
                 .step()
                 .search
                 .as_deref()
-                .and_then(crate::store::search_rows::keys_text)
+                .and_then(search_rows::keys_text)
         })
         .collect();
     for (n, i) in creates.iter().enumerate() {
@@ -463,13 +464,6 @@ const INSERT_JOURNALS: &str = "INSERT INTO journal (instance_id, seq, at, kind, 
 
 /// `search_rows::SEARCH_KEYS_OF` for a batch → (id, search_keys).
 const SEARCH_KEYS_OF: &str = "SELECT id, search_keys FROM instances WHERE id = ANY($1)";
-
-/// `search_rows::DELETE_SEARCH_VAR` for a batch.
-const DELETE_SEARCH_VARS: &str = "DELETE FROM instance_vars AS v \
-     USING unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
-     AS d(name, value, tenant, instance_id) \
-     WHERE v.name = d.name AND v.value = d.value AND v.tenant = d.tenant \
-     AND v.instance_id = d.instance_id";
 
 /// `search_rows::SET_SEARCH_KEYS` for a batch.
 const SET_SEARCH_KEYS: &str = "UPDATE instances AS i SET search_keys = u.keys \
@@ -627,32 +621,14 @@ async fn write_rows(
             .await?
             .into_iter()
             .collect();
-        let mut gone: [Vec<String>; 4] = Default::default();
+        let mut gone = search_rows::Keys::default();
         for (id, tenant, _, _) in &replaced {
-            let keys = stored.get(*id).and_then(Option::as_deref);
-            for (name, value) in crate::store::search_rows::parse_keys(keys)? {
-                gone[0].push(name);
-                gone[1].push(value);
-                gone[2].push(tenant.to_string());
-                gone[3].push(id.to_string());
-            }
+            gone.add(id, tenant, stored.get(*id).and_then(Option::as_deref))?;
         }
-        if !gone[0].is_empty() {
-            sqlx::query(DELETE_SEARCH_VARS)
-                .bind(&gone[0])
-                .bind(&gone[1])
-                .bind(&gone[2])
-                .bind(&gone[3])
-                .execute(&mut **tx)
-                .await?;
-        }
+        search_rows::delete_unnest(&mut **tx, &gone).await?;
         let keys: Vec<Option<String>> = replaced
             .iter()
-            .map(|w| {
-                w.3.search
-                    .as_deref()
-                    .and_then(crate::store::search_rows::keys_text)
-            })
+            .map(|w| w.3.search.as_deref().and_then(search_rows::keys_text))
             .collect();
         sqlx::query(SET_SEARCH_KEYS)
             .bind(&ids)

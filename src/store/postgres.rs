@@ -232,6 +232,13 @@ impl SqlBackend for PgStore {
         Ok(())
     }
 
+    async fn delete_search_rows(
+        conn: &mut PgConnection,
+        rows: &super::search_rows::Keys,
+    ) -> StoreResult<()> {
+        super::search_rows::delete_unnest(conn, rows).await
+    }
+
     /// Queued to the group commit (pg_group.rs): written together with
     /// the other replica's writes queued meanwhile.
     async fn create_owned(&self, start: Box<NewStart>) -> (StoreResult<Created>, Box<NewStart>) {

@@ -166,6 +166,15 @@ pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 's
         process_id: &str,
     ) -> impl Future<Output = StoreResult<()>> + Send;
 
+    /// Deletes searchable-variable rows by key inside a write transaction
+    /// (search_rows.rs). PostgreSQL: one statement for all of them, so a
+    /// sweep of many instances is one round trip; SQLite: a statement per
+    /// row (no round trip to save, no `unnest`).
+    fn delete_search_rows(
+        conn: &mut Conn<Self>,
+        rows: &super::search_rows::Keys,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
     // The instance writes and claims: [`Store::create_instance`],
     // [`Store::commit_step`], [`Store::commit_steps`] (never empty),
     // [`Store::claim_due`] (`limit > 0`) and [`Store::release_claim`].
@@ -615,12 +624,13 @@ where
             .await?;
             gone.extend(released);
         }
-        let mut deltas = Vec::new();
+        let (mut deltas, mut searchable) = (Vec::new(), super::search_rows::Keys::default());
         for (id, deployment_id, state, snapshot, tenant, keys) in &gone {
-            super::search_rows::delete_keys::<B::Db>(&mut *tx, id, tenant, keys.as_deref()).await?;
+            searchable.add(id, tenant, keys.as_deref())?;
             let was = super::stats::Tally::of_json(state, snapshot);
             deltas.extend(super::stats::moved(id, Some((deployment_id, &was)), None));
         }
+        B::delete_search_rows(&mut tx, &searchable).await?;
         let step = StepWrite {
             stats: deltas,
             ..StepWrite::default()

@@ -28,6 +28,54 @@ pub(super) const INSERT_SEARCH_VAR: &str = "INSERT INTO instance_vars \
 pub(super) const DELETE_SEARCH_VAR: &str = "DELETE FROM instance_vars \
      WHERE name = $1 AND value = $2 AND tenant = $3 AND instance_id = $4";
 
+/// PostgreSQL: the rows of many instances in one statement (`$1` names,
+/// `$2` values, `$3` tenants, `$4` instance ids, a [`Keys`]' columns); one
+/// round trip for a whole sweep or group commit. SQLite runs
+/// [`DELETE_SEARCH_VAR`] per row instead: an embedded file has no round
+/// trip to save, and it has no `unnest`.
+pub(super) const DELETE_SEARCH_VARS_UNNEST: &str = "DELETE FROM instance_vars AS v \
+     USING unnest($1::text[], $2::text[], $3::text[], $4::text[]) \
+     AS d(name, value, tenant, instance_id) \
+     WHERE v.name = d.name AND v.value = d.value AND v.tenant = d.tenant \
+     AND v.instance_id = d.instance_id";
+
+/// The keys of rows to delete, column by column (as
+/// [`DELETE_SEARCH_VARS_UNNEST`] binds them).
+#[derive(Debug, Default)]
+pub struct Keys {
+    pub names: Vec<String>,
+    pub values: Vec<String>,
+    pub tenants: Vec<String>,
+    pub ids: Vec<String>,
+}
+
+impl Keys {
+    /// Adds the rows a `search_keys` column names for instance `id` of
+    /// `tenant`.
+    pub fn add(&mut self, id: &str, tenant: &str, keys: Option<&str>) -> StoreResult<()> {
+        for (name, value) in parse_keys(keys)? {
+            self.names.push(name);
+            self.values.push(value);
+            self.tenants.push(tenant.to_string());
+            self.ids.push(id.to_string());
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// Each row's key, in the table's column order.
+    pub fn rows(&self) -> impl Iterator<Item = (&str, &str, &str, &str)> {
+        self.names
+            .iter()
+            .zip(&self.values)
+            .zip(self.tenants.iter().zip(&self.ids))
+            .map(|((n, v), (t, i))| (n.as_str(), v.as_str(), t.as_str(), i.as_str()))
+    }
+}
+
 /// `$1` instance id → its `search_keys` (no row if the instance is gone).
 pub(super) const SEARCH_KEYS_OF: &str = "SELECT search_keys FROM instances WHERE id = $1";
 
@@ -112,32 +160,44 @@ where
         .bind(id)
         .fetch_optional(&mut *conn)
         .await?;
-    delete_keys::<DB>(conn, id, tenant, keys.flatten().as_deref()).await
+    let mut rows = Keys::default();
+    rows.add(id, tenant, keys.flatten().as_deref())?;
+    delete_each::<DB>(conn, &rows).await
 }
 
-/// Deletes the rows `keys` (a `search_keys` column) names for instance
-/// `id` of `tenant`.
-pub(super) async fn delete_keys<DB>(
-    conn: &mut DB::Connection,
-    id: &str,
-    tenant: &str,
-    keys: Option<&str>,
-) -> StoreResult<()>
+/// Deletes `rows`, one statement each ([`DELETE_SEARCH_VAR`]).
+pub(super) async fn delete_each<DB>(conn: &mut DB::Connection, rows: &Keys) -> StoreResult<()>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
     for<'s> &'s str: Type<DB> + Encode<'s, DB>,
 {
-    for (name, value) in parse_keys(keys)? {
+    for (name, value, tenant, id) in rows.rows() {
         sqlx::query(DELETE_SEARCH_VAR)
-            .bind(&*name)
-            .bind(&*value)
+            .bind(name)
+            .bind(value)
             .bind(tenant)
             .bind(id)
             .execute(&mut *conn)
             .await?;
     }
+    Ok(())
+}
+
+/// Deletes `rows` on PostgreSQL in one statement
+/// ([`DELETE_SEARCH_VARS_UNNEST`]).
+pub(super) async fn delete_unnest(conn: &mut sqlx::PgConnection, rows: &Keys) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(DELETE_SEARCH_VARS_UNNEST)
+        .bind(&rows.names)
+        .bind(&rows.values)
+        .bind(&rows.tenants)
+        .bind(&rows.ids)
+        .execute(conn)
+        .await?;
     Ok(())
 }
 

@@ -276,6 +276,13 @@ impl SqlBackend for SqliteStore {
         Ok(())
     }
 
+    async fn delete_search_rows(
+        conn: &mut SqliteConnection,
+        rows: &super::search_rows::Keys,
+    ) -> StoreResult<()> {
+        super::search_rows::delete_each::<Sqlite>(conn, rows).await
+    }
+
     async fn create_owned(&self, start: Box<NewStart>) -> (StoreResult<Created>, Box<NewStart>) {
         if let Err(e) = super::failpoint::refuse_write() {
             return (Err(e), start);
