@@ -625,7 +625,7 @@ async fn write_rows(
         for (id, tenant, _, _) in &replaced {
             gone.add(id, tenant, stored.get(*id).and_then(Option::as_deref))?;
         }
-        search_rows::delete_unnest(&mut **tx, &gone).await?;
+        search_rows::delete_unnest(tx, &gone).await?;
         let keys: Vec<Option<String>> = replaced
             .iter()
             .map(|w| w.3.search.as_deref().and_then(search_rows::keys_text))
