@@ -95,6 +95,13 @@ async fn run(rt: &Runtime<AnyStore>, source: &str, vars: Value) -> InstanceView 
     rt.inspect(&id).await.unwrap()
 }
 
+/// Process `child`: one chaos task.
+const WORK_CHILD: &str = r#"<bpmn:process id="child" isExecutable="true">
+    <bpmn:startEvent id="c0"/>
+    <bpmn:serviceTask id="Work" implementation="registered:chaos"/>
+    <bpmn:sequenceFlow id="c1" sourceRef="c0" targetRef="Work"/>
+  </bpmn:process>"#;
+
 fn attempts_of<'v>(view: &'v InstanceView, task: &str) -> Vec<&'v str> {
     view.attempts
         .iter()
@@ -380,11 +387,7 @@ backends::store_tests! {
 
     async fn a_multi_instance_call_activity_starts_one_child_per_element(db) {
         let rt = runtime(db.store.clone());
-        let child = r#"<bpmn:process id="child" isExecutable="true">
-    <bpmn:startEvent id="c0"/>
-    <bpmn:serviceTask id="Work" implementation="registered:chaos"/>
-    <bpmn:sequenceFlow id="c1" sourceRef="c0" targetRef="Work"/>
-  </bpmn:process>"#;
+        let child = WORK_CHILD;
         let body = format!(
             r#"<bpmn:startEvent id="start"/>
 <bpmn:callActivity id="T" calledElement="child">
@@ -497,6 +500,48 @@ backends::store_tests! {
                 .contains(&"SUTRA.RUNTIME.CHILD.TIMEOUT"),
             "{error:?}"
         );
+    }
+
+    /// `sutra run` watches from the first commit (`answer_at_commit`) and
+    /// settles with `settle_local`: a child that ends while settle looks
+    /// (the parent's park read before its end, the child's after it) must
+    /// not make the parent read as waiting for the outside world. The race
+    /// is narrow, so it is run many times (before the fix about one run in
+    /// thirty read WAITING).
+    async fn settling_a_parent_whose_child_ends_meanwhile_waits_for_the_parent(db) {
+        let rt = runtime(db.store.clone());
+        let child = WORK_CHILD;
+        let body = format!(
+            r#"<bpmn:startEvent id="start"/>
+<bpmn:serviceTask id="First" implementation="registered:chaos"/>
+<bpmn:callActivity id="T" calledElement="child"/>
+<bpmn:endEvent id="end"/>
+{} {} {}"#,
+            flow("f0", "start", "First"),
+            flow("f1", "First", "T"),
+            flow("f2", "T", "end")
+        );
+        rt.deploy(TENANT, &bpmn_with(&body, child), &modules()).await.unwrap();
+        for run in 0..60 {
+            let id = rt
+                .start(StartRequest {
+                    tenant: TENANT.into(),
+                    process_id: "p".into(),
+                    variables: json!({"do": "echo"}).as_object().cloned().unwrap(),
+                    answer_at_commit: true,
+                    ..StartRequest::default()
+                })
+                .await
+                .unwrap();
+            match rt.settle_local(&id).await.unwrap() {
+                Settled::Terminal(rec) => assert_eq!(rec.state, "COMPLETED", "run {run}"),
+                Settled::Waiting(rec) => panic!(
+                    "run {run}: settled WAITING: {:?}",
+                    rt.inspect(&rec.id).await.unwrap()
+                ),
+                Settled::Gone => panic!("run {run}: gone"),
+            }
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 use super::{Runtime, RuntimeResult};
 use crate::engine::{InstanceState, ParkKind};
 use crate::store::{InstanceRecord, Store};
+use futures_util::FutureExt;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -251,6 +252,14 @@ impl<S: Store> Runtime<S> {
                 return Ok(Settled::Terminal(rec));
             }
             let Some(due) = own_due else {
+                // A commit while we looked may have moved what was read: a
+                // child's end writes its parent's park (read before it, with
+                // no due time) and ends the child (read after it, with no
+                // parks), while the parent's row waits for the delivery.
+                // Look again rather than call the instance waiting.
+                if stepped.as_mut().now_or_never().is_some() {
+                    continue;
+                }
                 return Ok(Settled::Waiting(rec));
             };
             if let Some(vc) = &self.inner.virtual_clock {
