@@ -75,6 +75,15 @@ pub async fn sign_in(b: &Browser, srv: &Server, key: &str) {
     .await;
     b.type_into("#key", key).await;
     b.click("#signin").await;
+    // Signed in once the key was accepted (the sign-out button shows): a
+    // navigation clicked before that meets the sign-in form, and the sign-in
+    // then lands on its own first page.
+    b.wait_for(
+        "the key to be accepted",
+        "!document.getElementById('signout').hidden",
+        json!(null),
+    )
+    .await;
 }
 
 /// No Content-Security-Policy violation happened on the page.
