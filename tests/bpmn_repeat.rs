@@ -387,7 +387,6 @@ backends::store_tests! {
 
     async fn a_multi_instance_call_activity_starts_one_child_per_element(db) {
         let rt = runtime(db.store.clone());
-        let child = WORK_CHILD;
         let body = format!(
             r#"<bpmn:startEvent id="start"/>
 <bpmn:callActivity id="T" calledElement="child">
@@ -399,7 +398,7 @@ backends::store_tests! {
             flow("f0", "start", "T"),
             flow("f1", "T", "end")
         );
-        let view = run(&rt, &bpmn_with(&body, child), json!({"items": [echo(1), echo(2), echo(3)]})).await;
+        let view = run(&rt, &bpmn_with(&body, WORK_CHILD), json!({"items": [echo(1), echo(2), echo(3)]})).await;
         assert_eq!(view.state, "COMPLETED", "{view:?}");
         assert_eq!(view.variables["out"], json!([1, 2, 3]));
         assert_eq!(attempts_of(&view, "T"), vec!["completed"; 3]);
@@ -510,7 +509,6 @@ backends::store_tests! {
     /// thirty read WAITING).
     async fn settling_a_parent_whose_child_ends_meanwhile_waits_for_the_parent(db) {
         let rt = runtime(db.store.clone());
-        let child = WORK_CHILD;
         let body = format!(
             r#"<bpmn:startEvent id="start"/>
 <bpmn:serviceTask id="First" implementation="registered:chaos"/>
@@ -521,7 +519,7 @@ backends::store_tests! {
             flow("f1", "First", "T"),
             flow("f2", "T", "end")
         );
-        rt.deploy(TENANT, &bpmn_with(&body, child), &modules()).await.unwrap();
+        rt.deploy(TENANT, &bpmn_with(&body, WORK_CHILD), &modules()).await.unwrap();
         for run in 0..60 {
             let id = rt
                 .start(StartRequest {
