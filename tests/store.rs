@@ -267,6 +267,38 @@ backends::store_tests! {
         assert_eq!(db.load_instance("i1").await.unwrap().unwrap().snapshot, "{\"n\":1}");
     }
 
+    /// The owned commit (every drive's path) writes what the borrowed one
+    /// writes and hands the step back whole, written or refused.
+    async fn an_owned_commit_writes_the_step_and_hands_it_back(db) {
+        let d = deploy(&*db, "d1").await;
+        waiting_instance(&*db, &d, "i1", vec![timer(1, 500)]).await;
+        let next = StepWrite {
+            arm: vec![timer(2, 900)],
+            withdraw: vec![1],
+            attempts: vec![attempt("a", 1)],
+            ..step("WAITING", "{\"at\":2}", 200)
+        };
+        // A stale version writes nothing; the step comes back.
+        let (done, back) = db.commit_step_owned("i1", 7, Box::new(next.clone())).await;
+        assert!(matches!(done, Err(StoreError::Conflict(_))), "{done:?}");
+        assert_eq!(*back, next);
+        assert_eq!(db.load_instance("i1").await.unwrap().unwrap().version, 1);
+        assert!(db.attempts("i1").await.unwrap().is_empty());
+        // The current version writes all of it; the step comes back unchanged.
+        let (done, back) = db.commit_step_owned("i1", 1, Box::new(next.clone())).await;
+        done.unwrap();
+        assert_eq!(*back, next);
+        let i = db.load_instance("i1").await.unwrap().unwrap();
+        assert_eq!((i.version, i.state.as_str(), i.snapshot.as_str()), (2, "WAITING", "{\"at\":2}"));
+        let parks: Vec<i64> = db.parks_of("i1").await.unwrap().iter().map(|p| p.seq).collect();
+        assert_eq!(parks, [2]);
+        assert_eq!(db.attempts("i1").await.unwrap(), vec![attempt("a", 1)]);
+        // A missing instance is refused as the borrowed commit refuses it.
+        let (done, back) = db.commit_step_owned("missing", 1, Box::new(next.clone())).await;
+        assert!(matches!(done, Err(StoreError::NotFound(_))), "{done:?}");
+        assert_eq!(*back, next);
+    }
+
     /// Issue 33 item 5: an instance deleted at its end (retention PT0S)
     /// leaves its idempotency key for its window: the key answers what the
     /// instance ended as, a start with it creates nothing; past the window

@@ -568,12 +568,16 @@ impl<S: Store> Runtime<S> {
             loop {
                 rt.start_children(&deployed, &mut spec).await?;
                 let wide = spec.snapshot.is_wide();
-                let mut write = super::deployed::off_executor(wide, || rt.finish_write(&mut spec));
+                // Boxed: it goes to the store whole and comes back (no copy).
+                let mut write = Box::new(super::deployed::off_executor(wide, || {
+                    rt.finish_write(&mut spec)
+                }));
                 write.finished.clone_from(&finishing.done);
                 write.delivered.clone_from(&finishing.delivered);
                 let tenant = spec.snapshot.tenant.clone();
                 rt.claim_requests(&tenant, &mut write).await;
-                match rt.inner.store.commit_step(&id, version, &write).await {
+                let (done, write) = rt.inner.store.commit_step_owned(&id, version, write).await;
+                match done {
                     Ok(()) => {
                         rt.committed(&id, version + 1, &mut spec, &write).await;
                         break;

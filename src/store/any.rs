@@ -154,6 +154,22 @@ impl Store for AnyStore {
         delegate!(self, s => s.commit_step(id, expected_version, step).await)
     }
 
+    async fn commit_step_owned(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: Box<StepWrite>,
+    ) -> (StoreResult<()>, Box<StepWrite>) {
+        match self {
+            AnyStore::Sqlite(s) => s.commit_step_owned(id, expected_version, step).await,
+            // Boxed, as in `create_instance_owned`: every drive's future
+            // holds this one, and PostgreSQL's is kilobytes.
+            AnyStore::Postgres(s) => {
+                Box::pin(s.commit_step_owned(id, expected_version, step)).await
+            }
+        }
+    }
+
     async fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {
         delegate!(self, s => s.commit_steps(steps).await)
     }

@@ -642,6 +642,16 @@ pub trait Store:
         expected_version: i64,
         step: &StepWrite,
     ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// [`Self::commit_step`] taking the step by value and handing it back
+    /// (the caller goes on with it), as [`Self::create_instance_owned`]: the
+    /// SQLite writer thread takes it without a copy, and the future holds
+    /// no copy of it while the commit is out.
+    fn commit_step_owned(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: Box<StepWrite>,
+    ) -> impl Future<Output = (StoreResult<()>, Box<StepWrite>)> + Send;
     /// Several steps of different instances in one transaction (group commit);
     /// all or nothing: one conflict fails the batch.
     fn commit_steps(

@@ -191,6 +191,13 @@ pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 's
         expected_version: i64,
         step: &StepWrite,
     ) -> impl Future<Output = StoreResult<()>> + Send;
+    /// [`Self::commit`], the step moved in and handed back (as `create_owned`).
+    fn commit_owned(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: Box<StepWrite>,
+    ) -> impl Future<Output = (StoreResult<()>, Box<StepWrite>)> + Send;
     fn commit_batch(
         &self,
         steps: &[(String, i64, StepWrite)],
@@ -410,6 +417,15 @@ where
         step: &StepWrite,
     ) -> StoreResult<()> {
         super::failpoint::around(self.commit(id, expected_version, step)).await
+    }
+
+    async fn commit_step_owned(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: Box<StepWrite>,
+    ) -> (StoreResult<()>, Box<StepWrite>) {
+        super::failpoint::around_returning(self.commit_owned(id, expected_version, step)).await
     }
 
     async fn commit_steps(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {

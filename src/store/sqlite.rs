@@ -323,6 +323,38 @@ impl SqlBackend for SqliteStore {
         .map(|_| ())
     }
 
+    async fn commit_owned(
+        &self,
+        id: &str,
+        expected_version: i64,
+        step: Box<StepWrite>,
+    ) -> (StoreResult<()>, Box<StepWrite>) {
+        if let Err(e) = super::failpoint::refuse_write() {
+            return (Err(e), step);
+        }
+        let writer = match &self.writes {
+            WritePath::Thread(writer) => writer,
+            // (In-memory databases: the group commit's connection.)
+            WritePath::Group(_) => return (self.commit(id, expected_version, &step).await, step),
+        };
+        let op = Op::Commit {
+            id: id.to_string(),
+            version: expected_version,
+            step: *step,
+        };
+        // Queued before the await, so this future holds no copy of it.
+        let (done, op) = match writer.send(op) {
+            Ok(answer) => Writer::answer(answer).await,
+            Err(op) => (Err(super::sqlite_writer::stopped()), Some(*op)),
+        };
+        // `None` only if the writer died holding it: `done` is an error then.
+        let back = match op {
+            Some(Op::Commit { step, .. }) => step,
+            _ => StepWrite::default(),
+        };
+        (done.map(|_| ()), Box::new(back))
+    }
+
     async fn commit_batch(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {
         self.submit(Op::CommitAll(steps.to_vec())).await.map(|_| ())
     }
