@@ -260,8 +260,6 @@ impl SqlBackend for PgStore {
             .map(|_| ())
     }
 
-    /// Locks the instances in one global order (id; steps of one instance
-    /// keep theirs), so two batches never deadlock on each other.
     /// The group commit's request is a copy (its batch borrows it across
     /// awaits), as `create_owned`'s; the step goes back whole.
     async fn commit_owned(
@@ -273,6 +271,8 @@ impl SqlBackend for PgStore {
         (self.commit(id, expected_version, &step).await, step)
     }
 
+    /// Locks the instances in one global order (id; steps of one instance
+    /// keep theirs), so two batches never deadlock on each other.
     async fn commit_batch(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {
         let mut ordered: Vec<&(String, i64, StepWrite)> = steps.iter().collect();
         ordered.sort_by(|a, b| a.0.cmp(&b.0));
