@@ -145,15 +145,6 @@ impl Store for AnyStore {
         delegate!(self, s => s.load_instances(ids).await)
     }
 
-    async fn commit_step(
-        &self,
-        id: &str,
-        expected_version: i64,
-        step: &StepWrite,
-    ) -> StoreResult<()> {
-        delegate!(self, s => s.commit_step(id, expected_version, step).await)
-    }
-
     async fn commit_step_owned(
         &self,
         id: &str,

@@ -636,12 +636,17 @@ pub trait Store:
     ) -> impl Future<Output = StoreResult<Vec<InstanceRecord>>> + Send;
     /// Applies a step if the stored version is `expected_version` (then it is
     /// `expected_version + 1`); otherwise `StoreError::Conflict`.
+    /// (A copy of the step, through [`Self::commit_step_owned`], the one
+    /// path every backend implements.)
     fn commit_step(
         &self,
         id: &str,
         expected_version: i64,
         step: &StepWrite,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
+    ) -> impl Future<Output = StoreResult<()>> + Send {
+        let step = Box::new(step.clone());
+        async move { self.commit_step_owned(id, expected_version, step).await.0 }
+    }
     /// [`Self::commit_step`] taking the step by value and handing it back
     /// (the caller goes on with it), as [`Self::create_instance_owned`]: the
     /// SQLite writer thread takes it without a copy, and the future holds

@@ -248,27 +248,21 @@ impl SqlBackend for PgStore {
         (self.group.submit(op).await, start)
     }
 
-    /// Queued to the group commit (pg_group.rs), as `create`.
-    async fn commit(&self, id: &str, expected_version: i64, step: &StepWrite) -> StoreResult<()> {
-        self.group
-            .submit(pg_group::Op::Commit {
-                id: id.to_string(),
-                version: expected_version,
-                step: step.clone(),
-            })
-            .await
-            .map(|_| ())
-    }
-
-    /// The group commit's request is a copy (its batch borrows it across
-    /// awaits), as `create_owned`'s; the step goes back whole.
+    /// Queued to the group commit (pg_group.rs), as `create_owned`: the
+    /// request is a copy (its batch borrows it across awaits); the step goes
+    /// back whole.
     async fn commit_owned(
         &self,
         id: &str,
         expected_version: i64,
         step: Box<StepWrite>,
     ) -> (StoreResult<()>, Box<StepWrite>) {
-        (self.commit(id, expected_version, &step).await, step)
+        let op = pg_group::Op::Commit {
+            id: id.to_string(),
+            version: expected_version,
+            step: (*step).clone(),
+        };
+        (self.group.submit(op).await.map(|_| ()), step)
     }
 
     /// Locks the instances in one global order (id; steps of one instance

@@ -185,13 +185,7 @@ pub trait SqlBackend: Clone + Send + Sync + super::outbox_write::OutboxPath + 's
         &self,
         start: Box<NewStart>,
     ) -> impl Future<Output = (StoreResult<Created>, Box<NewStart>)> + Send;
-    fn commit(
-        &self,
-        id: &str,
-        expected_version: i64,
-        step: &StepWrite,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-    /// [`Self::commit`], the step moved in and handed back (as `create_owned`).
+    /// A step, moved in and handed back (as `create_owned`).
     fn commit_owned(
         &self,
         id: &str,
@@ -408,15 +402,6 @@ where
             q = q.bind(&ids[n.min(ids.len() - 1)]);
         }
         Ok(q.fetch_all(self.reads()).await?)
-    }
-
-    async fn commit_step(
-        &self,
-        id: &str,
-        expected_version: i64,
-        step: &StepWrite,
-    ) -> StoreResult<()> {
-        super::failpoint::around(self.commit(id, expected_version, step)).await
     }
 
     async fn commit_step_owned(

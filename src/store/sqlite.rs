@@ -313,16 +313,6 @@ impl SqlBackend for SqliteStore {
         (done.and_then(Done::created), Box::new(back))
     }
 
-    async fn commit(&self, id: &str, expected_version: i64, step: &StepWrite) -> StoreResult<()> {
-        self.submit(Op::Commit {
-            id: id.to_string(),
-            version: expected_version,
-            step: step.clone(),
-        })
-        .await
-        .map(|_| ())
-    }
-
     async fn commit_owned(
         &self,
         id: &str,
@@ -334,8 +324,16 @@ impl SqlBackend for SqliteStore {
         }
         let writer = match &self.writes {
             WritePath::Thread(writer) => writer,
-            // (In-memory databases: the group commit's connection.)
-            WritePath::Group(_) => return (self.commit(id, expected_version, &step).await, step),
+            WritePath::Group(group) => {
+                // (In-memory databases: the group commit's connection.)
+                let op = Op::Commit {
+                    id: id.to_string(),
+                    version: expected_version,
+                    step: (*step).clone(),
+                };
+                let done = Box::pin(group.submit(op)).await;
+                return (done.map(|_| ()), step);
+            }
         };
         let op = Op::Commit {
             id: id.to_string(),
