@@ -4,7 +4,7 @@
 
 use super::inline::Spec;
 use super::output::Written;
-use super::{Deployed, Runtime, RuntimeError, RuntimeResult};
+use super::{Deployed, Kept, Runtime, RuntimeError, RuntimeResult};
 use crate::codes::Code;
 use crate::engine::{self, AttemptRequest, Event, Snapshot, TaskOutcome};
 use crate::sandbox::{Outcome, Reuse, TaskContext};
@@ -398,6 +398,12 @@ impl<S: Store> Runtime<S> {
         Ok((rec.version, snap))
     }
 
+    /// [`Self::load`], the snapshot boxed (as kept in memory).
+    async fn load_kept(&self, id: &str) -> RuntimeResult<Kept> {
+        let (version, snap) = self.load(id).await?;
+        Ok((version, Box::new(snap)))
+    }
+
     /// Apply an event, run what it makes runnable to the next wait (within
     /// the commit window), commit, and run what is left.
     pub(crate) fn drive(&self, id: String, event: Event) -> BoxFut<RuntimeResult<Snapshot>> {
@@ -465,6 +471,8 @@ impl<S: Store> Runtime<S> {
         known: Option<(i64, Snapshot)>,
     ) -> BoxFut<RuntimeResult<Snapshot>> {
         let rt = self.clone();
+        // Boxed: an unboxed snapshot is 800 bytes of every drive's future.
+        let known = known.map(|(v, snap)| (v, Box::new(snap)));
         Box::pin(async move {
             let driven = rt
                 .drive_queued(
@@ -498,12 +506,17 @@ impl<S: Store> Runtime<S> {
     /// an alarm), else `known` (read ahead with a batch), else the stored
     /// one. The committed snapshot for a given event; `None` for an inbox
     /// drive (nobody reads it) and when `wanted` is false.
+    ///
+    /// Its future is created and boxed on every event and outcome, and a
+    /// thousand timers falling due hold a thousand of them: what it keeps
+    /// across its awaits stays small (the snapshots boxed, the first event
+    /// in its box until the step applies it).
     fn drive_queued(
         &self,
         id: String,
         first: First,
         finishing: Finishing,
-        known: Option<(i64, Snapshot)>,
+        known: Option<Kept>,
         wanted: bool,
     ) -> BoxFut<RuntimeResult<Option<Snapshot>>> {
         let rt = self.clone();
@@ -512,8 +525,8 @@ impl<S: Store> Runtime<S> {
             let guard = lock.lock().await;
             let mut queued = rt.take_inbox(&id).into_iter();
             let given = matches!(first, First::Given(..));
-            let (event, written) = match first {
-                First::Given(given) => *given,
+            let first = match first {
+                First::Given(given) => given,
                 First::Inbox => match queued.next() {
                     None => return Ok(None),
                     Some((req, outcome, written)) => {
@@ -529,7 +542,7 @@ impl<S: Store> Runtime<S> {
                             attempt: req.attempt,
                             outcome,
                         };
-                        (event, written)
+                        Box::new((event, written))
                     }
                 },
             };
@@ -543,14 +556,15 @@ impl<S: Store> Runtime<S> {
             let (mut version, snap) = match newest {
                 Some(kept) => kept,
                 // Boxed: a store read's state would make every drive's future larger.
-                None => Box::pin(rt.load(&id)).await?,
+                None => Box::pin(rt.load_kept(&id)).await?,
             };
             let mut deployed = rt.deployed(&snap.deployment_id).await?;
             let stored = crate::store::search_vars(&snap.variables);
             let counted = super::inline::tally(&snap);
             let wide = snap.is_wide();
+            let (event, written) = *first;
             let step = super::deployed::off_executor(wide, || {
-                deployed.apply(snap, event.clone(), &rt.inputs())
+                deployed.apply(*snap, event.clone(), &rt.inputs())
             })?;
             // Boxed: this future is moved whole into its box, the spec is 2 KB.
             let mut spec = Box::new(rt.spec_of(step, Some(event)));
@@ -585,11 +599,11 @@ impl<S: Store> Runtime<S> {
                     Err(StoreError::Conflict(_)) if tries < CONFLICT_RETRIES => {
                         // Lost a race with another replica: replay on its state.
                         tries += 1;
-                        let (v, snap) = Box::pin(rt.load(&id)).await?;
+                        let (v, snap) = Box::pin(rt.load_kept(&id)).await?;
                         version = v;
                         deployed = rt.deployed(&snap.deployment_id).await?;
                         let outputs = std::mem::take(&mut spec.outputs);
-                        spec = Box::new(rt.replay(&deployed, snap, &spec.events, &spec.inflight));
+                        spec = Box::new(rt.replay(&deployed, *snap, &spec.events, &spec.inflight));
                         spec.outputs = outputs;
                     }
                     Err(StoreError::Conflict(_)) => {
@@ -609,7 +623,10 @@ impl<S: Store> Runtime<S> {
             // under the lock, to the drive of their outcomes (`warm`: one
             // copy per instance, never parsed again from the store).
             let tenant = spec.snapshot.tenant.clone();
-            let snapshot = std::mem::replace(&mut spec.snapshot, Snapshot::placeholder());
+            let snapshot = Box::new(std::mem::replace(
+                &mut spec.snapshot,
+                Snapshot::placeholder(),
+            ));
             // What `after_commit` reads of it.
             spec.snapshot.instance_id.clone_from(&snapshot.instance_id);
             let kept = match spec.remember.take() {
@@ -640,7 +657,7 @@ impl<S: Store> Runtime<S> {
             let pending = std::mem::take(&mut spec.pending);
             drop(spec);
             rt.run_attempts(id, deployed, tenant, pending).await;
-            Ok(kept)
+            Ok(kept.map(|s| *s))
         })
     }
 

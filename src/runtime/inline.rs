@@ -25,7 +25,7 @@
 
 use super::driver::ms;
 use super::output::Written;
-use super::{Deployed, Runtime};
+use super::{Deployed, Kept, Runtime};
 use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step};
 use crate::store::channels::NewRequest;
 use crate::store::stats::{slot_of, Tally};
@@ -489,14 +489,14 @@ impl<S: Store> Runtime<S> {
 
     /// Keep a committed snapshot for the next step of this instance.
     pub(crate) fn remember(&self, id: &str, version: i64, snapshot: &Snapshot) {
-        self.remember_moved(id, version, snapshot.clone());
+        self.remember_moved(id, version, Box::new(snapshot.clone()));
     }
 
     /// Hand the snapshot an inbox drive committed (as `version`) to the next
     /// drive of the instance: its attempts are still out, their outcomes
     /// drive it (driver.rs). Moved, never cloned; under the instance's lock,
     /// so a newer one is never replaced by an older one.
-    pub(crate) fn keep_warm(&self, id: &str, version: i64, snapshot: Snapshot) {
+    pub(crate) fn keep_warm(&self, id: &str, version: i64, snapshot: Box<Snapshot>) {
         if let Ok(mut m) = self.inner.warm.lock() {
             if m.len() >= WARM_MAX && !m.contains_key(id) {
                 // Entries left by attempts whose outcomes never came back.
@@ -507,7 +507,7 @@ impl<S: Store> Runtime<S> {
     }
 
     /// Take the snapshot [`Self::keep_warm`] kept for instance `id`.
-    pub(crate) fn take_warm(&self, id: &str) -> Option<(i64, Snapshot)> {
+    pub(crate) fn take_warm(&self, id: &str) -> Option<Kept> {
         self.inner.warm.lock().ok()?.remove(id)
     }
 
@@ -517,7 +517,7 @@ impl<S: Store> Runtime<S> {
     }
 
     /// [`Self::remember`] without a copy: the snapshot moves in.
-    pub(crate) fn remember_moved(&self, id: &str, version: i64, snapshot: Snapshot) {
+    pub(crate) fn remember_moved(&self, id: &str, version: i64, snapshot: Box<Snapshot>) {
         if let Ok(mut m) = self.inner.hot.lock() {
             if m.len() >= 100_000 {
                 m.clear();
@@ -527,7 +527,7 @@ impl<S: Store> Runtime<S> {
     }
 
     /// Take the kept snapshot of an instance (it is re-kept after the next commit).
-    pub(crate) fn recall(&self, id: &str) -> Option<(i64, Snapshot)> {
+    pub(crate) fn recall(&self, id: &str) -> Option<Kept> {
         self.inner.hot.lock().ok()?.remove(id)
     }
 

@@ -176,6 +176,11 @@ impl RuntimeOptions {
     }
 }
 
+/// A committed snapshot kept in memory with its version, boxed: a drive's
+/// future holds it across its awaits, and every future holding a
+/// snapshot inline is ~800 bytes larger (driver.rs).
+pub(crate) type Kept = (i64, Box<crate::engine::Snapshot>);
+
 pub(crate) struct Inner<S: Store> {
     pub(crate) store: S,
     pub(crate) sandbox: Sandbox,
@@ -193,11 +198,11 @@ pub(crate) struct Inner<S: Store> {
     /// Precise wake-ups for short waits (`None` if the thread could not start).
     pub(crate) alarms: Option<alarm::Alarms>,
     /// The committed snapshot and version of instances with an alarm pending.
-    pub(crate) hot: Mutex<HashMap<String, (i64, crate::engine::Snapshot)>>,
+    pub(crate) hot: Mutex<HashMap<String, Kept>>,
     /// The committed snapshot and version of instances whose attempts are
     /// still out, kept by the inbox drive that committed it for the drive of
     /// their outcomes (driver.rs, `Runtime::keep_warm`).
-    pub(crate) warm: Mutex<HashMap<String, (i64, crate::engine::Snapshot)>>,
+    pub(crate) warm: Mutex<HashMap<String, Kept>>,
     /// Attempt outcomes waiting for their instance's lock, by instance: the
     /// step that takes the lock applies them all in one commit (driver.rs).
     pub(crate) inbox: Mutex<HashMap<String, Vec<driver::Arrived>>>,
