@@ -152,6 +152,33 @@ backends::store_tests! {
         assert!(attempts[1].started_at - attempts[0].ended_at >= 200, "fired before its due time: {attempts:?}");
     }
 
+    async fn many_backoffs_due_together_each_fire_once_from_the_alarm_never_before(db) {
+        // The alarm thread hands fires over in batches (fires.rs): every
+        // one of a batch still fires, once, and not before its instant.
+        let rt = runtime(db.store.clone(), Config::default(), "r1");
+        let retry = r#"<q:retry maxAttempts="3" initialDelay="PT0.2S" backoffCoefficient="1"/>"#;
+        rt.deploy(TENANT, &chain(&[retry]), &modules()).await.unwrap();
+        let mut starts = tokio::task::JoinSet::new();
+        for _ in 0..40 {
+            let rt = rt.clone();
+            starts.spawn(async move { rt.start(request(json!({"do": "fail", "until": 2}))).await });
+        }
+        let mut ids = Vec::new();
+        while let Some(started) = starts.join_next().await {
+            ids.push(started.unwrap().unwrap());
+        }
+        for id in &ids {
+            let Settled::Terminal(rec) = rt.settle(id).await.unwrap() else { panic!("{id} not terminal") };
+            assert_eq!((rec.state.as_str(), rec.version), ("COMPLETED", 2), "{id}: one fire, one commit");
+            let attempts = db.store.attempts(id).await.unwrap();
+            assert_eq!(attempts.len(), 2, "{id}: {attempts:?}");
+            let gap = attempts[1].started_at - attempts[0].ended_at;
+            assert!(gap >= 200, "{id} fired before its due time: {attempts:?}");
+            // A poller could only take it once the claim lapsed (due + 1 s).
+            assert!(gap < 1_000, "{id} was not fired by its alarm: the retry ran {gap} ms after the failure");
+        }
+    }
+
     async fn a_dead_runtimes_short_wait_is_fired_by_another_once_its_claim_lapses(db) {
         let first = runtime(db.store.clone(), Config::default(), "dies");
         let retry = r#"<q:retry maxAttempts="3" initialDelay="PT0.1S" backoffCoefficient="1"/>"#;

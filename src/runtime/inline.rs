@@ -24,6 +24,7 @@
 //!   run again for it, attempts the replay newly asks for run afterwards.
 
 use super::driver::ms;
+use super::fires::Fire;
 use super::output::Written;
 use super::{Deployed, Kept, Runtime};
 use crate::engine::{self, AttemptRequest, Effect, Event, InstanceState, Snapshot, Step};
@@ -404,29 +405,42 @@ impl<S: Store> Runtime<S> {
             let when = Instant::now() + (*due - now).to_std().unwrap_or_default();
             let weak = Arc::downgrade(&self.inner);
             let handle = tokio::runtime::Handle::current();
-            let (id, seq) = (id.to_string(), p.seq);
+            let (instance, park) = (id.to_string(), p.seq);
             any |= alarms.at(when, move |not_before| {
                 let Some(inner) = weak.upgrade() else {
                     return;
                 };
-                let rt = Runtime { inner };
-                handle.spawn(async move {
-                    // Called early so this worker is awake at the instant
-                    // (alarm.rs); never fire before it. The time left warms
-                    // the sandbox for a retry's attempt.
-                    if not_before > Instant::now() + WARM_MIN_LEFT {
-                        rt.prewarm(&id, seq).await;
-                    }
-                    while Instant::now() < not_before {
-                        std::hint::spin_loop();
-                    }
-                    rt.fire_alarm(id, seq).await
-                });
+                let fire = Fire {
+                    instance,
+                    park,
+                    not_before,
+                };
+                Runtime { inner }.hand_fire(&handle, fire);
             });
         }
         if any {
             spec.remember = Some(version);
         }
+    }
+
+    /// An alarm's fire (fires.rs), on a worker.
+    pub(crate) async fn fire(&self, fire: Fire) {
+        let Fire {
+            instance,
+            park,
+            not_before,
+        } = fire;
+        // Called early so this worker is awake at the instant (alarm.rs);
+        // never fire before it. The time left warms the sandbox for a
+        // retry's attempt. Boxed: the warm-up's future would make every
+        // fire's task as large.
+        if not_before > Instant::now() + WARM_MIN_LEFT {
+            Box::pin(self.prewarm(&instance, park)).await;
+        }
+        while Instant::now() < not_before {
+            std::hint::spin_loop();
+        }
+        self.fire_alarm(instance, park).await
     }
 
     /// Keep `spec`'s committed snapshot for the alarm its commit armed, if
@@ -479,11 +493,8 @@ impl<S: Store> Runtime<S> {
             .await
         {
             tracing::error!(instance = %id, park = seq, error = %e, "could not fire park; a poller will");
-            let _ = self
-                .inner
-                .store
-                .release_claim(&id, seq, &self.inner.owner)
-                .await;
+            // Boxed: a store call's state would make every fire's task larger.
+            let _ = Box::pin(self.inner.store.release_claim(&id, seq, &self.inner.owner)).await;
         }
     }
 

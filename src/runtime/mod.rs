@@ -30,6 +30,7 @@ mod driver;
 mod egress;
 mod events;
 mod external;
+mod fires;
 mod hosts;
 // HTTP tasks: the host makes the call (issue 31).
 mod http_task;
@@ -199,6 +200,8 @@ pub(crate) struct Inner<S: Store> {
     pub(crate) alarms: Option<alarm::Alarms>,
     /// The committed snapshot and version of instances with an alarm pending.
     pub(crate) hot: Mutex<HashMap<String, Kept>>,
+    /// Fires the alarm thread queued for the workers (fires.rs).
+    pub(crate) fires: fires::FireQueue,
     /// The committed snapshot and version of instances whose attempts are
     /// still out, kept by the inbox drive that committed it for the drive of
     /// their outcomes (driver.rs, `Runtime::keep_warm`).
@@ -336,6 +339,7 @@ impl<S: Store> Runtime<S> {
                 stepped: tokio::sync::Notify::new(),
                 alarms,
                 hot: Mutex::new(HashMap::new()),
+                fires: fires::FireQueue::default(),
                 warm: Mutex::new(HashMap::new()),
                 inbox: Mutex::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
