@@ -18,6 +18,10 @@ sitting only: machines here differ by 2-3x and drift within a session.
                 round rate, database bytes per finished instance.
   --work a      `-- a`: one at a time with the default durability, p50 and
                 µs CPU per instance (by thread, where the bench prints it).
+  --work c      `-- c`: 1,000 PT1S timers, the lateness p50 / p99 (ms), the
+                fires' µs CPU each (by thread), how long the starts took and
+                the span from the first due to the last end (ms).
+  --work b      `-- b`: the retry overhead (ms) and its mean-based reading.
 """
 
 import argparse
@@ -56,6 +60,27 @@ def parse(log, work):
         if size:
             out["bytes"] = float(size.group(1))
         return out
+    if work == "c":
+        late = re.search(r"timer lateness.*?p50\s+([0-9.]+) ms\s+p99\s+([0-9.]+) ms", log)
+        cost = re.search(r"cost of the fires.*?([0-9.]+) µs CPU \(all threads: ([^)]*)\)", log)
+        if not late or not cost:
+            return None
+        out = {"p50 ms": float(late.group(1)), "p99 ms": float(late.group(2)),
+               "µs": float(cost.group(1))}
+        for name, v in re.findall(r"(\w+) ([0-9.]+)", cost.group(2)):
+            out[name] = float(v)
+        took = re.search(r"all returned after ([0-9.]+) ms", log)
+        span = re.search(r"firing rate.*? over ([0-9]+) ms", log)
+        if took:
+            out["starts ms"] = float(took.group(1))
+        if span:
+            out["span ms"] = float(span.group(1))
+        return out
+    if work == "b":
+        over = re.search(r"overhead = .*?([+-][0-9.]+) ms\s+\(mean-based: ([+-][0-9.]+) ms", log)
+        if not over:
+            return None
+        return {"overhead ms": float(over.group(1)), "mean-based ms": float(over.group(2))}
     line = re.search(r"default \(FULL\): one at a time, start→COMPLETED.*?p50\s+([0-9.]+) ms", log)
     cost = re.search(r"default \(FULL\): one at a time, cost\s+([0-9.]+) µs CPU(.*)", log)
     if not line or not cost:
@@ -70,7 +95,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--passes", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--work", choices=["burst", "a"], default="burst")
+    ap.add_argument("--work", choices=["burst", "a", "c", "b"], default="burst")
     ap.add_argument("binaries", nargs="+", metavar="NAME=BINARY[:DIR]")
     args = ap.parse_args()
     specs = []
@@ -109,7 +134,7 @@ def main():
         )
         print(f"{name} ({len(figures)} runs) medians: {medians}")
     first = specs[0][0]
-    key = "µs"
+    key = {"c": "p99 ms", "b": "overhead ms"}.get(args.work, "µs")
     for name, _, _ in specs[1:]:
         diffs = [b[key] - a[key] for a, b in zip(runs[first], runs[name])]
         lower = sum(d < 0 for d in diffs)
