@@ -291,26 +291,25 @@ impl SqlBackend for SqliteStore {
             WritePath::Thread(writer) => writer,
             WritePath::Group(group) => {
                 // (In-memory databases: the group commit's connection.)
-                let op = Op::Create(start.instance.clone(), start.step.clone());
+                let op = Op::Create(start.clone());
                 let done = Box::pin(group.submit(op)).await;
                 return (done.and_then(Done::created), start);
             }
         };
-        let NewStart { instance, step } = *start;
         // Queued before the await, so this future holds no copy of it.
-        let (done, op) = match writer.send(Op::Create(instance, step)) {
+        let (done, op) = match writer.send(Op::Create(start)) {
             Ok(answer) => Writer::answer(answer).await,
             Err(op) => (Err(super::sqlite_writer::stopped()), Some(*op)),
         };
         // `None` only if the writer died holding it: `done` is an error then.
         let back = match op {
-            Some(Op::Create(instance, step)) => NewStart { instance, step },
-            _ => NewStart {
+            Some(Op::Create(start)) => start,
+            _ => Box::new(NewStart {
                 instance: NewInstance::default(),
                 step: StepWrite::default(),
-            },
+            }),
         };
-        (done.and_then(Done::created), Box::new(back))
+        (done.and_then(Done::created), back)
     }
 
     async fn commit_owned(
@@ -329,7 +328,7 @@ impl SqlBackend for SqliteStore {
                 let op = Op::Commit {
                     id: id.to_string(),
                     version: expected_version,
-                    step: (*step).clone(),
+                    step: step.clone(),
                 };
                 let done = Box::pin(group.submit(op)).await;
                 return (done.map(|_| ()), step);
@@ -338,7 +337,7 @@ impl SqlBackend for SqliteStore {
         let op = Op::Commit {
             id: id.to_string(),
             version: expected_version,
-            step: *step,
+            step,
         };
         // Queued before the await, so this future holds no copy of it.
         let (done, op) = match writer.send(op) {
@@ -348,9 +347,9 @@ impl SqlBackend for SqliteStore {
         // `None` only if the writer died holding it: `done` is an error then.
         let back = match op {
             Some(Op::Commit { step, .. }) => step,
-            _ => StepWrite::default(),
+            _ => Box::default(),
         };
-        (done.map(|_| ()), Box::new(back))
+        (done.map(|_| ()), back)
     }
 
     async fn commit_batch(&self, steps: &[(String, i64, StepWrite)]) -> StoreResult<()> {

@@ -83,7 +83,9 @@ async fn writer(pool: SqlitePool, mut rx: mpsc::UnboundedReceiver<Req>) {
 
 async fn apply(conn: &mut SqliteConnection, op: &Op) -> StoreResult<Done> {
     match op {
-        Op::Create(inst, step) => create_one(conn, inst, step).await.map(Done::Created),
+        Op::Create(start) => create_one(conn, &start.instance, &start.step)
+            .await
+            .map(Done::Created),
         Op::Commit { id, version, step } => Steps::commit(conn, id, *version, step)
             .await
             .map(|()| Done::Written),

@@ -51,7 +51,7 @@ use super::queries_steps as sql;
 use super::rows::{park_claim_columns, sort_claimed};
 use super::sqlite::Synchronous;
 use super::sqlite_held::Held;
-use super::{Created, NewInstance, ParkRecord, StepWrite, StoreError, StoreResult};
+use super::{Created, NewInstance, NewStart, ParkRecord, StepWrite, StoreError, StoreResult};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -85,14 +85,17 @@ pub(super) const CLAIM_DUE: &str = "UPDATE parks SET claimed_by = $1, claimed_un
      RETURNING instance_id, seq, tenant, deployment_id, kind, due_at, message_name, \
        correlation_key";
 
-/// One write request, as both SQLite write paths take it.
+/// One write request, as both SQLite write paths take it. A step stays in
+/// the box it came in (a `StepWrite` is 544 bytes): the request is moved into
+/// the writer's queue, out of it, into the answer and out again, and comes
+/// back to the caller whole.
 #[derive(Debug)]
 pub(super) enum Op {
-    Create(NewInstance, StepWrite),
+    Create(Box<NewStart>),
     Commit {
         id: String,
         version: i64,
-        step: StepWrite,
+        step: Box<StepWrite>,
     },
     /// Several steps, all or nothing (one savepoint for them all).
     CommitAll(Vec<(String, i64, StepWrite)>),
@@ -371,10 +374,10 @@ fn write_counts(conn: &Held, steps: &[&StepWrite]) -> rusqlite::Result<()> {
 /// Runs `op`; every step it applied goes to `applied` (for its counts).
 fn apply<'a>(conn: &Held, op: &'a Op, applied: &mut Vec<&'a StepWrite>) -> StoreResult<Done> {
     match op {
-        Op::Create(inst, step) => {
-            let created = create_one(conn, inst, step)?;
+        Op::Create(start) => {
+            let created = create_one(conn, &start.instance, &start.step)?;
             if matches!(created, Created::New) {
-                applied.push(step);
+                applied.push(&start.step);
             }
             Ok(Done::Created(created))
         }
@@ -807,7 +810,10 @@ mod tests {
             }],
             ..super::StepWrite::default()
         };
-        super::Op::Create(inst, step)
+        super::Op::Create(Box::new(super::NewStart {
+            instance: inst,
+            step,
+        }))
     }
 
     fn counted(conn: &Connection) -> i64 {
