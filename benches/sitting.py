@@ -19,8 +19,9 @@ sitting only: machines here differ by 2-3x and drift within a session.
   --work a      `-- a`: one at a time with the default durability, p50 and
                 µs CPU per instance (by thread, where the bench prints it).
   --work c      `-- c`: 1,000 PT1S timers, the lateness p50 / p99 (ms), the
-                fires' µs CPU each (by thread), how long the starts took and
-                the span from the first due to the last end (ms).
+                fires' µs CPU each (by thread), how long the starts took, the
+                span from the first due to the last end and from the first due
+                to the last due (ms; where the bench prints it).
   --work b      `-- b`: the retry overhead (ms) and its mean-based reading.
 """
 
@@ -71,6 +72,9 @@ def parse(log, work):
             out[name] = float(v)
         took = re.search(r"all returned after ([0-9.]+) ms", log)
         span = re.search(r"firing rate.*? over ([0-9]+) ms", log)
+        due = re.search(r"instants \(first due → last due\)\s+([0-9]+) ms", log)
+        if due:
+            out["dues ms"] = float(due.group(1))
         if took:
             out["starts ms"] = float(took.group(1))
         if span:
