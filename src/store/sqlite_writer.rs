@@ -154,9 +154,6 @@ type Reply = oneshot::Sender<(StoreResult<Done>, Op)>;
 /// The receiving end of a [`Reply`].
 pub(super) type Answer = oneshot::Receiver<(StoreResult<Done>, Op)>;
 
-// `Close` is sent once per store; boxing every request to shrink it would
-// cost an allocation per write for nothing.
-#[allow(clippy::large_enum_variant)]
 enum Msg {
     Run(Op, Reply),
     Close(oneshot::Sender<()>),
