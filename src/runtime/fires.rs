@@ -19,7 +19,7 @@
 //!   whose task was dropped unrun (its tokio runtime shut down), so the next
 //!   fire starts a new batch rather than waiting behind them.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use super::Runtime;
@@ -39,22 +39,22 @@ pub(crate) struct FireQueue {
 }
 
 impl FireQueue {
+    /// The queue (a panic while it was held left it whole: pushes and takes
+    /// only).
+    fn queued(&self) -> MutexGuard<'_, Vec<Fire>> {
+        self.queued.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Queue a fire; true if the queue was empty (the caller spawns the
     /// task that takes it).
     fn push(&self, fire: Fire) -> bool {
-        let mut q = match self.queued.lock() {
-            Ok(q) => q,
-            Err(p) => p.into_inner(),
-        };
+        let mut q = self.queued();
         q.push(fire);
         q.len() == 1
     }
 
     fn take(&self) -> Vec<Fire> {
-        match self.queued.lock() {
-            Ok(mut q) => std::mem::take(&mut *q),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        }
+        std::mem::take(&mut *self.queued())
     }
 }
 
@@ -109,10 +109,7 @@ mod tests {
     }
 
     fn queued<S: Store>(rt: &Runtime<S>) -> usize {
-        match rt.inner.fires.queued.lock() {
-            Ok(q) => q.len(),
-            Err(p) => p.into_inner().len(),
-        }
+        rt.inner.fires.queued().len()
     }
 
     #[test]
