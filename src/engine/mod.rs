@@ -49,6 +49,7 @@ mod orjoin;
 mod outcome;
 mod parks;
 mod repeat;
+mod rfc3339;
 mod scope;
 mod signal;
 pub mod snapshot;
