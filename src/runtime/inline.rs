@@ -34,6 +34,7 @@ use crate::store::{
     AttemptOutput, AttemptRow, JournalRow, NewPark, ParkClaim, SearchVar, StepWrite, Store,
 };
 use futures_util::stream::{FuturesUnordered, StreamExt};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
@@ -124,11 +125,11 @@ pub(crate) struct Spec {
 /// What `snap` counts for in the console's aggregates.
 pub(crate) fn tally(snap: &Snapshot) -> Tally {
     Tally {
-        state: Some(snap.state.as_str().to_string()),
+        state: Some(Cow::Borrowed(snap.state.as_str())),
         nodes: snap
             .node_states
             .iter()
-            .map(|(n, s)| (n.clone(), s.as_str().to_string()))
+            .map(|(n, s)| (n.clone(), Cow::Borrowed(s.as_str())))
             .collect(),
         error_code: snap.error.as_ref().map(|e| e.code.clone()),
     }

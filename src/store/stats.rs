@@ -21,6 +21,7 @@ use super::queries::Column;
 use super::{StepWrite, StoreResult};
 use serde::{Deserialize, Serialize};
 use sqlx::{Database, Encode, Executor, IntoArguments, Type};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// How many slots a count is spread over.
@@ -42,7 +43,9 @@ pub fn slot_of(id: &str) -> i64 {
 pub struct StatDelta {
     pub deployment_id: String,
     pub node: String,
-    pub state: String,
+    /// A state's name: borrowed from the engine's names when the runtime
+    /// counts a snapshot (no copy per step), owned when read from a row.
+    pub state: Cow<'static, str>,
     pub slot: i64,
     pub n: i64,
 }
@@ -59,8 +62,8 @@ pub struct FailureColumns {
 /// it). The empty tally (no state) is an instance that does not exist.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Tally {
-    pub state: Option<String>,
-    pub nodes: BTreeMap<String, String>,
+    pub state: Option<Cow<'static, str>>,
+    pub nodes: BTreeMap<String, Cow<'static, str>>,
     pub error_code: Option<String>,
 }
 
@@ -69,7 +72,7 @@ impl Tally {
     pub fn failed_node(&self) -> Option<&str> {
         self.nodes
             .iter()
-            .find(|(_, s)| s.as_str() == "FAILED")
+            .find(|(_, s)| *s == "FAILED")
             .map(|(n, _)| n.as_str())
     }
 
@@ -89,11 +92,17 @@ impl Tally {
         }
         let peek: Option<Peek> = serde_json::from_str(snapshot).ok();
         let (nodes, error_code) = match peek {
-            Some(p) => (p.node_states, p.error.map(|e| e.code)),
+            Some(p) => (
+                p.node_states
+                    .into_iter()
+                    .map(|(n, s)| (n, Cow::Owned(s)))
+                    .collect(),
+                p.error.map(|e| e.code),
+            ),
             None => (BTreeMap::new(), None),
         };
         Tally {
-            state: Some(state.to_string()),
+            state: Some(Cow::Owned(state.to_string())),
             nodes,
             error_code,
         }
@@ -103,11 +112,11 @@ impl Tally {
     /// instance of `deployment_id` in `slot`.
     pub fn deltas(&self, next: &Tally, deployment_id: &str, slot: i64) -> Vec<StatDelta> {
         let mut out = Vec::new();
-        let mut delta = |node: &str, state: &str, n: i64| {
+        let mut delta = |node: &str, state: &Cow<'static, str>, n: i64| {
             out.push(StatDelta {
                 deployment_id: deployment_id.to_string(),
                 node: node.to_string(),
-                state: state.to_string(),
+                state: state.clone(),
                 slot,
                 n,
             })
@@ -174,11 +183,12 @@ pub(super) fn collect<'a>(steps: impl IntoIterator<Item = &'a StepWrite>) -> Vec
     // deltas mostly share one long deployment id, which a key leading with
     // it compares in full at every step of every lookup (a thousand steps
     // make thousands of lookups); the few sums are then put in key order.
-    let mut sums: BTreeMap<(i64, &str, &str, &str), i64> = BTreeMap::new();
+    let mut sums: BTreeMap<(i64, &str, &str, &str), (i64, &'a Cow<'static, str>)> =
+        BTreeMap::new();
     let mut add = |d: &'a StatDelta| {
-        *sums
-            .entry((d.slot, &d.node, &d.state, &d.deployment_id))
-            .or_default() += d.n;
+        sums.entry((d.slot, &d.node, &d.state, &d.deployment_id))
+            .or_insert((0, &d.state))
+            .0 += d.n;
     };
     for step in steps {
         step.stats.iter().for_each(&mut add);
@@ -188,11 +198,11 @@ pub(super) fn collect<'a>(steps: impl IntoIterator<Item = &'a StepWrite>) -> Vec
     }
     let mut out: Vec<StatDelta> = sums
         .into_iter()
-        .filter(|(_, n)| *n != 0)
-        .map(|((slot, node, state, deployment_id), n)| StatDelta {
+        .filter(|(_, (n, _))| *n != 0)
+        .map(|((slot, node, _, deployment_id), (n, state))| StatDelta {
             deployment_id: deployment_id.to_string(),
             node: node.to_string(),
-            state: state.to_string(),
+            state: state.clone(),
             slot,
             n,
         })
@@ -258,7 +268,7 @@ where
             q = q
                 .bind(d.deployment_id.as_str())
                 .bind(d.node.as_str())
-                .bind(d.state.as_str())
+                .bind(d.state.as_ref())
                 .bind(d.slot)
                 .bind(d.n);
         }
@@ -310,10 +320,10 @@ mod tests {
 
     fn tally(state: &str, nodes: &[(&str, &str)], code: Option<&str>) -> Tally {
         Tally {
-            state: Some(state.into()),
+            state: Some(Cow::Owned(state.to_string())),
             nodes: nodes
                 .iter()
-                .map(|(n, s)| (n.to_string(), s.to_string()))
+                .map(|(n, s)| (n.to_string(), Cow::Owned(s.to_string())))
                 .collect(),
             error_code: code.map(str::to_string),
         }
@@ -334,7 +344,7 @@ mod tests {
         let d: Vec<(String, String, i64)> = a
             .deltas(&b, "d1", 3)
             .into_iter()
-            .map(|d| (d.node, d.state, d.n))
+            .map(|d| (d.node, d.state.into_owned(), d.n))
             .collect();
         assert_eq!(
             d,
@@ -383,7 +393,7 @@ mod tests {
                 .map(|&(dep, node, state, slot, n)| StatDelta {
                     deployment_id: dep.into(),
                     node: node.into(),
-                    state: state.into(),
+                    state: Cow::Owned(state.to_string()),
                     slot,
                     n,
                 })
@@ -398,7 +408,7 @@ mod tests {
         ];
         let rows: Vec<(String, String, String, i64, i64)> = collect(&steps)
             .into_iter()
-            .map(|d| (d.deployment_id, d.node, d.state, d.slot, d.n))
+            .map(|d| (d.deployment_id, d.node, d.state.into_owned(), d.slot, d.n))
             .collect();
         let row = |d: &str, n: &str, s: &str, slot, k| (d.into(), n.into(), s.into(), slot, k);
         assert_eq!(
