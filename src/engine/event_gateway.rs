@@ -41,15 +41,21 @@ impl<'a> Machine<'a> {
     /// waits at an event-based gateway, the gateway is decided here and
     /// `true` comes back.
     pub(super) fn event_gateway_fired(&mut self, seq: u64, park: &Park, catch: &'a Node) -> bool {
-        let Some(tok) = self.snap.token(park.token).cloned() else {
-            return false;
-        };
-        let Some(gateway) = self.process.find(&tok.node) else {
+        // Looked at in place: every timer, message and signal that fires
+        // comes through here, and few wait at a gateway.
+        let Some(gateway) = self
+            .snap
+            .token(park.token)
+            .and_then(|t| self.process.find(&t.node))
+        else {
             return false;
         };
         if !matches!(gateway.kind, NodeKind::EventGateway) {
             return false;
         }
+        let Some(tok) = self.snap.token(park.token).cloned() else {
+            return false;
+        };
         // The losers, in this same step.
         let losers: Vec<u64> = tok.parks().into_iter().filter(|&p| p != seq).collect();
         for p in &losers {

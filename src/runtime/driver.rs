@@ -133,6 +133,11 @@ impl<S: Store> Runtime<S> {
             Ok(m) => m,
             Err(p) => p.into_inner(),
         };
+        // Looked up first: an instance's later steps find its lock without
+        // a copy of the id.
+        if let Some(l) = m.get(id) {
+            return l.clone();
+        }
         if m.len() > 10_000 {
             m.retain(|_, l| Arc::strong_count(l) > 1);
         }
