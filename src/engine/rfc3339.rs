@@ -32,10 +32,7 @@ pub(crate) fn write<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::
 }
 
 /// Serialize an optional instant as `Option<DateTime<Utc>>` would be.
-pub(crate) fn write_opt<S: Serializer>(
-    t: &Option<DateTime<Utc>>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
+pub(crate) fn write_opt<S: Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
     struct Instant<'a>(&'a DateTime<Utc>);
     impl Serialize for Instant<'_> {
         fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
