@@ -183,7 +183,9 @@ pub(super) fn collect<'a>(steps: impl IntoIterator<Item = &'a StepWrite>) -> Vec
     // deltas mostly share one long deployment id, which a key leading with
     // it compares in full at every step of every lookup (a thousand steps
     // make thousands of lookups); the few sums are then put in key order.
-    let mut sums: BTreeMap<(i64, &str, &str, &str), (i64, &'a Cow<'static, str>)> = BTreeMap::new();
+    // (slot, node, state, deployment) → (sum, the state's name as held).
+    type Sums<'a> = BTreeMap<(i64, &'a str, &'a str, &'a str), (i64, &'a Cow<'static, str>)>;
+    let mut sums: Sums<'a> = BTreeMap::new();
     let mut add = |d: &'a StatDelta| {
         sums.entry((d.slot, &d.node, &d.state, &d.deployment_id))
             .or_insert((0, &d.state))
