@@ -49,7 +49,6 @@ mod orjoin;
 mod outcome;
 mod parks;
 mod repeat;
-mod rfc3339;
 mod scope;
 mod signal;
 pub mod snapshot;

@@ -254,7 +254,7 @@ pub struct MessageKey {
 /// Where a repeating (non-interrupting cycle) timer is on its grid.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CycleState {
-    #[serde(serialize_with = "super::rfc3339::write")]
+    #[serde(serialize_with = "crate::time::rfc3339::write")]
     pub armed_at: DateTime<Utc>,
     pub slot: u64,
 }
@@ -266,7 +266,7 @@ pub struct Park {
     pub token: u64,
     /// The node it waits at: the task (attempt/retry), the catch event, or the boundary event.
     pub node: String,
-    #[serde(serialize_with = "super::rfc3339::write_opt")]
+    #[serde(serialize_with = "crate::time::rfc3339::write_opt")]
     pub due: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<MessageKey>,
@@ -297,7 +297,7 @@ pub struct TaskState {
     /// Retries granted so far, per retrier of the task (ASL keeps one counter each).
     pub granted: Vec<u32>,
     /// When the current attempt started (for its record).
-    #[serde(serialize_with = "super::rfc3339::write")]
+    #[serde(serialize_with = "crate::time::rfc3339::write")]
     pub since: DateTime<Utc>,
 }
 
@@ -464,9 +464,9 @@ pub struct Snapshot {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unwind: Option<Unwind>,
     pub error: Option<InstanceError>,
-    #[serde(serialize_with = "super::rfc3339::write")]
+    #[serde(serialize_with = "crate::time::rfc3339::write")]
     pub started_at: DateTime<Utc>,
-    #[serde(serialize_with = "super::rfc3339::write_opt")]
+    #[serde(serialize_with = "crate::time::rfc3339::write_opt")]
     pub ended_at: Option<DateTime<Utc>>,
     /// Set on a child instance (a process call started it): its end is
     /// delivered to that parent's park.

@@ -9,6 +9,7 @@
 mod clock;
 mod cron;
 mod duration;
+pub(crate) mod rfc3339;
 mod schedule;
 
 pub use clock::{Clock, SystemClock, VirtualClock};

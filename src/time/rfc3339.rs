@@ -1,4 +1,4 @@
-//! The snapshot's instants as text: exactly what chrono's serde writes for a
+//! Instants as text (the snapshot's): exactly what chrono's serde writes for a
 //! `DateTime<Utc>` (RFC 3339, `SecondsFormat::AutoSi`, `Z`), written into a
 //! buffer on the stack and handed to the serializer as one string.
 //!
